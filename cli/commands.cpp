@@ -1,0 +1,48 @@
+#include "cli/commands.hpp"
+
+#include <ostream>
+
+#include "cli/version.hpp"
+
+namespace meshwork::cli {
+
+void print_diagnostics(std::ostream& os, const plan::Diagnostics& diags, const std::string& file) {
+  for (const auto& d : diags.items()) os << plan::format(d, file) << '\n';
+}
+
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Io io{out, err, 0};
+  CLI::App app{"meshwork: plan, predict and run large-model training on GPU clusters", "meshwork"};
+  app.set_version_flag("--version", std::string("meshwork ") + kVersion + " (" + kGitCommit + ")");
+  app.require_subcommand(1);
+  add_validate_command(app, io);
+  add_show_command(app, io);
+  add_presets_command(app, io);
+  add_schema_command(app, io);
+  add_import_hf_command(app, io);
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them in reverse
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp& e) {
+    out << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp& e) {
+    out << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    out << app.version() << '\n';
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    // Subcommand help comes as CallForHelp from the subcommand: print that subcommand's help.
+    if (e.get_exit_code() == 0) {
+      out << e.what() << '\n';
+      return 0;
+    }
+    err << "meshwork: " << e.what() << "\n(run `meshwork --help` for usage)\n";
+    return 2;
+  }
+  return io.exit_code;
+}
+
+}  // namespace meshwork::cli

@@ -1,0 +1,34 @@
+#pragma once
+// The `meshwork` subcommands. Each adds itself to the app; its callback sets the exit code.
+// Output goes to the streams given, so that tests can run commands in-process.
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "plan/diagnostics.hpp"
+
+namespace meshwork::cli {
+
+struct Io {
+  std::ostream& out;
+  std::ostream& err;
+  int exit_code = 0;
+};
+
+void add_validate_command(CLI::App& app, Io& io);
+void add_show_command(CLI::App& app, Io& io);
+void add_presets_command(CLI::App& app, Io& io);
+void add_schema_command(CLI::App& app, Io& io);
+void add_import_hf_command(CLI::App& app, Io& io);
+
+// Runs `meshwork ARGS...` and returns its exit code: 0 success, 1 a plan with errors or a
+// failed command, 2 bad usage.
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// Prints diagnostics one per line, "FILE:LINE: error: path: message".
+void print_diagnostics(std::ostream& os, const plan::Diagnostics& diags, const std::string& file);
+
+}  // namespace meshwork::cli

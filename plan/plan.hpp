@@ -1,0 +1,236 @@
+#pragma once
+// The plan: plain value types for every section of a plan file (DESIGN.md, "The plan file").
+// No engine header is reachable from here. Field names follow Megatron-core; what each field
+// means, its unit, default and aliases are described once, in schema.hpp.
+//
+// A loaded Plan is resolved: presets expanded, defaults filled, derived sizes (data-parallel
+// size, query groups, FFN width...) computed, so that consumers read plain numbers. A field
+// documented as "derived" holds 0 only before resolve().
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/enums.hpp"
+
+namespace meshwork::plan {
+
+inline constexpr std::int64_t kSchemaVersion = 1;
+
+struct MoeConfig {
+  std::int64_t num_moe_experts = 0;  // 0: a dense model
+  std::int64_t moe_router_topk = 2;
+  std::int64_t moe_ffn_hidden_size = 0;                   // derived: ffn_hidden_size
+  std::int64_t moe_shared_expert_intermediate_size = 0;  // 0: no shared expert
+  std::int64_t first_k_dense_layers = 0;                  // DeepSeek's first_k_dense_replace
+  double capacity_factor = 0.0;                           // 0: dropless
+  double routing_imbalance = 1.0;  // hottest expert's load over the mean
+
+  bool operator==(const MoeConfig&) const = default;
+};
+
+struct ModelConfig {
+  std::string name;  // the preset or HF model it came from, informative
+  std::int64_t num_layers = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_query_groups = 0;  // derived: num_attention_heads (no GQA)
+  std::int64_t kv_channels = 0;       // derived: hidden_size / num_attention_heads
+  std::int64_t ffn_hidden_size = 0;   // derived: 4 * hidden_size
+  Activation activation = Activation::gelu;
+  Normalization normalization = Normalization::layernorm;
+  std::int64_t seq_length = 0;
+  std::int64_t vocab_size = 0;
+  bool untie_embeddings_and_output_weights = false;
+  bool add_bias_linear = true;
+  MoeConfig moe;
+
+  [[nodiscard]] bool is_moe() const { return moe.num_moe_experts > 0; }
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct TrainingConfig {
+  std::int64_t global_batch_size = 0;
+  std::int64_t micro_batch_size = 1;
+  Precision precision = Precision::bf16;
+  Recompute recompute = Recompute::none;
+  bool flash_attention = true;
+  double tokens = 0;  // tokens to train on, for time to train; 0: not given
+
+  bool operator==(const TrainingConfig&) const = default;
+};
+
+struct OverlapConfig {
+  bool grad_reduce = true;
+  bool param_gather = true;
+  bool tp_comm = false;
+  bool p2p = true;
+
+  bool operator==(const OverlapConfig&) const = default;
+};
+
+struct ParallelismConfig {
+  std::int64_t tensor_model_parallel_size = 1;
+  std::int64_t pipeline_model_parallel_size = 1;
+  std::int64_t data_parallel_size = 0;  // derived: num_gpus / (tp * cp * pp)
+  std::int64_t context_parallel_size = 1;
+  std::int64_t expert_model_parallel_size = 1;
+  std::int64_t virtual_pipeline_model_parallel_size = 1;
+  std::int64_t decoder_first_pipeline_num_layers = 0;  // 0: layers split evenly
+  std::int64_t decoder_last_pipeline_num_layers = 0;
+  bool sequence_parallel = false;
+  bool context_parallel_load_balance = true;
+  std::int64_t zero_stage = 1;
+  PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;
+  std::string order = "tp-cp-ep-dp-pp";
+  OverlapConfig overlap;
+  GradientCompression gradient_compression = GradientCompression::none;
+
+  bool operator==(const ParallelismConfig&) const = default;
+};
+
+struct PeakTflops {
+  double bf16 = 0;
+  double fp16 = 0;
+  double fp8 = 0;   // 0: no FP8 tensor cores
+  double tf32 = 0;
+  double fp32 = 0;
+
+  bool operator==(const PeakTflops&) const = default;
+};
+
+struct GpuSpec {
+  std::string name;
+  PeakTflops peak_tflops;  // dense (no sparsity) tensor-core peaks
+  double hbm_gib = 0;
+  double hbm_gbytes_per_s = 0;
+  double nvlink_gbytes_per_s = 0;  // per direction, per GPU
+  double tdp_watts = 0;
+
+  bool operator==(const GpuSpec&) const = default;
+};
+
+struct IntraNodeConfig {
+  IntraNodeKind kind = IntraNodeKind::nvswitch;
+  double bandwidth_gbytes_per_s = 0;  // derived: the GPU's NVLink bandwidth
+  double latency_us = 2.0;
+
+  bool operator==(const IntraNodeConfig&) const = default;
+};
+
+struct TopologyConfig {
+  TopologyKind kind = TopologyKind::fat_tree;
+  std::int64_t tiers = 2;
+  std::int64_t switch_radix = 64;
+  double oversubscription = 1.0;
+  double link_latency_us = 1.0;
+
+  bool operator==(const TopologyConfig&) const = default;
+};
+
+struct ClusterConfig {
+  GpuSpec gpu;
+  std::int64_t num_gpus = 0;  // derived from the mesh when data_parallel_size is given
+  std::int64_t gpus_per_node = 8;
+  IntraNodeConfig intra_node;
+  std::int64_t nics_per_node = 8;
+  double nic_bandwidth_gbps = 400;
+  TopologyConfig topology;
+
+  [[nodiscard]] std::int64_t num_nodes() const {
+    return gpus_per_node > 0 ? num_gpus / gpus_per_node : 0;
+  }
+  bool operator==(const ClusterConfig&) const = default;
+};
+
+// Mean time between failures per component, in hours of one component; 0: never fails.
+struct MtbfHours {
+  double gpu = 0;
+  double hbm = 0;
+  double nic = 0;
+  double link = 0;
+  double network_switch = 0;
+  double node = 0;
+  double software = 0;
+
+  bool operator==(const MtbfHours&) const = default;
+};
+
+struct FailureEvent {
+  double at_s = 0;
+  FailureEventKind kind = FailureEventKind::gpu_down;
+  std::string target;  // a GPU or node index, or a link or switch name
+
+  bool operator==(const FailureEvent&) const = default;
+};
+
+struct Straggler {
+  std::int64_t rank = 0;
+  double slowdown = 1.0;
+
+  bool operator==(const Straggler&) const = default;
+};
+
+struct DegradedLink {
+  std::string target;
+  double bandwidth_factor = 1.0;
+
+  bool operator==(const DegradedLink&) const = default;
+};
+
+struct FailureConfig {
+  MtbfHours mtbf_hours;
+  std::vector<FailureEvent> events;
+  std::vector<Straggler> stragglers;
+  std::vector<DegradedLink> degraded_links;
+  double sdc_per_gpu_hour = 0;
+  double detection_s = 60;
+  double restart_s = 600;
+
+  bool operator==(const FailureConfig&) const = default;
+};
+
+// A checkpoint interval: `auto` (Young/Daly optimum) or a fixed duration.
+struct CheckpointInterval {
+  bool automatic = true;
+  double seconds = 0;
+
+  bool operator==(const CheckpointInterval&) const = default;
+};
+
+struct CheckpointConfig {
+  CheckpointInterval interval;
+  double write_gbytes_per_s = 273;  // NAR21 §5.10: 273 GB/s on Selene (40% of peak write)
+  double read_gbytes_per_s = 1000;  // NAR21 §5.10: 1 TB/s read, the filesystem maximum
+  CheckpointMode mode = CheckpointMode::async;
+  std::vector<CheckpointTier> tiers = {CheckpointTier::persistent};
+  std::int64_t spares = 0;
+  FailureResponse on_failure = FailureResponse::restart;
+
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct RunConfig {
+  double horizon_s = 30 * 86400.0;
+  std::int64_t seed = 1;
+  std::int64_t trials = 100;
+
+  bool operator==(const RunConfig&) const = default;
+};
+
+struct Plan {
+  std::int64_t schema_version = kSchemaVersion;
+  std::string name;
+  std::string description;
+  ModelConfig model;
+  TrainingConfig training;
+  ParallelismConfig parallelism;
+  ClusterConfig cluster;
+  FailureConfig failures;
+  CheckpointConfig checkpoint;
+  RunConfig run;
+
+  bool operator==(const Plan&) const = default;
+};
+
+}  // namespace meshwork::plan

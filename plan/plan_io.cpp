@@ -1,0 +1,128 @@
+#include "plan/plan_io.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <system_error>
+
+#include "plan/reader.hpp"
+#include "plan/validate.hpp"
+
+namespace meshwork::plan {
+namespace {
+
+bool is_under(const std::string& path, const std::string& section) {
+  return path.size() > section.size() && path.compare(0, section.size(), section) == 0 &&
+         (path[section.size()] == '.' || path[section.size()] == '[');
+}
+
+// The source line of a diagnostic: its own key's, else its nearest written ancestor's.
+int line_of(std::string path, const ReadContext& ctx, const std::map<std::string, int>& lines) {
+  while (!path.empty()) {
+    auto w = ctx.written_paths.find(path);
+    auto it = lines.find(w == ctx.written_paths.end() ? path : w->second);
+    if (it != lines.end()) return it->second;
+    const auto cut = path.find_last_of(".[");
+    if (cut == std::string::npos) break;
+    path.resize(cut);
+  }
+  return 0;
+}
+
+LoadResult finish(const nlohmann::json& root, const std::map<std::string, int>& lines,
+                  const std::filesystem::path& base_dir) {
+  LoadResult out;
+  ReadContext ctx;
+  ctx.base_dir = base_dir;
+  read_plan(root, out.plan, ctx);
+  resolve(out.plan, ctx.diagnostics);
+  out.diagnostics = std::move(ctx.diagnostics);
+  out.diagnostics.append(validate(out.plan));
+  out.diagnostics.deduplicate();
+
+  // A missing required section is one problem, not one per field inside it.
+  Diagnostics kept;
+  for (auto d : out.diagnostics.items()) {
+    const bool inside_missing = std::any_of(ctx.missing_sections.begin(), ctx.missing_sections.end(),
+                                            [&](const std::string& s) { return is_under(d.path, s); });
+    if (inside_missing) continue;
+    if (d.line == 0) d.line = line_of(d.path, ctx, lines);
+    kept.add(std::move(d));
+  }
+  // In file order: problems read top to bottom; file-level ones (line 0) first.
+  auto items = kept.items();
+  std::stable_sort(items.begin(), items.end(), [](const Diagnostic& a, const Diagnostic& b) { return a.line < b.line; });
+  out.diagnostics = Diagnostics();
+  for (auto& d : items) out.diagnostics.add(std::move(d));
+  return out;
+}
+
+}  // namespace
+
+LoadResult load_plan_json(const nlohmann::json& root, const std::filesystem::path& base_dir) {
+  return finish(root, {}, base_dir);
+}
+
+LoadResult load_plan_text(std::string_view text, Format format, const std::filesystem::path& base_dir) {
+  auto doc = parse_document(text, format);
+  if (!doc.document) {
+    LoadResult out;
+    out.diagnostics = std::move(doc.diagnostics);
+    return out;
+  }
+  auto out = finish(doc.document->root, doc.document->lines, base_dir);
+  doc.diagnostics.append(out.diagnostics);
+  out.diagnostics = std::move(doc.diagnostics);
+  return out;
+}
+
+LoadResult load_plan(const std::filesystem::path& path) {
+  auto doc = read_document(path);
+  if (!doc.document) {
+    LoadResult out;
+    out.diagnostics = std::move(doc.diagnostics);
+    return out;
+  }
+  auto out = finish(doc.document->root, doc.document->lines, path.parent_path());
+  doc.diagnostics.append(out.diagnostics);
+  out.diagnostics = std::move(doc.diagnostics);
+  return out;
+}
+
+std::string to_json_string(const Plan& plan) { return to_json(plan).dump(2) + "\n"; }
+
+bool write_file_atomically(const std::filesystem::path& path, std::string_view content, std::string& error) {
+  std::random_device rd;
+  const std::filesystem::path tmp =
+      path.string() + ".tmp-" + std::to_string(rd() % 1000000u);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      error = "cannot create " + tmp.string();
+      return false;
+    }
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.flush();
+    if (!out) {
+      error = "cannot write " + tmp.string();
+      out.close();
+      std::remove(tmp.c_str());
+      return false;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    error = "cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message();
+    std::filesystem::remove(tmp, ec);
+    return false;
+  }
+  return true;
+}
+
+bool save_plan(const Plan& plan, const std::filesystem::path& path, std::string& error) {
+  return write_file_atomically(path, to_json_string(plan), error);
+}
+
+}  // namespace meshwork::plan

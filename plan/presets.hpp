@@ -1,0 +1,30 @@
+#pragma once
+// Named hardware and model presets, each with the source of its numbers. `meshwork presets`
+// lists them; a plan names one with `gpu: h100-sxm` or `model: {preset: llama3-70b}`.
+
+#include <span>
+#include <string_view>
+
+#include "plan/plan.hpp"
+
+namespace meshwork::plan {
+
+struct GpuPreset {
+  std::string_view key;
+  GpuSpec spec;
+  std::string_view source;
+};
+
+struct ModelPreset {
+  std::string_view key;
+  ModelConfig model;
+  std::string_view source;
+};
+
+std::span<const GpuPreset> gpu_presets();
+std::span<const ModelPreset> model_presets();
+
+const GpuPreset* find_gpu_preset(std::string_view key);
+const ModelPreset* find_model_preset(std::string_view key);
+
+}  // namespace meshwork::plan

@@ -1,0 +1,203 @@
+#include "plan/rank_layout.hpp"
+
+#include <algorithm>
+
+namespace meshwork::plan {
+namespace {
+
+constexpr std::array<std::pair<MeshDim, std::string_view>, kMeshDims> kDimNames = {{
+    {MeshDim::tp, "tp"}, {MeshDim::cp, "cp"}, {MeshDim::ep, "ep"}, {MeshDim::dp, "dp"}, {MeshDim::pp, "pp"}}};
+
+std::size_t idx(MeshDim d) { return static_cast<std::size_t>(d); }
+
+}  // namespace
+
+std::string_view to_string(MeshDim d) { return kDimNames[idx(d)].second; }
+
+std::string_view to_string(GroupKind g) {
+  switch (g) {
+    case GroupKind::tp: return "tp";
+    case GroupKind::cp: return "cp";
+    case GroupKind::ep: return "ep";
+    case GroupKind::dp: return "dp";
+    case GroupKind::expert_dp: return "expert_dp";
+    case GroupKind::pp: return "pp";
+    case GroupKind::dp_cp: return "dp_cp";
+  }
+  return "?";
+}
+
+std::optional<DimOrder> parse_order(std::string_view text, std::string& error) {
+  DimOrder order{};
+  std::array<bool, kMeshDims> seen{};
+  std::size_t n = 0;
+  std::string_view rest = text;
+  while (true) {
+    const auto dash = rest.find('-');
+    const std::string_view token = rest.substr(0, dash);
+    auto it = std::find_if(kDimNames.begin(), kDimNames.end(), [&](const auto& p) { return p.second == token; });
+    if (it == kDimNames.end()) {
+      error = "\"" + std::string(token) + "\" is not a mesh dimension (tp, cp, ep, dp, pp)";
+      return std::nullopt;
+    }
+    if (seen[idx(it->first)]) {
+      error = std::string(token) + " appears twice";
+      return std::nullopt;
+    }
+    if (n == kMeshDims) {
+      error = "more than five dimensions";
+      return std::nullopt;
+    }
+    seen[idx(it->first)] = true;
+    order[n++] = it->first;
+    if (dash == std::string_view::npos) break;
+    rest.remove_prefix(dash + 1);
+  }
+  if (n != kMeshDims) {
+    std::string missing;
+    for (const auto& [d, name] : kDimNames) {
+      if (!seen[idx(d)]) missing += (missing.empty() ? "" : ", ") + std::string(name);
+    }
+    error = "must name all five dimensions; missing " + missing;
+    return std::nullopt;
+  }
+  return order;
+}
+
+RankLayout::RankLayout(MeshShape shape, DimOrder order) : shape_(shape), order_(order) {
+  size_[idx(MeshDim::tp)] = shape.tp;
+  size_[idx(MeshDim::cp)] = shape.cp;
+  size_[idx(MeshDim::ep)] = shape.ep;
+  size_[idx(MeshDim::dp)] = shape.dp / shape.ep;
+  size_[idx(MeshDim::pp)] = shape.pp;
+  std::int64_t stride = 1;
+  for (MeshDim d : order_) {
+    stride_[idx(d)] = stride;
+    stride *= size_[idx(d)];
+  }
+  world_ = stride;
+}
+
+RankLayout RankLayout::from_plan(const ParallelismConfig& par) {
+  std::string error;
+  const DimOrder order = parse_order(par.order, error).value_or(
+      DimOrder{MeshDim::tp, MeshDim::cp, MeshDim::ep, MeshDim::dp, MeshDim::pp});
+  return RankLayout({par.tensor_model_parallel_size, par.context_parallel_size, par.expert_model_parallel_size,
+                     par.data_parallel_size, par.pipeline_model_parallel_size},
+                    order);
+}
+
+std::int64_t RankLayout::get(const MeshCoord& c, MeshDim d) const {
+  switch (d) {
+    case MeshDim::tp: return c.tp;
+    case MeshDim::cp: return c.cp;
+    case MeshDim::ep: return c.ep;
+    case MeshDim::dp: return c.edp;
+    case MeshDim::pp: return c.pp;
+  }
+  return 0;
+}
+
+void RankLayout::set(MeshCoord& c, MeshDim d, std::int64_t v) {
+  switch (d) {
+    case MeshDim::tp: c.tp = v; break;
+    case MeshDim::cp: c.cp = v; break;
+    case MeshDim::ep: c.ep = v; break;
+    case MeshDim::dp: c.edp = v; break;
+    case MeshDim::pp: c.pp = v; break;
+  }
+}
+
+MeshCoord RankLayout::coord(std::int64_t rank) const {
+  MeshCoord c;
+  for (MeshDim d : order_) set(c, d, (rank / stride(d)) % size(d));
+  return c;
+}
+
+std::int64_t RankLayout::rank(const MeshCoord& c) const {
+  std::int64_t r = 0;
+  for (MeshDim d : order_) r += get(c, d) * stride(d);
+  return r;
+}
+
+std::vector<MeshDim> RankLayout::varying(GroupKind g) const {
+  std::vector<MeshDim> dims;
+  switch (g) {
+    case GroupKind::tp: dims = {MeshDim::tp}; break;
+    case GroupKind::cp: dims = {MeshDim::cp}; break;
+    case GroupKind::ep: dims = {MeshDim::ep}; break;
+    case GroupKind::dp: dims = {MeshDim::ep, MeshDim::dp}; break;
+    case GroupKind::expert_dp: dims = {MeshDim::dp}; break;
+    case GroupKind::pp: dims = {MeshDim::pp}; break;
+    case GroupKind::dp_cp: dims = {MeshDim::cp, MeshDim::ep, MeshDim::dp}; break;
+  }
+  std::sort(dims.begin(), dims.end(), [&](MeshDim a, MeshDim b) { return stride(a) < stride(b); });
+  return dims;
+}
+
+std::vector<MeshDim> RankLayout::fixed(GroupKind g) const {
+  const auto vary = varying(g);
+  std::vector<MeshDim> dims;
+  for (MeshDim d : order_) {  // order_ is in increasing stride
+    if (std::find(vary.begin(), vary.end(), d) == vary.end()) dims.push_back(d);
+  }
+  return dims;
+}
+
+std::int64_t RankLayout::group_size(GroupKind g) const {
+  std::int64_t n = 1;
+  for (MeshDim d : varying(g)) n *= size(d);
+  return n;
+}
+
+std::int64_t RankLayout::group_index(GroupKind g, std::int64_t rank) const {
+  const MeshCoord c = coord(rank);
+  std::int64_t index = 0;
+  std::int64_t radix = 1;
+  for (MeshDim d : fixed(g)) {
+    index += get(c, d) * radix;
+    radix *= size(d);
+  }
+  return index;
+}
+
+std::int64_t RankLayout::rank_in_group(GroupKind g, std::int64_t rank) const {
+  const MeshCoord c = coord(rank);
+  std::int64_t index = 0;
+  std::int64_t radix = 1;
+  for (MeshDim d : varying(g)) {
+    index += get(c, d) * radix;
+    radix *= size(d);
+  }
+  return index;
+}
+
+std::vector<std::int64_t> RankLayout::group_members(GroupKind g, std::int64_t rank) const {
+  const MeshCoord base = coord(rank);
+  const auto vary = varying(g);
+  const std::int64_t n = group_size(g);
+  std::vector<std::int64_t> members;
+  members.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    MeshCoord c = base;
+    std::int64_t rest = i;
+    for (MeshDim d : vary) {
+      set(c, d, rest % size(d));
+      rest /= size(d);
+    }
+    members.push_back(this->rank(c));
+  }
+  return members;  // ascending: the fastest-varying dimension has the smallest stride
+}
+
+std::vector<std::int64_t> RankLayout::group(GroupKind g, std::int64_t index) const {
+  MeshCoord c;
+  std::int64_t rest = index;
+  for (MeshDim d : fixed(g)) {
+    set(c, d, rest % size(d));
+    rest /= size(d);
+  }
+  return group_members(g, rank(c));
+}
+
+}  // namespace meshwork::plan

@@ -1,0 +1,103 @@
+#pragma once
+// The logical layout of ranks: rank <-> mesh coordinate by the plan's `order`, and the members
+// of every parallel group. Megatron-core's semantics (parallel_state.RankGenerator): the world
+// is TP x CP x DP x PP; expert parallelism divides DP, so the five mesh dimensions are
+// tp, cp, ep, dp/ep and pp, the first in `order` varying fastest. The dense data-parallel group
+// spans ep and dp/ep; expert-data-parallel spans dp/ep only.
+//
+// Costs: a coordinate or group index is O(1); a group's members O(group size). Nothing is
+// stored per rank, so a 131K-GPU layout is as cheap as an 8-GPU one.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "plan/plan.hpp"
+
+namespace meshwork::plan {
+
+// The five mesh dimensions, named as in `order`; MeshDim::dp is the expert-data-parallel
+// coordinate (size DP / EP), which is all of DP when EP = 1.
+enum class MeshDim { tp, cp, ep, dp, pp };
+inline constexpr std::size_t kMeshDims = 5;
+
+enum class GroupKind {
+  tp,         // tensor parallel
+  cp,         // context parallel
+  ep,         // expert parallel
+  dp,         // data parallel (dense parameters): ep x dp/ep
+  expert_dp,  // data parallel of expert parameters: dp/ep
+  pp,         // pipeline
+  dp_cp,      // gradient reduction of dense parameters with CP: cp x ep x dp/ep
+};
+inline constexpr std::array kAllGroupKinds = {GroupKind::tp, GroupKind::cp, GroupKind::ep, GroupKind::dp,
+                                              GroupKind::expert_dp, GroupKind::pp, GroupKind::dp_cp};
+std::string_view to_string(GroupKind g);
+std::string_view to_string(MeshDim d);
+
+using DimOrder = std::array<MeshDim, kMeshDims>;
+
+// Parses "tp-cp-ep-dp-pp": each of the five names once, separated by '-'.
+std::optional<DimOrder> parse_order(std::string_view text, std::string& error);
+
+struct MeshShape {
+  std::int64_t tp = 1;
+  std::int64_t cp = 1;
+  std::int64_t ep = 1;
+  std::int64_t dp = 1;  // all of data parallelism, as Megatron counts it (EP divides it)
+  std::int64_t pp = 1;
+};
+
+struct MeshCoord {
+  std::int64_t tp = 0;
+  std::int64_t cp = 0;
+  std::int64_t ep = 0;
+  std::int64_t edp = 0;  // expert-data-parallel index, 0 .. dp/ep - 1
+  std::int64_t pp = 0;
+
+  bool operator==(const MeshCoord&) const = default;
+};
+
+class RankLayout {
+ public:
+  // Preconditions (checked by validate()): sizes >= 1, ep divides dp.
+  RankLayout(MeshShape shape, DimOrder order);
+  // The layout of a resolved, valid plan.
+  static RankLayout from_plan(const ParallelismConfig& par);
+
+  [[nodiscard]] std::int64_t world_size() const { return world_; }
+  [[nodiscard]] const MeshShape& shape() const { return shape_; }
+  [[nodiscard]] std::int64_t size(MeshDim d) const { return size_[static_cast<std::size_t>(d)]; }
+  [[nodiscard]] std::int64_t stride(MeshDim d) const { return stride_[static_cast<std::size_t>(d)]; }
+
+  [[nodiscard]] MeshCoord coord(std::int64_t rank) const;
+  [[nodiscard]] std::int64_t rank(const MeshCoord& c) const;
+  // Index of the rank in the dense data-parallel group (0 .. dp-1).
+  [[nodiscard]] std::int64_t dp_index(std::int64_t rank) const { return rank_in_group(GroupKind::dp, rank); }
+
+  [[nodiscard]] std::int64_t group_size(GroupKind g) const;
+  [[nodiscard]] std::int64_t num_groups(GroupKind g) const { return world_ / group_size(g); }
+  // Which of the num_groups(g) groups the rank is in, and its position in it (members ascend).
+  [[nodiscard]] std::int64_t group_index(GroupKind g, std::int64_t rank) const;
+  [[nodiscard]] std::int64_t rank_in_group(GroupKind g, std::int64_t rank) const;
+  [[nodiscard]] std::vector<std::int64_t> group_members(GroupKind g, std::int64_t rank) const;
+  [[nodiscard]] std::vector<std::int64_t> group(GroupKind g, std::int64_t index) const;
+
+ private:
+  // The dimensions a group spans, in increasing stride.
+  [[nodiscard]] std::vector<MeshDim> varying(GroupKind g) const;
+  [[nodiscard]] std::vector<MeshDim> fixed(GroupKind g) const;
+  [[nodiscard]] std::int64_t get(const MeshCoord& c, MeshDim d) const;
+  static void set(MeshCoord& c, MeshDim d, std::int64_t v);
+
+  MeshShape shape_;
+  DimOrder order_;
+  std::array<std::int64_t, kMeshDims> size_{};
+  std::array<std::int64_t, kMeshDims> stride_{};
+  std::int64_t world_ = 1;
+};
+
+}  // namespace meshwork::plan

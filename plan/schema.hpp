@@ -1,0 +1,208 @@
+#pragma once
+// The plan file's schema: every field of every section, described once. Visitors (reader,
+// writer, range checks, the README's field reference) walk these functions. A visitor V has:
+//   v.field(member, FieldInfo)         a scalar, enum, string, list of enums or interval
+//   v.section(member, FieldInfo)       a nested section (itself described here)
+//   v.list(member, FieldInfo)          a list of sections
+//   v.preset(section, FieldInfo)       `preset: NAME` fills the section from a preset
+//   v.hf_config(section, FieldInfo)    `hf_config: PATH` fills the model from a HF config.json
+// Bounds keep every product of sizes far from integer overflow (a 2^22-GPU mesh at most).
+
+#include "plan/field_info.hpp"
+#include "plan/plan.hpp"
+
+namespace meshwork::plan {
+
+inline constexpr double kMaxParallel = 1 << 20;
+inline constexpr double kMaxGpus = 1 << 22;
+inline constexpr double kMaxDim = 1 << 24;  // hidden, FFN, sequence, vocabulary sizes
+
+template <class V>
+void describe(V& v, MoeConfig& s) {
+  v.field(s.num_moe_experts, {.key = "num_moe_experts", .doc = "Routed experts per MoE layer; 0 for a dense model.", .aliases = "num_experts", .min = 0, .max = kMaxParallel});
+  v.field(s.moe_router_topk, {.key = "moe_router_topk", .doc = "Experts each token is routed to.", .aliases = "topk", .min = 1, .max = 1024});
+  v.field(s.moe_ffn_hidden_size, {.key = "moe_ffn_hidden_size", .doc = "FFN width of one routed expert.", .min = 1, .max = kMaxDim, .default_text = "= ffn_hidden_size"});
+  v.field(s.moe_shared_expert_intermediate_size, {.key = "moe_shared_expert_intermediate_size", .doc = "Total FFN width of the shared experts (DeepSeek, Qwen-MoE); 0 for none.", .min = 0, .max = kMaxDim});
+  v.field(s.first_k_dense_layers, {.key = "first_k_dense_layers", .doc = "Leading layers with a dense FFN instead of experts (DeepSeek's first_k_dense_replace).", .aliases = "first_k_dense_replace", .min = 0, .max = 1e5});
+  v.field(s.capacity_factor, {.key = "capacity_factor", .doc = "Expert capacity over the balanced load; tokens beyond it are dropped. 0 for dropless.", .aliases = "moe_expert_capacity_factor", .min = 0, .max = 1e3});
+  v.field(s.routing_imbalance, {.key = "routing_imbalance", .doc = "Load of the hottest expert over the mean load (1 = perfectly balanced); scales EP all-to-all and expert compute.", .min = 1, .max = 1e3});
+}
+
+template <class V>
+void describe(V& v, ModelConfig& s) {
+  v.preset(s, {.key = "preset", .doc = "Start from a model preset (`meshwork presets`); fields given here override it. `model: NAME` is short for `model: {preset: NAME}`."});
+  v.hf_config(s, {.key = "hf_config", .doc = "Start from a Hugging Face config.json (path relative to the plan file); fields given here override it."});
+  v.field(s.name, {.key = "name", .doc = "Name of the model, informative; set by a preset or HF import."});
+  v.field(s.num_layers, {.key = "num_layers", .doc = "Transformer layers.", .aliases = "layers", .min = 1, .max = 1e5, .required = true});
+  v.field(s.hidden_size, {.key = "hidden_size", .doc = "Model width h.", .aliases = "hidden", .min = 1, .max = kMaxDim, .required = true});
+  v.field(s.num_attention_heads, {.key = "num_attention_heads", .doc = "Query heads a.", .aliases = "heads", .min = 1, .max = 1e5, .required = true});
+  v.field(s.num_query_groups, {.key = "num_query_groups", .doc = "Key/value heads (GQA); equal to the heads for multi-head attention.", .aliases = "kv_heads,num_key_value_heads", .min = 1, .max = 1e5, .default_text = "= num_attention_heads"});
+  v.field(s.kv_channels, {.key = "kv_channels", .doc = "Width of one attention head.", .aliases = "head_dim", .min = 1, .max = kMaxDim, .default_text = "= hidden_size / num_attention_heads"});
+  v.field(s.ffn_hidden_size, {.key = "ffn_hidden_size", .doc = "Width of the dense MLP (per branch for SwiGLU).", .aliases = "ffn", .min = 1, .max = kMaxDim, .default_text = "= 4 * hidden_size"});
+  v.field(s.activation, {.key = "activation", .doc = "MLP activation: gelu (two GEMMs) or swiglu (three)."});
+  v.field(s.normalization, {.key = "normalization", .doc = "layernorm or rmsnorm."});
+  v.field(s.seq_length, {.key = "seq_length", .doc = "Tokens per sequence s.", .aliases = "seq_len", .min = 1, .max = kMaxDim, .required = true});
+  v.field(s.vocab_size, {.key = "vocab_size", .doc = "Vocabulary V (padded as trained).", .aliases = "vocab", .min = 1, .max = kMaxDim, .required = true});
+  v.field(s.untie_embeddings_and_output_weights, {.key = "untie_embeddings_and_output_weights", .doc = "Separate input embedding and LM head (Llama) rather than shared (GPT-3)."});
+  v.field(s.add_bias_linear, {.key = "add_bias_linear", .doc = "Biases in the linear layers (GPT-3 yes, Llama no)."});
+  v.section(s.moe, {.key = "moe", .doc = "Mixture of experts; absent for a dense model."});
+}
+
+template <class V>
+void describe(V& v, TrainingConfig& s) {
+  v.field(s.global_batch_size, {.key = "global_batch_size", .doc = "Sequences per optimizer step, over all data-parallel ranks.", .aliases = "gbs", .min = 1, .max = 1 << 30, .required = true});
+  v.field(s.micro_batch_size, {.key = "micro_batch_size", .doc = "Sequences per micro-batch on one rank.", .aliases = "mbs", .min = 1, .max = 1 << 20});
+  v.field(s.precision, {.key = "precision", .doc = "Compute precision of the GEMMs; selects the GPU peak that MFU is measured against."});
+  v.field(s.recompute, {.key = "recompute", .doc = "Activation recomputation: none, selective (attention core, Korthikanti et al. 2022) or full (every layer).", .aliases = "recompute_granularity"});
+  v.field(s.flash_attention, {.key = "flash_attention", .doc = "Fused attention that never stores the s x s score matrix."});
+  v.field(s.tokens, {.key = "tokens", .doc = "Tokens to train on, for the time to train; 0 when not given.", .aliases = "train_tokens", .unit = Unit::count, .min = 0, .max = 1e18});
+}
+
+template <class V>
+void describe(V& v, OverlapConfig& s) {
+  v.field(s.grad_reduce, {.key = "grad_reduce", .doc = "Data-parallel gradient reduction in buckets under the backward pass.", .aliases = "overlap_grad_reduce"});
+  v.field(s.param_gather, {.key = "param_gather", .doc = "Parameter all-gather (distributed optimizer, ZeRO-3) under the forward pass.", .aliases = "overlap_param_gather"});
+  v.field(s.tp_comm, {.key = "tp_comm", .doc = "Tensor-parallel communication overlapped with the GEMMs (Megatron's tp_comm_overlap).", .aliases = "tp_comm_overlap"});
+  v.field(s.p2p, {.key = "p2p", .doc = "Pipeline sends and receives overlapped with compute.", .aliases = "overlap_p2p_comm"});
+}
+
+template <class V>
+void describe(V& v, ParallelismConfig& s) {
+  v.field(s.tensor_model_parallel_size, {.key = "tensor_model_parallel_size", .doc = "Tensor parallelism TP: each layer's GEMMs split over TP GPUs.", .aliases = "tp", .min = 1, .max = kMaxParallel});
+  v.field(s.pipeline_model_parallel_size, {.key = "pipeline_model_parallel_size", .doc = "Pipeline stages PP.", .aliases = "pp", .min = 1, .max = kMaxParallel});
+  v.field(s.data_parallel_size, {.key = "data_parallel_size", .doc = "Data-parallel replicas DP (Megatron's meaning: expert parallelism divides it).", .aliases = "dp", .min = 1, .max = kMaxGpus, .default_text = "= num_gpus / (TP * CP * PP)"});
+  v.field(s.context_parallel_size, {.key = "context_parallel_size", .doc = "Context parallelism CP: the sequence split over CP GPUs.", .aliases = "cp", .min = 1, .max = kMaxParallel});
+  v.field(s.expert_model_parallel_size, {.key = "expert_model_parallel_size", .doc = "Expert parallelism EP: experts spread over EP of the DP ranks.", .aliases = "ep", .min = 1, .max = kMaxParallel});
+  v.field(s.virtual_pipeline_model_parallel_size, {.key = "virtual_pipeline_model_parallel_size", .doc = "Model chunks per pipeline stage for the interleaved schedule.", .aliases = "vpp", .min = 1, .max = 1024});
+  v.field(s.decoder_first_pipeline_num_layers, {.key = "decoder_first_pipeline_num_layers", .doc = "Layers on the first stage when stages are uneven; 0: layers split evenly.", .min = 0, .max = 1e5});
+  v.field(s.decoder_last_pipeline_num_layers, {.key = "decoder_last_pipeline_num_layers", .doc = "Layers on the last stage when stages are uneven; 0: layers split evenly.", .min = 0, .max = 1e5});
+  v.field(s.sequence_parallel, {.key = "sequence_parallel", .doc = "Sequence parallelism: norms and dropout split over the TP group (Korthikanti et al. 2022).", .aliases = "sp"});
+  v.field(s.context_parallel_load_balance, {.key = "context_parallel_load_balance", .doc = "Causal load balancing for CP: the sequence cut in 2*CP chunks (so it must divide by 2*CP)."});
+  v.field(s.zero_stage, {.key = "zero_stage", .doc = "ZeRO stage: 0 replicated, 1 optimizer states sharded (Megatron's distributed optimizer), 2 + gradients, 3 + parameters.", .aliases = "zero", .min = 0, .max = 3});
+  v.field(s.pipeline_schedule, {.key = "pipeline_schedule", .doc = "Pipeline schedule.", .aliases = "schedule"});
+  v.field(s.order, {.key = "order", .doc = "Mesh dimensions from fastest- to slowest-varying rank (Megatron-core's order); all five of tp, cp, ep, dp, pp."});
+  v.section(s.overlap, {.key = "overlap", .doc = "What communication runs under compute."});
+  v.field(s.gradient_compression, {.key = "gradient_compression", .doc = "Compression of data-parallel gradients."});
+}
+
+template <class V>
+void describe(V& v, PeakTflops& s) {
+  v.field(s.bf16, {.key = "bf16", .doc = "Dense BF16 tensor peak, TFLOP/s.", .min = 0, .max = 1e6});
+  v.field(s.fp16, {.key = "fp16", .doc = "Dense FP16 tensor peak, TFLOP/s.", .min = 0, .max = 1e6});
+  v.field(s.fp8, {.key = "fp8", .doc = "Dense FP8 tensor peak, TFLOP/s; 0 when the GPU has none.", .min = 0, .max = 1e6});
+  v.field(s.tf32, {.key = "tf32", .doc = "Dense TF32 tensor peak, TFLOP/s.", .min = 0, .max = 1e6});
+  v.field(s.fp32, {.key = "fp32", .doc = "FP32 (non-tensor) peak, TFLOP/s.", .min = 0, .max = 1e6});
+}
+
+template <class V>
+void describe(V& v, GpuSpec& s) {
+  v.preset(s, {.key = "preset", .doc = "Start from a GPU preset; fields given here override it. `gpu: NAME` is short for `gpu: {preset: NAME}`."});
+  v.field(s.name, {.key = "name", .doc = "Name of the GPU, informative."});
+  v.section(s.peak_tflops, {.key = "peak_tflops", .doc = "Dense peaks per precision."});
+  v.field(s.hbm_gib, {.key = "hbm_gib", .doc = "Device memory.", .unit = Unit::gib, .min = 0, .max = 1e6, .min_exclusive = true, .required = true});
+  v.field(s.hbm_gbytes_per_s, {.key = "hbm_gbytes_per_s", .doc = "Device memory bandwidth.", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e6, .min_exclusive = true, .required = true});
+  v.field(s.nvlink_gbytes_per_s, {.key = "nvlink_gbytes_per_s", .doc = "NVLink bandwidth per GPU, one direction; 0 without NVLink.", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e6});
+  v.field(s.tdp_watts, {.key = "tdp_watts", .doc = "Board power at full load.", .unit = Unit::watts, .min = 0, .max = 1e5});
+}
+
+template <class V>
+void describe(V& v, IntraNodeConfig& s) {
+  v.field(s.kind, {.key = "kind", .doc = "How GPUs in a node connect."});
+  v.field(s.bandwidth_gbytes_per_s, {.key = "bandwidth_gbytes_per_s", .doc = "Per-GPU bandwidth into the node fabric, one direction.", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e6, .min_exclusive = true, .default_text = "= gpu.nvlink_gbytes_per_s"});
+  v.field(s.latency_us, {.key = "latency_us", .doc = "Latency of one intra-node hop.", .unit = Unit::microseconds, .min = 0, .max = 1e6});
+}
+
+template <class V>
+void describe(V& v, TopologyConfig& s) {
+  v.field(s.kind, {.key = "kind", .doc = "Shape of the scale-out network."});
+  v.field(s.tiers, {.key = "tiers", .doc = "Switch tiers of a fat tree (2: leaf/spine, 3: + core).", .min = 1, .max = 3});
+  v.field(s.switch_radix, {.key = "switch_radix", .doc = "Ports per switch.", .aliases = "radix", .min = 2, .max = 4096});
+  v.field(s.oversubscription, {.key = "oversubscription", .doc = "Down-links over up-links at the leaf tier (1 = non-blocking).", .min = 1, .max = 1024});
+  v.field(s.link_latency_us, {.key = "link_latency_us", .doc = "Latency of one switch hop.", .unit = Unit::microseconds, .min = 0, .max = 1e6});
+}
+
+template <class V>
+void describe(V& v, ClusterConfig& s) {
+  v.section(s.gpu, {.key = "gpu", .doc = "The accelerator: a preset name or a spec.", .required = true});
+  v.field(s.num_gpus, {.key = "num_gpus", .doc = "GPUs in the job.", .aliases = "gpus", .min = 1, .max = kMaxGpus, .default_text = "= TP * CP * PP * DP when DP is given"});
+  v.field(s.gpus_per_node, {.key = "gpus_per_node", .doc = "GPUs per node (one NVLink domain).", .min = 1, .max = 1 << 16});
+  v.section(s.intra_node, {.key = "intra_node", .doc = "The fabric inside a node."});
+  v.field(s.nics_per_node, {.key = "nics_per_node", .doc = "Scale-out NICs per node.", .min = 0, .max = 1 << 16});
+  v.field(s.nic_bandwidth_gbps, {.key = "nic_bandwidth_gbps", .doc = "Bandwidth of one NIC, one direction.", .aliases = "nic_gbps", .unit = Unit::gbps, .min = 0, .max = 1e7, .min_exclusive = true});
+  v.section(s.topology, {.key = "topology", .doc = "The network between nodes."});
+}
+
+template <class V>
+void describe(V& v, MtbfHours& s) {
+  v.field(s.gpu, {.key = "gpu", .doc = "Mean time between failures of one GPU; 0: never fails.", .unit = Unit::hours, .min = 0, .max = 1e12});
+  v.field(s.hbm, {.key = "hbm", .doc = "Of one GPU's HBM.", .unit = Unit::hours, .min = 0, .max = 1e12});
+  v.field(s.nic, {.key = "nic", .doc = "Of one NIC.", .unit = Unit::hours, .min = 0, .max = 1e12});
+  v.field(s.link, {.key = "link", .doc = "Of one network link or cable.", .unit = Unit::hours, .min = 0, .max = 1e12});
+  v.field(s.network_switch, {.key = "switch", .doc = "Of one network switch.", .unit = Unit::hours, .min = 0, .max = 1e12});
+  v.field(s.node, {.key = "node", .doc = "Of one host (CPU, memory, power, chassis).", .aliases = "host", .unit = Unit::hours, .min = 0, .max = 1e12});
+  v.field(s.software, {.key = "software", .doc = "Between software faults of one node.", .unit = Unit::hours, .min = 0, .max = 1e12});
+}
+
+template <class V>
+void describe(V& v, FailureEvent& s) {
+  v.field(s.at_s, {.key = "at", .doc = "Time of the event from the start of the run.", .unit = Unit::seconds, .min = 0, .max = 1e12, .required = false});
+  v.field(s.kind, {.key = "kind", .doc = "What happens."});
+  v.field(s.target, {.key = "target", .doc = "The GPU or node index, or the link or switch name."});
+}
+
+template <class V>
+void describe(V& v, Straggler& s) {
+  v.field(s.rank, {.key = "rank", .doc = "The slow rank.", .min = 0, .max = kMaxGpus});
+  v.field(s.slowdown, {.key = "slowdown", .doc = "Compute time multiplier (1.10 = 10% slower).", .min = 0, .max = 1e6, .min_exclusive = true});
+}
+
+template <class V>
+void describe(V& v, DegradedLink& s) {
+  v.field(s.target, {.key = "target", .doc = "The link's name (`meshwork topology` lists them).", .required = true});
+  v.field(s.bandwidth_factor, {.key = "bandwidth_factor", .doc = "Remaining fraction of the link's bandwidth.", .min = 0, .max = 1, .min_exclusive = true});
+}
+
+template <class V>
+void describe(V& v, FailureConfig& s) {
+  v.section(s.mtbf_hours, {.key = "mtbf_hours", .doc = "Failure rates per component class, as MTBF of one component."});
+  v.list(s.events, {.key = "events", .doc = "Scheduled events."});
+  v.list(s.stragglers, {.key = "stragglers", .doc = "Ranks that compute slower."});
+  v.list(s.degraded_links, {.key = "degraded_links", .doc = "Links running below their bandwidth."});
+  v.field(s.sdc_per_gpu_hour, {.key = "sdc_per_gpu_hour", .doc = "Silent data corruptions per GPU-hour.", .min = 0, .max = 1});
+  v.field(s.detection_s, {.key = "detection_s", .doc = "Time from a failure to its detection.", .unit = Unit::seconds, .min = 0, .max = 1e9});
+  v.field(s.restart_s, {.key = "restart_s", .doc = "Time to requeue and restart the job, before the checkpoint load.", .unit = Unit::seconds, .min = 0, .max = 1e9});
+}
+
+template <class V>
+void describe(V& v, CheckpointConfig& s) {
+  v.field(s.interval, {.key = "interval", .doc = "Time between checkpoints, or auto (Young 1974 / Daly 2006 optimum).", .unit = Unit::seconds, .min = 0, .max = 1e12, .min_exclusive = true});
+  v.field(s.write_gbytes_per_s, {.key = "write_gbytes_per_s", .doc = "Aggregate write bandwidth to persistent storage.", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e9, .min_exclusive = true});
+  v.field(s.read_gbytes_per_s, {.key = "read_gbytes_per_s", .doc = "Aggregate read bandwidth from persistent storage.", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e9, .min_exclusive = true});
+  v.field(s.mode, {.key = "mode", .doc = "sync: the step waits for the write; async: only for the device-to-host snapshot."});
+  v.field(s.tiers, {.key = "tiers", .doc = "Where checkpoints are kept, fastest first."});
+  v.field(s.spares, {.key = "spares", .doc = "Hot-spare nodes that replace a failed node.", .min = 0, .max = 1 << 20});
+  v.field(s.on_failure, {.key = "on_failure", .doc = "After a failure without a spare: restart on the same mesh, or shrink data parallelism."});
+}
+
+template <class V>
+void describe(V& v, RunConfig& s) {
+  v.field(s.horizon_s, {.key = "horizon", .doc = "Wall-clock length of the run to model.", .unit = Unit::seconds, .min = 0, .max = 1e12, .min_exclusive = true});
+  v.field(s.seed, {.key = "seed", .doc = "Random seed; results are deterministic for a seed.", .min = 0, .max = 9.0e18});
+  v.field(s.trials, {.key = "trials", .doc = "Monte Carlo trials.", .min = 1, .max = 1e7});
+}
+
+template <class V>
+void describe(V& v, Plan& s) {
+  v.field(s.schema_version, {.key = "schema_version", .doc = "Version of this schema; 1.", .min = 1, .max = 1});
+  v.field(s.name, {.key = "name", .doc = "Name of the plan."});
+  v.field(s.description, {.key = "description", .doc = "Free text."});
+  v.section(s.model, {.key = "model", .doc = "The model.", .required = true});
+  v.section(s.training, {.key = "training", .doc = "Batch, precision, recomputation.", .required = true});
+  v.section(s.parallelism, {.key = "parallelism", .doc = "The parallel mesh and schedule."});
+  v.section(s.cluster, {.key = "cluster", .doc = "GPUs, nodes and network.", .required = true});
+  v.section(s.failures, {.key = "failures", .doc = "Failures, stragglers and degraded links."});
+  v.section(s.checkpoint, {.key = "checkpoint", .doc = "Checkpoint policy."});
+  v.section(s.run, {.key = "run", .doc = "The run as a whole."});
+}
+
+}  // namespace meshwork::plan

@@ -1,0 +1,314 @@
+#include "plan/validate.hpp"
+
+#include <set>
+#include <string>
+
+#include "plan/rank_layout.hpp"
+
+namespace meshwork::plan {
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+class Validator {
+ public:
+  explicit Validator(const Plan& plan) : plan_(plan), m_(plan.model), p_(plan.parallelism), c_(plan.cluster) {}
+
+  Diagnostics run() {
+    check_field_ranges(plan_, d_);
+    if (plan_.schema_version != kSchemaVersion) {
+      d_.error("schema_version", "this meshwork reads schema version " + str(kSchemaVersion) + ", not " +
+                                     str(plan_.schema_version));
+    }
+    check_model();
+    const bool mesh_ok = check_mesh();
+    check_attention();
+    layers_per_stage(plan_, &d_);
+    check_batch();
+    check_sequence();
+    check_moe();
+    check_schedule();
+    check_cluster(mesh_ok);
+    check_failures();
+    check_checkpoint();
+    return std::move(d_);
+  }
+
+ private:
+  void check_model() {
+    if (m_.num_query_groups > 0 && m_.num_attention_heads % m_.num_query_groups != 0) {
+      d_.error("model.num_query_groups", str(m_.num_query_groups) + " does not divide num_attention_heads " +
+                                             str(m_.num_attention_heads));
+    }
+  }
+
+  // The mesh against the GPU count; true when the rank layout can be built.
+  bool check_mesh() {
+    bool ok = true;
+    std::string error;
+    if (!parse_order(p_.order, error)) {
+      d_.error("parallelism.order", error);
+      ok = false;
+    }
+    auto mp = checked_mul(p_.tensor_model_parallel_size, p_.context_parallel_size);
+    if (mp) mp = checked_mul(*mp, p_.pipeline_model_parallel_size);
+    if (!mp || *mp <= 0) return false;
+    const std::string mp_text = "TP " + str(p_.tensor_model_parallel_size) + " x CP " +
+                                str(p_.context_parallel_size) + " x PP " + str(p_.pipeline_model_parallel_size);
+    if (c_.num_gpus == 0 && p_.data_parallel_size == 0) {
+      d_.error("cluster.num_gpus", "required field is missing (or give parallelism.data_parallel_size)");
+      return false;
+    }
+    if (p_.data_parallel_size == 0) {
+      d_.error("cluster.num_gpus", str(c_.num_gpus) + " GPUs do not divide into " + mp_text + " = " + str(*mp) +
+                                       " model-parallel groups");
+      return false;
+    }
+    const auto world = checked_mul(*mp, p_.data_parallel_size);
+    if (!world || *world != c_.num_gpus) {
+      d_.error("parallelism.data_parallel_size",
+               mp_text + " x DP " + str(p_.data_parallel_size) + " = " + (world ? str(*world) : "too many") +
+                   " GPUs, but cluster.num_gpus is " + str(c_.num_gpus));
+      return false;
+    }
+    if (p_.expert_model_parallel_size > 0 && p_.data_parallel_size % p_.expert_model_parallel_size != 0) {
+      d_.error("parallelism.expert_model_parallel_size",
+               str(p_.expert_model_parallel_size) + " does not divide data_parallel_size " +
+                   str(p_.data_parallel_size) + " (expert parallelism is carved out of data parallelism)");
+      ok = false;
+    }
+    return ok && p_.tensor_model_parallel_size > 0 && p_.context_parallel_size > 0 &&
+           p_.pipeline_model_parallel_size > 0 && p_.expert_model_parallel_size > 0;
+  }
+
+  void check_attention() {
+    const std::int64_t tp = p_.tensor_model_parallel_size;
+    if (tp <= 0) return;
+    if (m_.num_attention_heads > 0 && m_.num_attention_heads % tp != 0) {
+      d_.error("parallelism.tensor_model_parallel_size",
+               str(tp) + " does not divide num_attention_heads " + str(m_.num_attention_heads));
+    }
+    if (m_.num_query_groups > 0 && m_.num_query_groups % tp != 0) {
+      d_.error("parallelism.tensor_model_parallel_size",
+               str(tp) + " does not divide num_query_groups " + str(m_.num_query_groups) +
+                   " (each TP rank needs whole key/value heads)");
+    }
+    if (p_.sequence_parallel && tp == 1) {
+      d_.warning("parallelism.sequence_parallel", "has no effect with tensor_model_parallel_size 1");
+    }
+  }
+
+  void check_batch() {
+    const auto& t = plan_.training;
+    if (p_.data_parallel_size <= 0 || t.micro_batch_size <= 0 || t.global_batch_size <= 0) return;
+    const auto per_step = checked_mul(t.micro_batch_size, p_.data_parallel_size);
+    if (!per_step || t.global_batch_size % *per_step != 0) {
+      d_.error("training.global_batch_size",
+               str(t.global_batch_size) + " is not a multiple of micro_batch_size " + str(t.micro_batch_size) +
+                   " x data_parallel_size " + str(p_.data_parallel_size));
+      return;
+    }
+    const std::int64_t micro_batches = t.global_batch_size / *per_step;
+    if (p_.pipeline_model_parallel_size > 1 && micro_batches < p_.pipeline_model_parallel_size) {
+      d_.warning("training.global_batch_size",
+                 str(micro_batches) + " micro-batches per step is fewer than the " +
+                     str(p_.pipeline_model_parallel_size) + " pipeline stages: the pipeline never fills");
+    }
+  }
+
+  void check_sequence() {
+    const std::int64_t cp = p_.context_parallel_size;
+    if (cp <= 1 || m_.seq_length <= 0) return;
+    const std::int64_t chunks = p_.context_parallel_load_balance ? 2 * cp : cp;
+    if (m_.seq_length % chunks != 0) {
+      d_.error("parallelism.context_parallel_size",
+               "seq_length " + str(m_.seq_length) + " does not divide into " + str(chunks) +
+                   (p_.context_parallel_load_balance ? " chunks (2 x CP for load-balanced causal attention)"
+                                                      : " chunks"));
+    }
+  }
+
+  void check_moe() {
+    const auto& moe = m_.moe;
+    const std::int64_t ep = p_.expert_model_parallel_size;
+    if (!m_.is_moe()) {
+      if (ep > 1) d_.error("parallelism.expert_model_parallel_size", str(ep) + " needs a MoE model (model.moe.num_moe_experts)");
+      return;
+    }
+    if (ep > 0 && moe.num_moe_experts % ep != 0) {
+      d_.error("parallelism.expert_model_parallel_size",
+               str(ep) + " does not divide num_moe_experts " + str(moe.num_moe_experts));
+    }
+    if (moe.moe_router_topk > moe.num_moe_experts) {
+      d_.error("model.moe.moe_router_topk", str(moe.moe_router_topk) + " is more than num_moe_experts " +
+                                                str(moe.num_moe_experts));
+    }
+    if (m_.num_layers > 0 && moe.first_k_dense_layers >= m_.num_layers) {
+      d_.error("model.moe.first_k_dense_layers", str(moe.first_k_dense_layers) +
+                                                     " leaves no MoE layer among num_layers " + str(m_.num_layers));
+    }
+  }
+
+  void check_schedule() {
+    const std::int64_t vpp = p_.virtual_pipeline_model_parallel_size;
+    const bool interleaved = p_.pipeline_schedule == PipelineSchedule::interleaved;
+    if (vpp > 1 && !interleaved) {
+      d_.error("parallelism.virtual_pipeline_model_parallel_size",
+               str(vpp) + " model chunks need pipeline_schedule: interleaved, not " +
+                   std::string(to_string(p_.pipeline_schedule)));
+    }
+    if (interleaved && p_.pipeline_model_parallel_size < 2) {
+      d_.error("parallelism.pipeline_schedule", "interleaved needs pipeline_model_parallel_size of 2 or more");
+    } else if (interleaved && vpp < 2) {
+      d_.error("parallelism.pipeline_schedule",
+               "interleaved needs virtual_pipeline_model_parallel_size of 2 or more (with 1 it is 1f1b)");
+    }
+  }
+
+  void check_cluster(bool mesh_ok) {
+    if (c_.gpus_per_node > 0 && c_.num_gpus > 0 && c_.num_gpus % c_.gpus_per_node != 0) {
+      d_.error("cluster.num_gpus", str(c_.num_gpus) + " is not a whole number of " + str(c_.gpus_per_node) +
+                                       "-GPU nodes (cluster.gpus_per_node)");
+      mesh_ok = false;
+    }
+    if (c_.num_nodes() > 1 && c_.nics_per_node == 0) {
+      d_.error("cluster.nics_per_node", "a job on " + str(c_.num_nodes()) + " nodes needs NICs");
+    }
+    const double peak = peak_tflops(c_.gpu, plan_.training.precision);
+    if (peak <= 0 && !c_.gpu.name.empty()) {
+      d_.error("training.precision", c_.gpu.name + " has no " + std::string(to_string(plan_.training.precision)) +
+                                         " peak (cluster.gpu.peak_tflops)");
+    }
+    if (mesh_ok && c_.gpus_per_node > 0) check_tp_in_node();
+  }
+
+  // A TP group should sit inside one NVLink domain: its all-reduces are on the critical path
+  // of every layer (Narayanan et al. 2021 §3.3: "tensor model parallelism within a node").
+  void check_tp_in_node() {
+    const RankLayout layout = RankLayout::from_plan(p_);
+    if (layout.world_size() != c_.num_gpus) return;
+    const std::int64_t groups = layout.num_groups(GroupKind::tp);
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const auto members = layout.group(GroupKind::tp, g);
+      if (members.front() / c_.gpus_per_node != members.back() / c_.gpus_per_node) {
+        d_.warning("parallelism.tensor_model_parallel_size",
+                   "TP group " + str(g) + " (ranks " + str(members.front()) + ".." + str(members.back()) +
+                       ") spans nodes of " + str(c_.gpus_per_node) +
+                       " GPUs: its all-reduces leave NVLink for the network");
+        return;
+      }
+    }
+  }
+
+  void check_failures() {
+    const auto& f = plan_.failures;
+    std::set<std::int64_t> seen;
+    for (std::size_t i = 0; i < f.stragglers.size(); ++i) {
+      const auto& s = f.stragglers[i];
+      const std::string path = index_path("failures.stragglers", i);
+      if (c_.num_gpus > 0 && s.rank >= c_.num_gpus) {
+        d_.error(path + ".rank", "rank " + str(s.rank) + " is outside the job's " + str(c_.num_gpus) + " GPUs");
+      }
+      if (!seen.insert(s.rank).second) d_.error(path + ".rank", "rank " + str(s.rank) + " is listed twice");
+      if (s.slowdown < 1.0 && s.slowdown > 0) {
+        d_.warning(path + ".slowdown", "below 1: this rank is faster than the others");
+      }
+    }
+    for (std::size_t i = 0; i < f.events.size(); ++i) {
+      const auto& e = f.events[i];
+      const std::string path = index_path("failures.events", i) + ".target";
+      const bool needs_index = e.kind == FailureEventKind::gpu_down || e.kind == FailureEventKind::node_down;
+      if (!needs_index) continue;
+      const std::int64_t limit = e.kind == FailureEventKind::gpu_down ? c_.num_gpus : c_.num_nodes();
+      const char* what = e.kind == FailureEventKind::gpu_down ? "GPU" : "node";
+      std::int64_t index = -1;
+      bool numeric = !e.target.empty() && e.target.size() < 12;
+      for (char ch : e.target) numeric = numeric && ch >= '0' && ch <= '9';
+      if (numeric) index = std::stoll(e.target);
+      if (!numeric) {
+        d_.error(path, std::string("expected a ") + what + " index, got \"" + e.target + "\"");
+      } else if (limit > 0 && index >= limit) {
+        d_.error(path, std::string(what) + " " + e.target + " does not exist (the job has " + str(limit) + ")");
+      }
+    }
+  }
+
+  void check_checkpoint() {
+    if (plan_.checkpoint.tiers.empty()) d_.error("checkpoint.tiers", "at least one tier is needed");
+    if (plan_.checkpoint.spares > 0 && plan_.checkpoint.spares >= c_.num_nodes() && c_.num_nodes() > 0) {
+      d_.warning("checkpoint.spares", "as many spare nodes as the job has nodes");
+    }
+  }
+
+  const Plan& plan_;
+  const ModelConfig& m_;
+  const ParallelismConfig& p_;
+  const ClusterConfig& c_;
+  Diagnostics d_;
+};
+
+}  // namespace
+
+double peak_tflops(const GpuSpec& gpu, Precision precision) {
+  switch (precision) {
+    case Precision::bf16: return gpu.peak_tflops.bf16;
+    case Precision::fp16: return gpu.peak_tflops.fp16;
+    case Precision::fp8: return gpu.peak_tflops.fp8;
+    case Precision::fp32: return gpu.peak_tflops.fp32;
+  }
+  return 0;
+}
+
+std::optional<std::vector<std::int64_t>> layers_per_stage(const Plan& plan, Diagnostics* diags) {
+  const std::int64_t layers = plan.model.num_layers;
+  const auto& p = plan.parallelism;
+  const std::int64_t pp = p.pipeline_model_parallel_size;
+  const std::int64_t vpp = p.virtual_pipeline_model_parallel_size;
+  const std::int64_t first = p.decoder_first_pipeline_num_layers;
+  const std::int64_t last = p.decoder_last_pipeline_num_layers;
+  auto fail = [&](const std::string& path, const std::string& message) -> std::optional<std::vector<std::int64_t>> {
+    if (diags) diags->error(path, message);
+    return std::nullopt;
+  };
+  if (layers <= 0 || pp <= 0 || vpp <= 0 || first < 0 || last < 0) return std::nullopt;
+  const auto stages = checked_mul(pp, vpp);
+  if (!stages) return std::nullopt;
+
+  if (first == 0 && last == 0) {
+    if (layers % *stages != 0) {
+      return fail("parallelism.pipeline_model_parallel_size",
+                  "num_layers " + str(layers) + " does not divide over " + str(pp) + " stages x " + str(vpp) +
+                      " model chunks; give decoder_first/last_pipeline_num_layers for uneven stages");
+    }
+    return std::vector<std::int64_t>(static_cast<std::size_t>(pp), layers / pp);
+  }
+  if (pp < 2) {
+    return fail(first ? "parallelism.decoder_first_pipeline_num_layers" : "parallelism.decoder_last_pipeline_num_layers",
+                "uneven stages need pipeline_model_parallel_size of 2 or more");
+  }
+  const std::int64_t given = (first > 0 ? 1 : 0) + (last > 0 ? 1 : 0);
+  const std::int64_t middle = pp - given;
+  const std::int64_t rest = layers - first - last;
+  if (rest < 0 || (middle == 0 && rest != 0) || (middle > 0 && (rest < middle || rest % middle != 0))) {
+    return fail("parallelism.decoder_first_pipeline_num_layers",
+                "first " + str(first) + " and last " + str(last) + " stage layers leave " + str(rest) + " of " +
+                    str(layers) + " layers, which do not divide evenly over the other " + str(middle) + " stages");
+  }
+  std::vector<std::int64_t> out(static_cast<std::size_t>(pp), middle > 0 ? rest / middle : 0);
+  if (first > 0) out.front() = first;
+  if (last > 0) out.back() = last;
+  if (vpp > 1) {
+    for (std::size_t s = 0; s < out.size(); ++s) {
+      if (out[s] % vpp != 0) {
+        return fail("parallelism.virtual_pipeline_model_parallel_size",
+                    "stage " + str(static_cast<std::int64_t>(s)) + " has " + str(out[s]) +
+                        " layers, which do not split into " + str(vpp) + " model chunks");
+      }
+    }
+  }
+  return out;
+}
+
+Diagnostics validate(const Plan& plan) { return Validator(plan).run(); }
+
+}  // namespace meshwork::plan
