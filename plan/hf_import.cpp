@@ -97,7 +97,8 @@ bool import_hf_config(const nlohmann::json& config, ModelConfig& model, Diagnost
   if (auto v = r.required({"num_attention_heads", "n_head"})) m.num_attention_heads = *v;
   if (auto v = r.required({"vocab_size"})) m.vocab_size = *v;
   m.num_query_groups = r.integer({"num_key_value_heads"}).value_or(0);
-  m.kv_channels = r.integer({"head_dim"}).value_or(0);
+  // MLA configs (DeepSeek) give the value head width as v_head_dim.
+  m.kv_channels = r.integer({"head_dim", "v_head_dim"}).value_or(0);
   m.ffn_hidden_size = r.integer({"intermediate_size", "n_inner", "ffn_dim"}).value_or(0);
   if (auto v = r.integer({"max_position_embeddings", "n_positions", "seq_length"})) m.seq_length = *v;
 

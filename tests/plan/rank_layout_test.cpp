@@ -1,0 +1,119 @@
+#include "plan/rank_layout.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include <gtest/gtest.h>
+
+namespace meshwork::plan {
+namespace {
+
+using Ranks = std::vector<std::int64_t>;
+
+DimOrder order(const char* text) {
+  std::string error;
+  auto o = parse_order(text, error);
+  EXPECT_TRUE(o) << error;
+  return o.value_or(DimOrder{});
+}
+
+// Megatron-LM's parallel_state.initialize_model_parallel docstring: 16 GPUs, TP 2, PP 4 (so DP 2):
+// 8 tensor groups [g0, g1], [g2, g3], ...; 8 data groups [g0, g2], [g1, g3], [g4, g6], ...;
+// 4 pipeline groups [g0, g4, g8, g12], [g1, g5, g9, g13], ...
+TEST(RankLayout, MatchesMegatronDocstringExample) {
+  RankLayout l({.tp = 2, .cp = 1, .ep = 1, .dp = 2, .pp = 4}, order("tp-cp-ep-dp-pp"));
+  EXPECT_EQ(l.world_size(), 16);
+  EXPECT_EQ(l.num_groups(GroupKind::tp), 8);
+  EXPECT_EQ(l.group(GroupKind::tp, 0), (Ranks{0, 1}));
+  EXPECT_EQ(l.group(GroupKind::tp, 1), (Ranks{2, 3}));
+  EXPECT_EQ(l.num_groups(GroupKind::dp), 8);
+  EXPECT_EQ(l.group(GroupKind::dp, 0), (Ranks{0, 2}));
+  EXPECT_EQ(l.group(GroupKind::dp, 1), (Ranks{1, 3}));
+  EXPECT_EQ(l.group(GroupKind::dp, 2), (Ranks{4, 6}));
+  EXPECT_EQ(l.num_groups(GroupKind::pp), 4);
+  EXPECT_EQ(l.group(GroupKind::pp, 0), (Ranks{0, 4, 8, 12}));
+  EXPECT_EQ(l.group(GroupKind::pp, 3), (Ranks{3, 7, 11, 15}));
+  EXPECT_EQ(l.group_members(GroupKind::pp, 9), (Ranks{1, 5, 9, 13}));
+  EXPECT_EQ(l.rank_in_group(GroupKind::pp, 9), 2);
+}
+
+TEST(RankLayout, CoordinatesAndRanksAreInverse) {
+  RankLayout l({.tp = 2, .cp = 3, .ep = 2, .dp = 4, .pp = 5}, order("tp-cp-ep-dp-pp"));
+  EXPECT_EQ(l.world_size(), 2 * 3 * 4 * 5);
+  std::set<std::int64_t> seen;
+  for (std::int64_t r = 0; r < l.world_size(); ++r) {
+    const auto c = l.coord(r);
+    EXPECT_EQ(l.rank(c), r);
+    EXPECT_LT(c.edp, 2);
+    seen.insert(r);
+  }
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(l.world_size()));
+}
+
+// Every kind of group partitions the world, and a rank's group_index/rank_in_group agree with
+// the member lists.
+void expect_partitions(const RankLayout& l) {
+  for (GroupKind g : kAllGroupKinds) {
+    std::vector<int> count(static_cast<std::size_t>(l.world_size()), 0);
+    for (std::int64_t i = 0; i < l.num_groups(g); ++i) {
+      const auto members = l.group(g, i);
+      ASSERT_EQ(static_cast<std::int64_t>(members.size()), l.group_size(g));
+      EXPECT_TRUE(std::is_sorted(members.begin(), members.end()));
+      for (std::size_t k = 0; k < members.size(); ++k) {
+        ++count[static_cast<std::size_t>(members[k])];
+        EXPECT_EQ(l.group_index(g, members[k]), i) << to_string(g);
+        EXPECT_EQ(l.rank_in_group(g, members[k]), static_cast<std::int64_t>(k)) << to_string(g);
+        EXPECT_EQ(l.group_members(g, members[k]), members);
+      }
+    }
+    for (int c : count) EXPECT_EQ(c, 1) << to_string(g);
+  }
+}
+
+TEST(RankLayout, GroupsPartitionTheWorldForEveryOrder) {
+  for (const char* o : {"tp-cp-ep-dp-pp", "tp-pp-dp-ep-cp", "pp-dp-ep-cp-tp", "dp-tp-cp-ep-pp", "ep-tp-dp-pp-cp"}) {
+    SCOPED_TRACE(o);
+    expect_partitions(RankLayout({.tp = 2, .cp = 2, .ep = 2, .dp = 4, .pp = 3}, order(o)));
+  }
+}
+
+TEST(RankLayout, ExpertParallelismIsCarvedOutOfDataParallelism) {
+  // DP 4 = EP 2 x expert-DP 2; the dense DP group spans both.
+  RankLayout l({.tp = 1, .cp = 1, .ep = 2, .dp = 4, .pp = 1}, order("tp-cp-ep-dp-pp"));
+  EXPECT_EQ(l.group_members(GroupKind::ep, 0), (Ranks{0, 1}));
+  EXPECT_EQ(l.group_members(GroupKind::expert_dp, 0), (Ranks{0, 2}));
+  EXPECT_EQ(l.group_members(GroupKind::dp, 0), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(l.group_size(GroupKind::dp), 4);
+}
+
+TEST(RankLayout, DataAndContextParallelGroupForGradientReduction) {
+  RankLayout l({.tp = 2, .cp = 2, .ep = 1, .dp = 2, .pp = 1}, order("tp-cp-ep-dp-pp"));
+  EXPECT_EQ(l.group_members(GroupKind::cp, 0), (Ranks{0, 2}));
+  EXPECT_EQ(l.group_members(GroupKind::dp, 0), (Ranks{0, 4}));
+  EXPECT_EQ(l.group_members(GroupKind::dp_cp, 1), (Ranks{1, 3, 5, 7}));
+}
+
+TEST(RankLayout, LargeMeshCostsNothingPerRank) {
+  // 131,072 GPUs: TP 8 x CP 2 x PP 16 x DP 512; a few lookups, nothing materialised.
+  RankLayout l({.tp = 8, .cp = 2, .ep = 8, .dp = 512, .pp = 16}, order("tp-cp-ep-dp-pp"));
+  EXPECT_EQ(l.world_size(), 131072);
+  const std::int64_t r = 98765;
+  EXPECT_EQ(l.rank(l.coord(r)), r);
+  const auto pp = l.group_members(GroupKind::pp, r);
+  EXPECT_EQ(pp.size(), 16u);
+  EXPECT_NE(std::find(pp.begin(), pp.end(), r), pp.end());
+  EXPECT_EQ(l.group_members(GroupKind::dp, r).size(), 512u);
+}
+
+TEST(RankLayout, ParseOrderReportsWhatIsWrong) {
+  std::string error;
+  EXPECT_FALSE(parse_order("tp-cp-dp-pp", error));
+  EXPECT_NE(error.find("missing ep"), std::string::npos) << error;
+  EXPECT_FALSE(parse_order("tp-tp-cp-dp-pp", error));
+  EXPECT_NE(error.find("twice"), std::string::npos) << error;
+  EXPECT_FALSE(parse_order("tp-cp-ep-dp-zz", error));
+  EXPECT_NE(error.find("\"zz\""), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace meshwork::plan

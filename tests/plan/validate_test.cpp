@@ -1,0 +1,308 @@
+// Each validation rule with a plan that breaks it and one that keeps it.
+#include <gtest/gtest.h>
+
+#include "plan/validate.hpp"
+#include "tests/plan/test_plans.hpp"
+
+namespace meshwork::plan {
+namespace {
+
+using testing::base_plan;
+using testing::dump;
+using testing::has_error;
+using testing::has_warning;
+using testing::load_yaml;
+
+Diagnostics check(const Plan& p) { return validate(p); }
+
+TEST(Validate, BasePlanIsValid) {
+  const auto d = check(base_plan());
+  EXPECT_FALSE(d.has_errors()) << dump(d);
+  EXPECT_EQ(d.warning_count(), 0u) << dump(d);
+}
+
+TEST(Validate, MeshProductMustEqualNumGpus) {
+  Plan p = base_plan();
+  p.parallelism.data_parallel_size = 8;  // 8 * 2 * 8 = 128 != 64
+  EXPECT_TRUE(has_error(check(p), "parallelism.data_parallel_size", "= 128 GPUs, but cluster.num_gpus is 64"));
+  p.cluster.num_gpus = 128;
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+}
+
+TEST(Validate, NumGpusMustDivideIntoModelParallelGroups) {
+  auto r = load_yaml(std::string(testing::kBasePlan).replace(std::string(testing::kBasePlan).find("num_gpus: 64"), 12, "num_gpus: 72"));
+  EXPECT_TRUE(has_error(r.diagnostics, "cluster.num_gpus", "do not divide into TP 8 x CP 1 x PP 2 = 16")) << dump(r.diagnostics);
+}
+
+TEST(Validate, NumGpusOrDpIsRequired) {
+  Plan p = base_plan();
+  p.cluster.num_gpus = 0;
+  p.parallelism.data_parallel_size = 0;
+  EXPECT_TRUE(has_error(check(p), "cluster.num_gpus", "required"));
+}
+
+TEST(Validate, HeadsMustDivideByTp) {
+  Plan p = base_plan();
+  p.parallelism.tensor_model_parallel_size = 6;
+  p.parallelism.data_parallel_size = 0;
+  p.cluster.num_gpus = 6 * 2 * 4;
+  p.cluster.gpus_per_node = 6;
+  {
+    Diagnostics ignored;
+    resolve(p, ignored);
+  }
+  EXPECT_TRUE(has_error(check(p), "parallelism.tensor_model_parallel_size", "6 does not divide num_attention_heads 32"))
+      << dump(check(p));
+  p.model.num_attention_heads = 36;
+  p.model.num_query_groups = 36;
+  p.model.hidden_size = 36 * 128;
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+}
+
+TEST(Validate, QueryGroupsMustDivideByTp) {
+  Plan p = base_plan();
+  p.model.num_query_groups = 4;  // GQA with 4 KV heads over TP 8
+  EXPECT_TRUE(has_error(check(p), "parallelism.tensor_model_parallel_size", "does not divide num_query_groups 4"));
+  p.model.num_query_groups = 8;
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+}
+
+TEST(Validate, QueryGroupsMustDivideHeads) {
+  Plan p = base_plan();
+  p.parallelism.tensor_model_parallel_size = 1;
+  p.parallelism.data_parallel_size = 32;
+  p.model.num_query_groups = 12;
+  EXPECT_TRUE(has_error(check(p), "model.num_query_groups", "12 does not divide num_attention_heads 32"));
+}
+
+TEST(Validate, LayersMustDivideOverStagesAndChunks) {
+  Plan p = base_plan();
+  p.model.num_layers = 25;
+  EXPECT_TRUE(has_error(check(p), "parallelism.pipeline_model_parallel_size", "num_layers 25 does not divide over 2 stages"));
+  p.model.num_layers = 24;
+  p.parallelism.virtual_pipeline_model_parallel_size = 5;
+  p.parallelism.pipeline_schedule = PipelineSchedule::interleaved;
+  EXPECT_TRUE(has_error(check(p), "parallelism.pipeline_model_parallel_size", "2 stages x 5 model chunks"));
+  p.parallelism.virtual_pipeline_model_parallel_size = 3;
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+}
+
+TEST(Validate, UnevenFirstAndLastStagesAsLlama3) {
+  // Llama 3 405B: 126 layers on 16 stages, one layer fewer on the first and the last.
+  Plan p = base_plan();
+  p.model.num_layers = 126;
+  p.parallelism.pipeline_model_parallel_size = 16;
+  p.parallelism.data_parallel_size = 0;
+  p.cluster.num_gpus = 8 * 16;
+  {
+    Diagnostics ignored;
+    resolve(p, ignored);
+  }
+  p.training.global_batch_size = 16;
+  p.training.micro_batch_size = 1;
+  EXPECT_TRUE(has_error(check(p), "parallelism.pipeline_model_parallel_size"));
+  p.parallelism.decoder_first_pipeline_num_layers = 7;
+  p.parallelism.decoder_last_pipeline_num_layers = 7;
+  const auto d = check(p);
+  EXPECT_FALSE(d.has_errors()) << dump(d);
+  const auto stages = layers_per_stage(p);
+  ASSERT_TRUE(stages);
+  EXPECT_EQ(stages->front(), 7);
+  EXPECT_EQ((*stages)[1], 8);
+  EXPECT_EQ(stages->back(), 7);
+
+  p.parallelism.decoder_last_pipeline_num_layers = 9;  // 126 - 16 = 110 over 14 stages: no
+  EXPECT_TRUE(has_error(check(p), "parallelism.decoder_first_pipeline_num_layers", "do not divide evenly"));
+}
+
+TEST(Validate, UnevenStagesNeedAPipeline) {
+  Plan p = base_plan();
+  p.parallelism.pipeline_model_parallel_size = 1;
+  p.parallelism.data_parallel_size = 8;
+  p.parallelism.decoder_first_pipeline_num_layers = 4;
+  EXPECT_TRUE(has_error(check(p), "parallelism.decoder_first_pipeline_num_layers", "2 or more"));
+}
+
+TEST(Validate, GlobalBatchMustDivideByMicroBatchTimesDp) {
+  Plan p = base_plan();
+  p.training.global_batch_size = 60;  // 2 x 4 = 8 does not divide 60
+  EXPECT_TRUE(has_error(check(p), "training.global_batch_size", "not a multiple of micro_batch_size 2 x data_parallel_size 4"));
+  p.training.global_batch_size = 64;
+  EXPECT_FALSE(check(p).has_errors());
+}
+
+TEST(Validate, TooFewMicroBatchesForThePipelineIsAWarning) {
+  Plan p = base_plan();
+  p.training.global_batch_size = 8;  // 8 / (2 * 4) = 1 micro-batch, 2 stages
+  const auto d = check(p);
+  EXPECT_FALSE(d.has_errors()) << dump(d);
+  EXPECT_TRUE(has_warning(d, "training.global_batch_size", "never fills"));
+}
+
+TEST(Validate, SequenceMustDivideByCpAndTwiceCpWhenLoadBalanced) {
+  Plan p = base_plan();
+  p.parallelism.context_parallel_size = 2;
+  p.parallelism.data_parallel_size = 2;
+  p.model.seq_length = 2050;  // divisible by 2, not by 4
+  EXPECT_TRUE(has_error(check(p), "parallelism.context_parallel_size", "2 x CP for load-balanced"));
+  p.parallelism.context_parallel_load_balance = false;
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+  p.model.seq_length = 2051;
+  EXPECT_TRUE(has_error(check(p), "parallelism.context_parallel_size", "does not divide into 2 chunks"));
+}
+
+TEST(Validate, ExpertsMustDivideByEpAndEpMustDivideDp) {
+  Plan p = base_plan();
+  p.model.moe.num_moe_experts = 6;
+  p.model.moe.moe_ffn_hidden_size = 1024;
+  p.parallelism.expert_model_parallel_size = 4;
+  EXPECT_TRUE(has_error(check(p), "parallelism.expert_model_parallel_size", "4 does not divide num_moe_experts 6"));
+  p.model.moe.num_moe_experts = 8;
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+  p.model.moe.num_moe_experts = 16;
+  p.parallelism.expert_model_parallel_size = 8;  // DP is 4
+  EXPECT_TRUE(has_error(check(p), "parallelism.expert_model_parallel_size", "does not divide data_parallel_size 4"));
+}
+
+TEST(Validate, ExpertParallelismNeedsExperts) {
+  Plan p = base_plan();
+  p.parallelism.expert_model_parallel_size = 2;
+  EXPECT_TRUE(has_error(check(p), "parallelism.expert_model_parallel_size", "needs a MoE model"));
+}
+
+TEST(Validate, TopKAndDenseLayersWithinTheModel) {
+  Plan p = base_plan();
+  p.model.moe.num_moe_experts = 4;
+  p.model.moe.moe_ffn_hidden_size = 1024;
+  p.model.moe.moe_router_topk = 5;
+  EXPECT_TRUE(has_error(check(p), "model.moe.moe_router_topk", "more than num_moe_experts 4"));
+  p.model.moe.moe_router_topk = 2;
+  p.model.moe.first_k_dense_layers = 24;
+  EXPECT_TRUE(has_error(check(p), "model.moe.first_k_dense_layers", "leaves no MoE layer"));
+}
+
+TEST(Validate, VirtualStagesOnlyWithTheInterleavedSchedule) {
+  Plan p = base_plan();
+  p.parallelism.virtual_pipeline_model_parallel_size = 2;
+  EXPECT_TRUE(has_error(check(p), "parallelism.virtual_pipeline_model_parallel_size", "need pipeline_schedule: interleaved, not 1f1b"));
+  p.parallelism.pipeline_schedule = PipelineSchedule::interleaved;
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+}
+
+TEST(Validate, InterleavedNeedsStagesAndChunks) {
+  Plan p = base_plan();
+  p.parallelism.pipeline_schedule = PipelineSchedule::interleaved;
+  EXPECT_TRUE(has_error(check(p), "parallelism.pipeline_schedule", "virtual_pipeline_model_parallel_size of 2 or more"));
+  p.parallelism.pipeline_model_parallel_size = 1;
+  p.parallelism.data_parallel_size = 8;
+  EXPECT_TRUE(has_error(check(p), "parallelism.pipeline_schedule", "pipeline_model_parallel_size of 2 or more"));
+}
+
+TEST(Validate, ZeroStageRange) {
+  Plan p = base_plan();
+  p.parallelism.zero_stage = 4;
+  EXPECT_TRUE(has_error(check(p), "parallelism.zero_stage", "at most 3"));
+  p.parallelism.zero_stage = -1;
+  EXPECT_TRUE(has_error(check(p), "parallelism.zero_stage", "at least 0"));
+  p.parallelism.zero_stage = 3;
+  EXPECT_FALSE(check(p).has_errors());
+}
+
+TEST(Validate, GpusPerNodeMustDivideNumGpus) {
+  Plan p = base_plan();
+  p.cluster.gpus_per_node = 6;
+  EXPECT_TRUE(has_error(check(p), "cluster.num_gpus", "not a whole number of 6-GPU nodes"));
+  p.cluster.gpus_per_node = 4;
+  EXPECT_FALSE(check(p).has_errors());
+}
+
+TEST(Validate, TpSpanningNodesIsAWarning) {
+  Plan p = base_plan();
+  p.cluster.gpus_per_node = 4;  // TP 8 over two 4-GPU nodes
+  auto d = check(p);
+  EXPECT_FALSE(d.has_errors()) << dump(d);
+  EXPECT_TRUE(has_warning(d, "parallelism.tensor_model_parallel_size", "spans nodes"));
+  // TP inside the node, but an order that strides it across nodes.
+  p = base_plan();
+  p.parallelism.order = "dp-tp-cp-ep-pp";
+  d = check(p);
+  EXPECT_TRUE(has_warning(d, "parallelism.tensor_model_parallel_size", "spans nodes")) << dump(d);
+}
+
+TEST(Validate, OrderMustNameEachDimensionOnce) {
+  Plan p = base_plan();
+  for (const char* bad : {"tp-cp-ep-dp", "tp-cp-ep-dp-pp-tp", "tp-tp-ep-dp-pp", "tp-cp-xp-dp-pp", ""}) {
+    p.parallelism.order = bad;
+    EXPECT_TRUE(has_error(check(p), "parallelism.order")) << bad;
+  }
+  p.parallelism.order = "pp-dp-ep-cp-tp";
+  EXPECT_FALSE(has_error(check(p), "parallelism.order"));
+}
+
+TEST(Validate, PrecisionNeedsAPeakOnTheGpu) {
+  Plan p = base_plan();
+  p.training.precision = Precision::fp8;
+  EXPECT_FALSE(check(p).has_errors());  // H100 has FP8
+  p.cluster.gpu.peak_tflops.fp8 = 0;
+  EXPECT_TRUE(has_error(check(p), "training.precision", "has no fp8 peak"));
+}
+
+TEST(Validate, NonPositiveSizes) {
+  Plan p = base_plan();
+  p.parallelism.tensor_model_parallel_size = 0;
+  p.training.micro_batch_size = -1;
+  p.cluster.nic_bandwidth_gbps = 0;
+  p.model.hidden_size = 0;
+  const auto d = check(p);
+  EXPECT_TRUE(has_error(d, "parallelism.tensor_model_parallel_size", "at least 1, got 0")) << dump(d);
+  EXPECT_TRUE(has_error(d, "training.micro_batch_size", "at least 1, got -1"));
+  EXPECT_TRUE(has_error(d, "cluster.nic_bandwidth_gbps", "greater than 0"));
+  EXPECT_TRUE(has_error(d, "model.hidden_size", "required"));
+}
+
+TEST(Validate, SchemaVersion) {
+  Plan p = base_plan();
+  p.schema_version = 2;
+  EXPECT_TRUE(has_error(check(p), "schema_version", "reads schema version 1, not 2"));
+}
+
+TEST(Validate, StragglersAndEventsRefertoExistingRanks) {
+  Plan p = base_plan();
+  p.failures.stragglers = {{64, 1.1}, {3, 1.2}, {3, 1.3}};
+  p.failures.events = {{0, FailureEventKind::gpu_down, "64"}, {0, FailureEventKind::node_down, "7"},
+                       {0, FailureEventKind::node_down, "8"}, {0, FailureEventKind::gpu_down, "leaf1"}};
+  const auto d = check(p);
+  EXPECT_TRUE(has_error(d, "failures.stragglers[0].rank", "outside the job's 64 GPUs"));
+  EXPECT_TRUE(has_error(d, "failures.stragglers[2].rank", "listed twice"));
+  EXPECT_TRUE(has_error(d, "failures.events[0].target", "GPU 64 does not exist"));
+  EXPECT_FALSE(has_error(d, "failures.events[1].target"));
+  EXPECT_TRUE(has_error(d, "failures.events[2].target", "node 8 does not exist"));
+  EXPECT_TRUE(has_error(d, "failures.events[3].target", "expected a GPU index"));
+}
+
+TEST(Validate, MultiNodeJobsNeedNics) {
+  Plan p = base_plan();
+  p.cluster.nics_per_node = 0;
+  EXPECT_TRUE(has_error(check(p), "cluster.nics_per_node", "8 nodes needs NICs"));
+}
+
+TEST(Validate, SequenceParallelWithoutTpIsAWarning) {
+  Plan p = base_plan();
+  p.parallelism.tensor_model_parallel_size = 1;
+  p.parallelism.data_parallel_size = 32;
+  p.parallelism.sequence_parallel = true;
+  EXPECT_TRUE(has_warning(check(p), "parallelism.sequence_parallel", "no effect"));
+}
+
+TEST(Validate, EveryProblemIsReportedAtOnce) {
+  Plan p = base_plan();
+  p.parallelism.zero_stage = 7;
+  p.training.global_batch_size = 63;
+  p.model.num_layers = 23;
+  p.parallelism.order = "nope";
+  const auto d = check(p);
+  EXPECT_GE(d.error_count(), 4u) << dump(d);
+}
+
+}  // namespace
+}  // namespace meshwork::plan
