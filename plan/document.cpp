@@ -1,13 +1,13 @@
 #include "plan/document.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <set>
 #include <fstream>
-#include <sstream>
 #include <system_error>
 
-#include <yaml-cpp/yaml.h>
-
 #include "plan/units.hpp"
+#include "plan/yaml_reader.hpp"
 
 namespace meshwork::plan {
 namespace {
@@ -48,174 +48,77 @@ std::size_t invalid_utf8_at(std::string_view s) {
   return std::string_view::npos;
 }
 
-bool is_yaml_null(std::string_view s) {
-  return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
-}
-
-// YAML 1.2 core schema resolution of a plain scalar: null, bool, int, float, else string.
-// YAML 1.1's yes/no/on/off stay strings, so that `p2p: yes` is reported, not guessed.
-nlohmann::json resolve_plain_scalar(const std::string& s) {
-  if (is_yaml_null(s)) return nullptr;
-  if (s == "true" || s == "True" || s == "TRUE") return true;
-  if (s == "false" || s == "False" || s == "FALSE") return false;
-  std::string_view v = s;
-  const bool negative = !v.empty() && v.front() == '-';
-  if (!v.empty() && (v.front() == '-' || v.front() == '+')) v.remove_prefix(1);
-  auto all_of = [](std::string_view t, auto pred) {
-    if (t.empty()) return false;
-    for (char c : t) {
-      if (!pred(c)) return false;
-    }
-    return true;
-  };
-  auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
-  if (all_of(v, is_digit)) {
-    std::int64_t i = 0;
-    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), i);
-    if (ec == std::errc() && end == v.data() + v.size()) return negative ? -i : i;
-    if (auto d = parse_number(s)) return *d;  // out of int64 range: keep as a float
-    return s;
+// nlohmann's message without its "[json.exception.parse_error.101] parse error at line 3,
+// column 1: " prefix; the line goes into the diagnostic.
+Diagnostic json_syntax_error(const nlohmann::json::parse_error& e, std::string_view text) {
+  std::string message = e.what();
+  if (const auto colon = message.find(": "); colon != std::string::npos && message.find("parse error") < colon) {
+    message = message.substr(colon + 2);
   }
-  if (v.size() > 2 && v[0] == '0' && (v[1] == 'x' || v[1] == 'o')) {
-    const int base = v[1] == 'x' ? 16 : 8;
-    std::int64_t i = 0;
-    auto [end, ec] = std::from_chars(v.data() + 2, v.data() + v.size(), i, base);
-    if (ec == std::errc() && end == v.data() + v.size()) return negative ? -i : i;
-    return s;
-  }
-  // Floats: digits with one optional '.', an optional exponent; from_chars alone would also
-  // take "inf" and "nan", which YAML spells .inf and .nan (kept as strings: not finite).
-  bool has_digit = false;
-  for (char c : v) {
-    if (is_digit(c)) has_digit = true;
-    else if (c != '.' && c != 'e' && c != 'E' && c != '-' && c != '+') return s;
-  }
-  if (has_digit) {
-    if (auto d = parse_number(s)) return *d;
-  }
-  return s;
-}
-
-class YamlConverter {
- public:
-  YamlConverter(Document& doc, Diagnostics& diags) : doc_(doc), diags_(diags) {}
-
-  nlohmann::json convert(const YAML::Node& node, const std::string& path, int depth) {
-    if (++nodes_ > kMaxNodes) {
-      if (!too_many_) diags_.error("", "the file expands to more than " + std::to_string(kMaxNodes) +
-                                           " values (anchors and aliases?); a plan is far smaller");
-      too_many_ = true;
-      return nullptr;
-    }
-    if (depth > kMaxNestingDepth) {
-      if (!too_deep_) diags_.error(path, "nested deeper than " + std::to_string(kMaxNestingDepth) + " levels");
-      too_deep_ = true;
-      return nullptr;
-    }
-    switch (node.Type()) {
-      case YAML::NodeType::Undefined:
-      case YAML::NodeType::Null:
-        return nullptr;
-      case YAML::NodeType::Scalar:
-        if (node.Tag() == "?") return resolve_plain_scalar(node.Scalar());
-        return node.Scalar();  // quoted or explicitly tagged: a string
-      case YAML::NodeType::Sequence: {
-        nlohmann::json arr = nlohmann::json::array();
-        std::size_t i = 0;
-        for (const auto& item : node) {
-          arr.push_back(convert(item, index_path(path, i++), depth + 1));
-          if (too_many_ || too_deep_) break;
-        }
-        return arr;
-      }
-      case YAML::NodeType::Map: {
-        nlohmann::json obj = nlohmann::json::object();
-        for (const auto& kv : node) {
-          if (!kv.first.IsScalar()) {
-            diags_.add({path, "a key must be a plain name, not a list or mapping", Severity::error,
-                        kv.first.Mark().line + 1});
-            continue;
-          }
-          const std::string key = kv.first.Scalar();
-          const std::string child = join_path(path, key);
-          if (obj.contains(key)) {
-            diags_.add({child, "duplicate key", Severity::error, kv.first.Mark().line + 1});
-            continue;
-          }
-          doc_.lines.emplace(child, kv.first.Mark().line + 1);
-          obj[key] = convert(kv.second, child, depth + 1);
-          if (too_many_ || too_deep_) break;
-        }
-        return obj;
-      }
-    }
-    return nullptr;
-  }
-
- private:
-  Document& doc_;
-  Diagnostics& diags_;
-  std::size_t nodes_ = 0;
-  bool too_many_ = false;
-  bool too_deep_ = false;
-};
-
-DocumentResult parse_yaml(std::string_view text) {
-  DocumentResult out;
-  std::vector<YAML::Node> docs;
-  try {
-    docs = YAML::LoadAll(std::string(text));
-  } catch (const YAML::Exception& e) {
-    Diagnostic d{"", "YAML syntax error: " + e.msg, Severity::error, e.mark.is_null() ? 0 : e.mark.line + 1};
-    if (!e.mark.is_null()) d.message += " (line " + std::to_string(e.mark.line + 1) + ", column " +
-                                        std::to_string(e.mark.column + 1) + ")";
-    out.diagnostics.add(std::move(d));
-    return out;
-  }
-  if (docs.empty() || docs.front().IsNull()) {
-    out.diagnostics.error("", "the file holds no plan (it is empty or only comments)");
-    return out;
-  }
-  if (docs.size() > 1) {
-    out.diagnostics.error("", "the file holds " + std::to_string(docs.size()) +
-                                  " YAML documents; a plan file holds one");
-    return out;
-  }
-  Document doc;
-  YamlConverter converter(doc, out.diagnostics);
-  doc.root = converter.convert(docs.front(), "", 0);
-  if (out.diagnostics.has_errors()) return out;
-  out.document = std::move(doc);
-  return out;
+  const std::size_t byte = std::min<std::size_t>(e.byte, text.size());
+  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(byte > 0 ? byte - 1 : 0), '\n');
+  return {"", "JSON syntax error: " + message, Severity::error, static_cast<int>(line)};
 }
 
 DocumentResult parse_json(std::string_view text) {
   DocumentResult out;
+  // The parser itself is iterative, but a deep tree is useless to us and costly to destroy:
+  // depth is bounded while parsing. Duplicate keys, which nlohmann would silently overwrite,
+  // are caught with a stack of the keys seen in each open object.
+  std::vector<std::set<std::string>> keys;
+  std::vector<std::string> path;  // keys of the open objects, for the message
+  bool too_deep = false;
+  std::optional<Diagnostic> duplicate;
+  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (depth > kMaxNestingDepth) too_deep = true;
+    if (too_deep || duplicate) return false;
+    switch (event) {
+      case E::object_start: keys.emplace_back(); break;
+      case E::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case E::key:
+        if (!keys.empty() && parsed.is_string()) {
+          const std::string key = parsed.get<std::string>();
+          if (!keys.back().insert(key).second) duplicate = Diagnostic{key, "duplicate key", Severity::error, 0};
+        }
+        break;
+      default: break;
+    }
+    return true;
+  };
   try {
-    // Depth is bounded before the tree is built: the parser itself is iterative, but a deep
-    // tree is useless to us and costly to destroy.
-    int depth = 0;
-    int max_depth = 0;
-    bool too_deep = false;
-    auto guard = [&](int d, nlohmann::json::parse_event_t event, nlohmann::json&) {
-      (void)event;
-      depth = d;
-      if (depth > max_depth) max_depth = depth;
-      if (depth > kMaxNestingDepth) too_deep = true;
-      return !too_deep;
-    };
     Document doc;
-    doc.root = nlohmann::json::parse(text.begin(), text.end(), guard, /*allow_exceptions=*/true,
+    doc.root = nlohmann::json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
                                      /*ignore_comments=*/false);
     if (too_deep) {
       out.diagnostics.error("", "nested deeper than " + std::to_string(kMaxNestingDepth) + " levels");
       return out;
     }
+    if (duplicate) {
+      duplicate->message = "duplicate key \"" + duplicate->path + "\" in one object";
+      duplicate->path.clear();
+      out.diagnostics.add(*duplicate);
+      return out;
+    }
     out.document = std::move(doc);
   } catch (const nlohmann::json::parse_error& e) {
-    out.diagnostics.error("", std::string("JSON syntax error: ") + e.what());
+    out.diagnostics.add(json_syntax_error(e, text));
   }
   return out;
+}
+
+// "a list", "a number": the JSON type in the words of a plan file.
+std::string kind_of(const nlohmann::json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::array: return "a list";
+    case nlohmann::json::value_t::object: return "a mapping";
+    case nlohmann::json::value_t::string: return "a string";
+    case nlohmann::json::value_t::boolean: return "a boolean";
+    case nlohmann::json::value_t::null: return "nothing";
+    default: return "a number";
+  }
 }
 
 }  // namespace
@@ -246,8 +149,8 @@ DocumentResult parse_document(std::string_view text, Format format) {
   if (format == Format::detect) format = text[first] == '{' ? Format::json : Format::yaml;
   out = format == Format::json ? parse_json(text.substr(first)) : parse_yaml(text);
   if (out.document && !out.document->root.is_object()) {
-    out.diagnostics.error("", "a plan must be a mapping of sections (model, training, ...) at the top level, not a " +
-                                  std::string(out.document->root.type_name()));
+    out.diagnostics.error("", "a plan must be a mapping of sections (model, training, ...) at the top level, not " +
+                                  kind_of(out.document->root));
     out.document.reset();
   }
   return out;
@@ -284,13 +187,14 @@ std::optional<std::string> read_text_file(const std::filesystem::path& path, std
     error = "cannot be opened for reading";
     return std::nullopt;
   }
-  std::ostringstream buf;
-  buf << in.rdbuf();
+  // Bounded read: files such as those in /proc report size 0 and may be endless.
+  std::string text(max_bytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) {
     error = "read failed";
     return std::nullopt;
   }
-  std::string text = buf.str();
+  text.resize(static_cast<std::size_t>(in.gcount()));
   if (text.size() > max_bytes) {  // it grew while we read it
     error = "is larger than " + std::to_string(max_bytes) + " bytes";
     return std::nullopt;
@@ -303,7 +207,7 @@ DocumentResult read_document(const std::filesystem::path& path) {
   std::string error;
   auto text = read_text_file(path, kMaxPlanFileBytes, error);
   if (!text) {
-    out.diagnostics.error("", path.string() + " " + error);
+    out.diagnostics.error("", "the file " + error);
     return out;
   }
   Format format = Format::detect;

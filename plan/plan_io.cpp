@@ -37,24 +37,36 @@ LoadResult finish(const nlohmann::json& root, const std::map<std::string, int>& 
   ctx.base_dir = base_dir;
   read_plan(root, out.plan, ctx);
   resolve(out.plan, ctx.diagnostics);
-  out.diagnostics = std::move(ctx.diagnostics);
-  out.diagnostics.append(validate(out.plan));
-  out.diagnostics.deduplicate();
+  const Diagnostics read = std::move(ctx.diagnostics);
+  const Diagnostics rules = validate(out.plan);
 
-  // A missing required section is one problem, not one per field inside it.
+  auto under_any = [](const std::string& path, const std::vector<std::string>& sections) {
+    return std::any_of(sections.begin(), sections.end(), [&](const std::string& s) { return is_under(path, s); });
+  };
+  std::vector<Diagnostic> items;
+  for (const auto& d : read.items()) {
+    if (under_any(d.path, ctx.missing_sections)) continue;  // one problem: the section is missing
+    items.push_back(d);
+  }
+  for (const auto& d : rules.items()) {
+    // A field the reader already reported holds its default: what the rules say of it is noise.
+    if (read.find(d.path) != nullptr) continue;
+    if (under_any(d.path, ctx.missing_sections)) continue;
+    if (d.message.rfind("required field is missing", 0) == 0 && under_any(d.path, ctx.unsourced_sections)) continue;
+    items.push_back(d);
+  }
   Diagnostics kept;
-  for (auto d : out.diagnostics.items()) {
-    const bool inside_missing = std::any_of(ctx.missing_sections.begin(), ctx.missing_sections.end(),
-                                            [&](const std::string& s) { return is_under(d.path, s); });
-    if (inside_missing) continue;
+  for (auto& d : items) {
     if (d.line == 0) d.line = line_of(d.path, ctx, lines);
     kept.add(std::move(d));
   }
+  kept.deduplicate();
+
   // In file order: problems read top to bottom; file-level ones (line 0) first.
-  auto items = kept.items();
-  std::stable_sort(items.begin(), items.end(), [](const Diagnostic& a, const Diagnostic& b) { return a.line < b.line; });
+  auto sorted = kept.items();
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Diagnostic& a, const Diagnostic& b) { return a.line < b.line; });
   out.diagnostics = Diagnostics();
-  for (auto& d : items) out.diagnostics.add(std::move(d));
+  for (auto& d : sorted) out.diagnostics.add(std::move(d));
   return out;
 }
 

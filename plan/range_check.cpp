@@ -66,13 +66,7 @@ class RangeChecker {
     }
     // A derived field still at 0 could not be derived; the rule that derives it says why.
     if (!info.default_text.empty() && v == 0) return;
-    const std::string unit = symbol(info.unit).empty() ? "" : " " + std::string(symbol(info.unit));
-    if (info.min_exclusive ? !(v > info.min) : !(v >= info.min)) {
-      diags_.error(path, std::string("must be ") + (info.min_exclusive ? "greater than " : "at least ") +
-                             number_text(info.min) + unit + ", got " + number_text(v));
-    } else if (!(v <= info.max)) {
-      diags_.error(path, "must be at most " + number_text(info.max) + unit + ", got " + number_text(v));
-    }
+    check_bounds(v, info, path, diags_);
   }
 
   std::string path_;
@@ -80,6 +74,16 @@ class RangeChecker {
 };
 
 }  // namespace
+
+void check_bounds(double v, const FieldInfo& info, const std::string& path, Diagnostics& diags) {
+  const std::string unit = symbol(info.unit).empty() ? "" : " " + std::string(symbol(info.unit));
+  if (info.min_exclusive ? !(v > info.min) : !(v >= info.min)) {
+    diags.error(path, std::string("must be ") + (info.min_exclusive ? "greater than " : "at least ") +
+                          number_text(info.min) + unit + ", got " + number_text(v));
+  } else if (!(v <= info.max)) {
+    diags.error(path, "must be at most " + number_text(info.max) + unit + ", got " + number_text(v));
+  }
+}
 
 void check_field_ranges(const Plan& plan, Diagnostics& diags) {
   Plan copy = plan;

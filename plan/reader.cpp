@@ -8,6 +8,7 @@
 #include "plan/hf_import.hpp"
 #include "plan/presets.hpp"
 #include "plan/schema.hpp"
+#include "plan/validate.hpp"
 
 namespace meshwork::plan {
 namespace {
@@ -62,8 +63,12 @@ bool read_value(const json& j, std::int64_t& out, const Where& w) {
     w.error("expected an integer, got " + describe_json(j));
     return false;
   }
-  if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9.0e15) {
+  if (!std::isfinite(d) || std::floor(d) != d) {
     w.error("expected an integer, got " + json(d).dump());
+    return false;
+  }
+  if (std::fabs(d) > 9.0e15) {
+    w.error("the integer " + json(d).dump() + " is out of range");
     return false;
   }
   out = static_cast<std::int64_t>(d);
@@ -212,7 +217,12 @@ class SectionReader {
       // An explicit null is the same as leaving the key out.
       if (j->is_null()) return;
       T value = member;
-      if (read_value(*j, value, Where{join_path(path_, info.key), info, ctx_})) member = std::move(value);
+      const std::string path = join_path(path_, info.key);
+      if (!read_value(*j, value, Where{path, info, ctx_})) return;
+      if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) {
+        check_bounds(static_cast<double>(value), info, path, ctx_.diagnostics);
+      }
+      member = std::move(value);
     }
   }
 
@@ -230,7 +240,10 @@ class SectionReader {
     if constexpr (HasPreset<S>) {
       if (j->is_string()) {  // `gpu: h100-sxm`
         std::string error;
-        if (!apply_preset(j->get<std::string>(), member, error)) ctx_.diagnostics.error(path, error);
+        if (!apply_preset(j->get<std::string>(), member, error)) {
+          ctx_.diagnostics.error(path, error);
+          ctx_.unsourced_sections.push_back(path);
+        }
         return;
       }
     }
@@ -278,7 +291,10 @@ class SectionReader {
       return;
     }
     std::string error;
-    if (!apply_preset(j->get<std::string>(), member, error)) ctx_.diagnostics.error(path, error);
+    if (!apply_preset(j->get<std::string>(), member, error)) {
+      ctx_.diagnostics.error(path, error);
+      ctx_.unsourced_sections.push_back(path_);
+    }
   }
 
   void hf_config(ModelConfig& member, const FieldInfo& info) {
@@ -291,7 +307,7 @@ class SectionReader {
     }
     std::filesystem::path file = j->get<std::string>();
     if (file.is_relative()) file = ctx_.base_dir / file;
-    import_hf_config_file(file, member, ctx_.diagnostics, path);
+    if (!import_hf_config_file(file, member, ctx_.diagnostics, path)) ctx_.unsourced_sections.push_back(path_);
   }
 
   // Keys that no field claimed are errors, with the nearest known key as a suggestion.

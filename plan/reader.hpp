@@ -21,6 +21,9 @@ struct ReadContext {
   std::map<std::string, std::string> written_paths;
   // Paths of required sections that were absent: their fields are not reported again.
   std::vector<std::string> missing_sections;
+  // Sections whose preset or HF config failed to load: their "required" fields are not
+  // reported again, the failed source is the problem.
+  std::vector<std::string> unsourced_sections;
 };
 
 // Reads `root` (a JSON object) over `plan`, which holds the defaults.

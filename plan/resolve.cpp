@@ -26,7 +26,7 @@ void resolve(Plan& plan, Diagnostics& diags) {
     // Megatron-LM's default, and GPT-3's (Brown et al. 2020 §2.1: d_ff = 4 d_model).
     if (auto ffn = checked_mul(4, m.hidden_size)) m.ffn_hidden_size = *ffn;
   }
-  if (m.is_moe() && m.moe.moe_ffn_hidden_size == 0) m.moe.moe_ffn_hidden_size = m.ffn_hidden_size;
+  if (m.moe.moe_ffn_hidden_size == 0) m.moe.moe_ffn_hidden_size = m.ffn_hidden_size;
 
   ParallelismConfig& p = plan.parallelism;
   ClusterConfig& c = plan.cluster;

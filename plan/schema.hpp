@@ -193,7 +193,7 @@ void describe(V& v, RunConfig& s) {
 
 template <class V>
 void describe(V& v, Plan& s) {
-  v.field(s.schema_version, {.key = "schema_version", .doc = "Version of this schema; 1.", .min = 1, .max = 1});
+  v.field(s.schema_version, {.key = "schema_version", .doc = "Version of this schema; 1."});
   v.field(s.name, {.key = "name", .doc = "Name of the plan."});
   v.field(s.description, {.key = "description", .doc = "Free text."});
   v.section(s.model, {.key = "model", .doc = "The model.", .required = true});

@@ -89,6 +89,18 @@ UnitInfo info(Unit u) {
   return {Dimension::none, 1.0, "", ""};
 }
 
+std::string_view dimension_name(Dimension d) {
+  switch (d) {
+    case Dimension::none: return "a plain number";
+    case Dimension::count: return "a count";
+    case Dimension::time: return "a duration";
+    case Dimension::data_rate: return "a data rate";
+    case Dimension::data_size: return "a data size";
+    case Dimension::power: return "a power";
+  }
+  return "?";
+}
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -138,6 +150,12 @@ ParsedQuantity parse_quantity(std::string_view text, Unit target) {
     if (unit.empty()) {
       return {std::nullopt, "\"" + std::string(text) + "\" has no unit; write a plain number (in " +
                                 std::string(want.symbol) + ") or e.g. " + std::string(want.examples)};
+    }
+  }
+  for (const auto& sym : kSymbols) {
+    if (sym.text == unit && sym.dim != want.dim && !unit.empty()) {
+      return {std::nullopt, "\"" + std::string(text) + "\" is " + std::string(dimension_name(sym.dim)) + ", not " +
+                                std::string(dimension_name(want.dim)) + "; write e.g. " + std::string(want.examples)};
     }
   }
   return {std::nullopt, "unknown unit \"" + std::string(unit) + "\" in \"" + std::string(text) +

@@ -88,7 +88,7 @@ class Validator {
       d_.error("parallelism.tensor_model_parallel_size",
                str(tp) + " does not divide num_attention_heads " + str(m_.num_attention_heads));
     }
-    if (m_.num_query_groups > 0 && m_.num_query_groups % tp != 0) {
+    if (m_.num_query_groups > 0 && m_.num_query_groups != m_.num_attention_heads && m_.num_query_groups % tp != 0) {
       d_.error("parallelism.tensor_model_parallel_size",
                str(tp) + " does not divide num_query_groups " + str(m_.num_query_groups) +
                    " (each TP rank needs whole key/value heads)");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "plan/diagnostics.hpp"
+#include "plan/field_info.hpp"
 #include "plan/plan.hpp"
 
 namespace meshwork::plan {
@@ -19,6 +20,9 @@ void resolve(Plan& plan, Diagnostics& diags);
 
 // Bounds and required fields of schema.hpp.
 void check_field_ranges(const Plan& plan, Diagnostics& diags);
+
+// The bounds of one field's value (the reader checks values as given, before defaults).
+void check_bounds(double value, const FieldInfo& info, const std::string& path, Diagnostics& diags);
 
 // All rules, on a resolved plan (check_field_ranges included).
 Diagnostics validate(const Plan& plan);
