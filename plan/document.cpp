@@ -105,6 +105,11 @@ DocumentResult parse_json(std::string_view text) {
     out.document = std::move(doc);
   } catch (const nlohmann::json::parse_error& e) {
     out.diagnostics.add(json_syntax_error(e, text));
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range: a number that does not fit a double ("1e999").
+    std::string message = e.what();
+    if (const auto bracket = message.find("] "); bracket != std::string::npos) message = message.substr(bracket + 2);
+    out.diagnostics.error("", "JSON error: " + message);
   }
   return out;
 }

@@ -1,0 +1,187 @@
+// The `meshwork` program end to end, in-process: exit codes, messages, JSON outputs, and
+// the README's field reference against the schema.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "plan/schema_doc.hpp"
+
+namespace meshwork::cli {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kSource = MESHWORK_SOURCE_DIR;
+
+struct Outcome {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Outcome meshwork(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = run(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// At least 30 malformed plans (tests/data/malformed): each exits 1 with a message that names
+// the field or the cause. expected.json says which path and what words.
+TEST(Cli, MalformedPlansGiveAClearErrorAndExitOne) {
+  const fs::path dir = kSource / "tests/data/malformed";
+  const auto expected = nlohmann::json::parse(read(dir / "expected.json"));
+  int cases = 0;
+  for (const auto& [file, want] : expected.items()) {
+    if (file.rfind("__", 0) == 0) continue;
+    SCOPED_TRACE(file);
+    const fs::path path = dir / file;
+    ASSERT_TRUE(fs::exists(path));
+    const Outcome r = meshwork({"validate", path.string()});
+    EXPECT_EQ(r.code, 1) << r.err;
+    const std::string field = want["path"].get<std::string>();
+    const std::string needle = (field.empty() ? "error: " : "error: " + field + ": ");
+    bool found = false;
+    std::istringstream lines(r.err);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind(path.string(), 0) == 0 && line.find(needle) != std::string::npos &&
+          line.find(want["contains"].get<std::string>()) != std::string::npos) {
+        found = true;
+      }
+    }
+    EXPECT_TRUE(found) << "wanted \"" << needle << "...\" with \"" << want["contains"].get<std::string>()
+                       << "\", got:\n" << r.err;
+    ++cases;
+  }
+  EXPECT_GE(cases, 30);
+}
+
+TEST(Cli, AFileFarLargerThanAnyPlanIsRefusedBeforeParsing) {
+  const fs::path file = fs::temp_directory_path() / "meshwork-huge-plan.yaml";
+  {
+    std::ofstream out(file);
+    out << read(kSource / "scenarios/gpt3-175b-a100-1024.yaml");
+    const std::string padding(100, '#');
+    for (int i = 0; i < 22000; ++i) out << padding << '\n';  // ~2.2 MB
+  }
+  const Outcome r = meshwork({"validate", file.string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("refused before parsing"), std::string::npos) << r.err;
+  fs::remove(file);
+}
+
+TEST(Cli, MissingFileAndDirectory) {
+  Outcome r = meshwork({"validate", "/nonexistent/plan.yaml"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/plan.yaml: error: the file no such file"), std::string::npos) << r.err;
+  r = meshwork({"validate", fs::temp_directory_path().string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("is a directory"), std::string::npos) << r.err;
+}
+
+TEST(Cli, ValidateAcceptsEveryScenarioAndReportsEachFile) {
+  std::vector<std::string> args = {"validate"};
+  for (const auto& e : fs::recursive_directory_iterator(kSource / "scenarios")) {
+    if (e.path().extension() == ".yaml") args.push_back(e.path().string());
+  }
+  const Outcome r = meshwork(args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(static_cast<std::size_t>(std::count(r.out.begin(), r.out.end(), '\n')), args.size() - 1) << r.out;
+}
+
+TEST(Cli, ValidateExitsOneIfAnyOfSeveralPlansIsBad) {
+  const Outcome r = meshwork({"validate", (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string(),
+                          (kSource / "tests/data/malformed/62-empty.yaml").string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("gpt3-175b-a100-1024.yaml: ok"), std::string::npos);
+}
+
+// Golden: the resolved default scenario, as `show --json` prints it.
+TEST(Cli, ShowJsonOfTheDefaultScenarioMatchesTheGoldenFile) {
+  const Outcome r = meshwork({"show", "--json", (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto got = nlohmann::json::parse(r.out);
+  const fs::path golden = kSource / "tests/golden/show-gpt3-175b-a100-1024.json";
+  if (std::getenv("MESHWORK_UPDATE_GOLDEN")) std::ofstream(golden) << got.dump(2) << '\n';
+  EXPECT_EQ(got, nlohmann::json::parse(read(golden))) << "update with MESHWORK_UPDATE_GOLDEN=1 if intended";
+  EXPECT_EQ(got["derived"]["data_parallel_size"], 16);
+  EXPECT_EQ(got["derived"]["micro_batches_per_step"], 96);
+}
+
+TEST(Cli, ShowSummaryNamesTheMesh) {
+  const Outcome r = meshwork({"show", (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("TP 8 x CP 1 x PP 8 x DP 16 = 1024 GPUs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("96 micro-batches per step"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ShowOfABadPlanPrintsDiagnosticsAndExitsOne) {
+  const Outcome r = meshwork({"show", (kSource / "tests/data/malformed/20-mesh-product-mismatch.yaml").string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(r.out.empty());
+  EXPECT_NE(r.err.find("parallelism.data_parallel_size"), std::string::npos) << r.err;
+}
+
+TEST(Cli, PresetsListsEveryPresetWithItsSource) {
+  Outcome r = meshwork({"presets"});
+  ASSERT_EQ(r.code, 0);
+  for (const char* name : {"a100-sxm-40gb", "h100-sxm", "h200-sxm", "h800-sxm", "b200", "cpu-host", "gpt3-175b",
+                           "nar21-1t", "llama3-405b", "mixtral-8x7b", "deepseek-v3-shaped", "tiny"}) {
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+  }
+  r = meshwork({"presets", "--json"});
+  ASSERT_EQ(r.code, 0);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GE(j["gpus"].size(), 7u);
+  for (const auto& g : j["gpus"]) EXPECT_FALSE(g["source"].get<std::string>().empty());
+}
+
+TEST(Cli, ImportHfPrintsAModelSection) {
+  const Outcome r = meshwork({"import-hf", (kSource / "tests/data/hf/mixtral-8x7b.json").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"]["num_layers"], 32);
+  EXPECT_EQ(j["model"]["moe"]["num_moe_experts"], 8);
+  EXPECT_EQ(meshwork({"import-hf", "/nonexistent.json"}).code, 1);
+}
+
+// The README documents every plan field: its reference table is the schema's, verbatim.
+TEST(Cli, ReadmeFieldReferenceMatchesTheSchema) {
+  const std::string readme = read(kSource / "README.md");
+  const std::string begin = "<!-- fields:begin (generated by `meshwork schema`) -->\n";
+  const std::string end = "<!-- fields:end -->";
+  const auto a = readme.find(begin);
+  const auto b = readme.find(end);
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  EXPECT_EQ(readme.substr(a + begin.size(), b - a - begin.size()), plan::field_reference_markdown())
+      << "regenerate the README block with `meshwork schema`";
+  EXPECT_EQ(meshwork({"schema"}).out, plan::field_reference_markdown());
+}
+
+TEST(Cli, HelpForEverySubcommandAndUsageErrors) {
+  for (const char* sub : {"validate", "show", "presets", "schema", "import-hf"}) {
+    const Outcome r = meshwork({sub, "--help"});
+    EXPECT_EQ(r.code, 0) << sub;
+    EXPECT_NE(r.out.find(sub), std::string::npos) << sub << ": " << r.out;
+  }
+  EXPECT_EQ(meshwork({"--help"}).code, 0);
+  EXPECT_EQ(meshwork({}).code, 2);
+  EXPECT_EQ(meshwork({"frobnicate"}).code, 2);
+  EXPECT_EQ(meshwork({"validate"}).code, 2);
+  const Outcome v = meshwork({"--version"});
+  EXPECT_EQ(v.code, 0);
+  EXPECT_NE(v.out.find("meshwork 0.1.0"), std::string::npos) << v.out;
+}
+
+}  // namespace
+}  // namespace meshwork::cli
