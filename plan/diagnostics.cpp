@@ -48,7 +48,10 @@ std::string format(const Diagnostic& d, std::string_view file) {
   std::string out;
   if (!file.empty()) {
     out += file;
-    if (d.line > 0) out += ":" + std::to_string(d.line);
+    if (d.line > 0) {
+      out += ':';
+      out += std::to_string(d.line);
+    }
     out += ": ";
   }
   out += d.severity == Severity::error ? "error: " : "warning: ";
