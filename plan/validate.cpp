@@ -4,6 +4,7 @@
 #include <string>
 
 #include "plan/rank_layout.hpp"
+#include "plan/schema.hpp"
 
 namespace meshwork::plan {
 namespace {
@@ -53,6 +54,12 @@ class Validator {
     auto mp = checked_mul(p_.tensor_model_parallel_size, p_.context_parallel_size);
     if (mp) mp = checked_mul(*mp, p_.pipeline_model_parallel_size);
     if (!mp || *mp <= 0) return false;
+    // Out-of-bounds sizes are reported by the field checks; the layout is not built from them.
+    const auto in_bounds = [](std::int64_t v, double max) { return v >= 0 && static_cast<double>(v) <= max; };
+    if (!in_bounds(c_.num_gpus, kMaxGpus) || !in_bounds(p_.data_parallel_size, kMaxGpus) ||
+        !in_bounds(*mp, kMaxGpus) || !in_bounds(p_.expert_model_parallel_size, kMaxParallel)) {
+      return false;
+    }
     const std::string mp_text = "TP " + str(p_.tensor_model_parallel_size) + " x CP " +
                                 str(p_.context_parallel_size) + " x PP " + str(p_.pipeline_model_parallel_size);
     if (c_.num_gpus == 0 && p_.data_parallel_size == 0) {
@@ -187,13 +194,17 @@ class Validator {
   void check_tp_in_node() {
     const RankLayout layout = RankLayout::from_plan(p_);
     if (layout.world_size() != c_.num_gpus) return;
-    const std::int64_t groups = layout.num_groups(GroupKind::tp);
-    for (std::int64_t g = 0; g < groups; ++g) {
-      const auto members = layout.group(GroupKind::tp, g);
-      if (members.front() / c_.gpus_per_node != members.back() / c_.gpus_per_node) {
+    // A TP group is {base + k * stride : k < TP} for each base whose TP coordinate is 0; one
+    // pass over the ranks, no group materialised (4M ranks at most, by the schema's bounds).
+    const std::int64_t stride = layout.stride(MeshDim::tp);
+    const std::int64_t tp = layout.size(MeshDim::tp);
+    const std::int64_t per_node = c_.gpus_per_node;
+    for (std::int64_t base = 0; base < layout.world_size(); ++base) {
+      if ((base / stride) % tp != 0) continue;
+      const std::int64_t last = base + (tp - 1) * stride;
+      if (base / per_node != last / per_node) {
         d_.warning("parallelism.tensor_model_parallel_size",
-                   "TP group " + str(g) + " (ranks " + str(members.front()) + ".." + str(members.back()) +
-                       ") spans nodes of " + str(c_.gpus_per_node) +
+                   "the TP group of ranks " + str(base) + ".." + str(last) + " spans nodes of " + str(per_node) +
                        " GPUs: its all-reduces leave NVLink for the network");
         return;
       }
