@@ -12,6 +12,7 @@ namespace meshwork::plan {
 
 enum class Activation { gelu, swiglu };
 enum class Normalization { layernorm, rmsnorm };
+enum class PositionEmbedding { learned_absolute, rope };
 enum class Precision { bf16, fp16, fp8, fp32 };
 enum class Recompute { none, selective, full };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
@@ -37,6 +38,9 @@ MESHWORK_ENUM_NAMES(Activation, std::pair{Activation::gelu, std::string_view("ge
                     std::pair{Activation::swiglu, std::string_view("swiglu")});
 MESHWORK_ENUM_NAMES(Normalization, std::pair{Normalization::layernorm, std::string_view("layernorm")},
                     std::pair{Normalization::rmsnorm, std::string_view("rmsnorm")});
+MESHWORK_ENUM_NAMES(PositionEmbedding,
+                    std::pair{PositionEmbedding::learned_absolute, std::string_view("learned_absolute")},
+                    std::pair{PositionEmbedding::rope, std::string_view("rope")});
 MESHWORK_ENUM_NAMES(Precision, std::pair{Precision::bf16, std::string_view("bf16")},
                     std::pair{Precision::fp16, std::string_view("fp16")},
                     std::pair{Precision::fp8, std::string_view("fp8")},

@@ -115,6 +115,17 @@ bool import_hf_config(const nlohmann::json& config, ModelConfig& model, Diagnost
   m.untie_embeddings_and_output_weights = !r.boolean("tie_word_embeddings").value_or(true);
   m.add_bias_linear = r.boolean("attention_bias").value_or(m.normalization == Normalization::layernorm);
 
+  // GPT-2-style configs (n_positions) learn a position table; the others rotate (RoPE).
+  m.position_embedding_type = r.has("n_positions") ? PositionEmbedding::learned_absolute : PositionEmbedding::rope;
+  // DeepSeek's multi-head latent attention.
+  if (auto kv_rank = r.integer({"kv_lora_rank"}); kv_rank && *kv_rank > 0) {
+    m.mla.kv_lora_rank = *kv_rank;
+    m.mla.q_lora_rank = r.integer({"q_lora_rank"}).value_or(0);
+    m.mla.qk_head_dim = r.integer({"qk_nope_head_dim"}).value_or(m.mla.qk_head_dim);
+    m.mla.qk_pos_emb_head_dim = r.integer({"qk_rope_head_dim"}).value_or(m.mla.qk_pos_emb_head_dim);
+    m.mla.v_head_dim = r.integer({"v_head_dim"}).value_or(m.mla.v_head_dim);
+  }
+
   // MoE: Mixtral num_local_experts, Qwen-MoE num_experts, DeepSeek n_routed_experts.
   if (auto experts = r.integer({"num_local_experts", "num_experts", "n_routed_experts"}); experts && *experts > 0) {
     m.moe.num_moe_experts = *experts;

@@ -29,6 +29,19 @@ struct MoeConfig {
   bool operator==(const MoeConfig&) const = default;
 };
 
+// Multi-head latent attention (DeepSeek-V2/V3): keys and values through a low-rank latent.
+// Active when kv_lora_rank > 0. Names as Megatron-core's MLATransformerConfig.
+struct MlaConfig {
+  std::int64_t q_lora_rank = 0;  // 0: queries projected directly
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_head_dim = 128;
+  std::int64_t qk_pos_emb_head_dim = 64;
+  std::int64_t v_head_dim = 128;
+
+  [[nodiscard]] bool enabled() const { return kv_lora_rank > 0; }
+  bool operator==(const MlaConfig&) const = default;
+};
+
 struct ModelConfig {
   std::string name;  // the preset or HF model it came from, informative
   std::int64_t num_layers = 0;
@@ -39,10 +52,12 @@ struct ModelConfig {
   std::int64_t ffn_hidden_size = 0;   // derived: 4 * hidden_size
   Activation activation = Activation::gelu;
   Normalization normalization = Normalization::layernorm;
+  PositionEmbedding position_embedding_type = PositionEmbedding::learned_absolute;
   std::int64_t seq_length = 0;
   std::int64_t vocab_size = 0;
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;
+  MlaConfig mla;
   MoeConfig moe;
 
   [[nodiscard]] bool is_moe() const { return moe.num_moe_experts > 0; }

@@ -29,6 +29,15 @@ void describe(V& v, MoeConfig& s) {
 }
 
 template <class V>
+void describe(V& v, MlaConfig& s) {
+  v.field(s.q_lora_rank, {.key = "q_lora_rank", .doc = "Rank of the query down-projection; 0 projects queries directly.", .min = 0, .max = kMaxDim});
+  v.field(s.kv_lora_rank, {.key = "kv_lora_rank", .doc = "Rank of the key/value latent; 0 turns MLA off.", .min = 0, .max = kMaxDim});
+  v.field(s.qk_head_dim, {.key = "qk_head_dim", .doc = "Query/key head width without the rotary part.", .min = 1, .max = kMaxDim});
+  v.field(s.qk_pos_emb_head_dim, {.key = "qk_pos_emb_head_dim", .doc = "Rotary part of the query/key head width.", .min = 0, .max = kMaxDim});
+  v.field(s.v_head_dim, {.key = "v_head_dim", .doc = "Value head width.", .min = 1, .max = kMaxDim});
+}
+
+template <class V>
 void describe(V& v, ModelConfig& s) {
   v.preset(s, {.key = "preset", .doc = "Start from a model preset (`meshwork presets`); fields given here override it. `model: NAME` is short for `model: {preset: NAME}`."});
   v.hf_config(s, {.key = "hf_config", .doc = "Start from a Hugging Face config.json (path relative to the plan file); fields given here override it."});
@@ -41,10 +50,12 @@ void describe(V& v, ModelConfig& s) {
   v.field(s.ffn_hidden_size, {.key = "ffn_hidden_size", .doc = "Width of the dense MLP (per branch for SwiGLU).", .aliases = "ffn", .min = 1, .max = kMaxDim, .default_text = "= 4 * hidden_size"});
   v.field(s.activation, {.key = "activation", .doc = "MLP activation: gelu (two GEMMs) or swiglu (three)."});
   v.field(s.normalization, {.key = "normalization", .doc = "layernorm or rmsnorm."});
+  v.field(s.position_embedding_type, {.key = "position_embedding_type", .doc = "learned_absolute (a learned s x h table, GPT) or rope (no parameters)."});
   v.field(s.seq_length, {.key = "seq_length", .doc = "Tokens per sequence s.", .aliases = "seq_len", .min = 1, .max = kMaxDim, .required = true});
   v.field(s.vocab_size, {.key = "vocab_size", .doc = "Vocabulary V (padded as trained).", .aliases = "vocab", .min = 1, .max = kMaxDim, .required = true});
   v.field(s.untie_embeddings_and_output_weights, {.key = "untie_embeddings_and_output_weights", .doc = "Separate input embedding and LM head (Llama) rather than shared (GPT-3)."});
   v.field(s.add_bias_linear, {.key = "add_bias_linear", .doc = "Biases in the linear layers (GPT-3 yes, Llama no)."});
+  v.section(s.mla, {.key = "mla", .doc = "Multi-head latent attention (DeepSeek); absent for standard attention."});
   v.section(s.moe, {.key = "moe", .doc = "Mixture of experts; absent for a dense model."});
 }
 

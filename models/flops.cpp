@@ -1,0 +1,79 @@
+#include "models/flops.hpp"
+
+#include "models/params.hpp"
+
+namespace meshwork::models {
+namespace {
+
+double d(std::int64_t v) { return static_cast<double>(v); }
+
+double attention_gemm(const plan::ModelConfig& m) {
+  const double h = d(m.hidden_size);
+  const double a = d(m.num_attention_heads);
+  if (m.mla.enabled()) {
+    const auto& x = m.mla;
+    const double qk = d(x.qk_head_dim + x.qk_pos_emb_head_dim);
+    const double q = x.q_lora_rank > 0 ? h * d(x.q_lora_rank) + d(x.q_lora_rank) * a * qk : h * a * qk;
+    const double kv = h * d(x.kv_lora_rank + x.qk_pos_emb_head_dim) + d(x.kv_lora_rank) * a * d(x.qk_head_dim + x.v_head_dim);
+    return 2 * (q + kv + a * d(x.v_head_dim) * h);
+  }
+  const double q = a * d(m.kv_channels);
+  const double kv = d(m.num_query_groups) * d(m.kv_channels);
+  return 2 * (h * q + 2 * h * kv + q * h);
+}
+
+double mlp_gemm(const plan::ModelConfig& m, std::int64_t ffn) {
+  const double gemms = m.activation == plan::Activation::swiglu ? 3 : 2;
+  return 2 * gemms * d(m.hidden_size) * d(ffn);
+}
+
+double attention_core(const plan::ModelConfig& m, const FlopsOptions& opt) {
+  // Per query token: a heads x s keys x (d_qk for scores + d_v for the weighted sum) x 2.
+  double qk = d(m.kv_channels);
+  double v = d(m.kv_channels);
+  if (m.mla.enabled()) {
+    qk = d(m.mla.qk_head_dim + m.mla.qk_pos_emb_head_dim);
+    v = d(m.mla.v_head_dim);
+  }
+  const double full = 2 * d(m.seq_length) * d(m.num_attention_heads) * (qk + v);
+  return opt.causal_attention ? full / 2 : full;
+}
+
+}  // namespace
+
+LayerFlops dense_layer_flops(const plan::ModelConfig& m, const FlopsOptions& opt) {
+  return {attention_gemm(m) + mlp_gemm(m, m.ffn_hidden_size), attention_core(m, opt)};
+}
+
+LayerFlops moe_layer_flops(const plan::ModelConfig& m, const FlopsOptions& opt) {
+  double gemm = attention_gemm(m) + 2 * d(m.hidden_size) * d(m.moe.num_moe_experts);  // router
+  gemm += d(m.moe.moe_router_topk) * mlp_gemm(m, m.moe.moe_ffn_hidden_size);
+  if (m.moe.moe_shared_expert_intermediate_size > 0) gemm += mlp_gemm(m, m.moe.moe_shared_expert_intermediate_size);
+  return {gemm, attention_core(m, opt)};
+}
+
+double logits_flops(const plan::ModelConfig& m) { return 2 * d(m.hidden_size) * d(m.vocab_size); }
+
+StepFlops step_flops(const plan::Plan& plan, const FlopsOptions& opt) {
+  const auto& m = plan.model;
+  const ParamCounts c = count_params(m);
+  const LayerFlops dense = dense_layer_flops(m, opt);
+  const LayerFlops moe = moe_layer_flops(m, opt);
+  const double layers_fwd = d(c.dense_layers) * dense.total() + d(c.moe_layers) * moe.total();
+  const double tokens = d(plan.training.global_batch_size) * d(m.seq_length);
+  // Backward costs twice the forward (input and weight gradients): 3x in all (KOR22 §6.1).
+  StepFlops f;
+  f.model = 3 * tokens * (layers_fwd + logits_flops(m));
+  double recomputed = 0;
+  switch (plan.training.recompute) {
+    case plan::Recompute::none: break;
+    case plan::Recompute::selective:
+      recomputed = d(c.dense_layers) * dense.attention_core + d(c.moe_layers) * moe.attention_core;
+      break;
+    case plan::Recompute::full: recomputed = layers_fwd; break;
+  }
+  f.hardware = f.model + tokens * recomputed;
+  return f;
+}
+
+}  // namespace meshwork::models

@@ -1,0 +1,83 @@
+#include "models/params.hpp"
+
+namespace meshwork::models {
+namespace {
+
+double d(std::int64_t v) { return static_cast<double>(v); }
+
+double attention_params(const plan::ModelConfig& m) {
+  const double h = d(m.hidden_size);
+  const double a = d(m.num_attention_heads);
+  if (m.mla.enabled()) {
+    // DeepSeek-V2 (arXiv:2405.04434) §2.1.2: queries through a rank-q_lora latent (with its
+    // RMSNorm) to a * (qk + rope) heads; keys/values through a rank-kv_lora latent (normed)
+    // plus a shared rotary key of width rope; values a * v; output a * v -> h.
+    const auto& x = m.mla;
+    const double qk = d(x.qk_head_dim + x.qk_pos_emb_head_dim);
+    const double q = x.q_lora_rank > 0 ? h * d(x.q_lora_rank) + d(x.q_lora_rank) + d(x.q_lora_rank) * a * qk : h * a * qk;
+    const double kv = h * d(x.kv_lora_rank + x.qk_pos_emb_head_dim) + d(x.kv_lora_rank) +
+                      d(x.kv_lora_rank) * a * d(x.qk_head_dim + x.v_head_dim);
+    const double o = a * d(x.v_head_dim) * h;
+    return q + kv + o;
+  }
+  // Q: h -> a*d; K, V: h -> g*d each (GQA); O: a*d -> h.
+  const double q_width = a * d(m.kv_channels);
+  const double kv_width = d(m.num_query_groups) * d(m.kv_channels);
+  double p = h * q_width + 2 * h * kv_width + q_width * h;
+  if (m.add_bias_linear) p += q_width + 2 * kv_width + h;
+  return p;
+}
+
+double norm_params(const plan::ModelConfig& m) {
+  // LayerNorm has a scale and a shift, RMSNorm a scale only.
+  return m.normalization == plan::Normalization::layernorm ? 2 * d(m.hidden_size) : d(m.hidden_size);
+}
+
+}  // namespace
+
+double mlp_params(const plan::ModelConfig& m, std::int64_t ffn) {
+  const double h = d(m.hidden_size);
+  const double f = d(ffn);
+  // gelu: h -> f -> h; swiglu: two h -> f projections (gate and up), f -> h.
+  const bool gated = m.activation == plan::Activation::swiglu;
+  double p = (gated ? 3 : 2) * h * f;
+  if (m.add_bias_linear) p += (gated ? 2 : 1) * f + h;
+  return p;
+}
+
+bool is_moe_layer(const plan::ModelConfig& m, std::int64_t index) {
+  return m.is_moe() && index >= m.moe.first_k_dense_layers;
+}
+
+ParamCounts count_params(const plan::ModelConfig& m) {
+  ParamCounts c;
+  const double h = d(m.hidden_size);
+  c.layer.attention = attention_params(m);
+  c.layer.norms = 2 * norm_params(m);
+  c.layer.mlp = mlp_params(m, m.ffn_hidden_size);
+  if (m.is_moe()) {
+    c.moe_layers = m.num_layers - m.moe.first_k_dense_layers;
+    c.dense_layers = m.moe.first_k_dense_layers;
+    c.layer.router = h * d(m.moe.num_moe_experts);
+    c.layer.expert_one = mlp_params(m, m.moe.moe_ffn_hidden_size);
+    c.layer.experts = d(m.moe.num_moe_experts) * c.layer.expert_one;
+    if (m.moe.moe_shared_expert_intermediate_size > 0) {
+      c.layer.shared_expert = mlp_params(m, m.moe.moe_shared_expert_intermediate_size);
+    }
+  } else {
+    c.dense_layers = m.num_layers;
+  }
+  c.embedding = d(m.vocab_size) * h;
+  if (m.position_embedding_type == plan::PositionEmbedding::learned_absolute) c.position = d(m.seq_length) * h;
+  c.final_norm = norm_params(m);
+  if (m.untie_embeddings_and_output_weights) c.lm_head = d(m.vocab_size) * h;
+
+  const double outside = c.embedding + c.position + c.final_norm + c.lm_head;
+  c.total = outside + d(c.dense_layers) * c.dense_layer() + d(c.moe_layers) * c.moe_layer();
+  const double active_moe_layer = c.layer.attention + c.layer.norms + c.layer.router + c.layer.shared_expert +
+                                  d(m.moe.moe_router_topk) * c.layer.expert_one;
+  c.active = outside + d(c.dense_layers) * c.dense_layer() + d(c.moe_layers) * active_moe_layer;
+  return c;
+}
+
+}  // namespace meshwork::models

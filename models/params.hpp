@@ -1,0 +1,46 @@
+#pragma once
+// Parameter counts of a model: per layer kind, embeddings, totals and the parameters a token
+// activates (MoE: the routed top-k and the shared experts). Dense GPT (Narayanan et al. 2021
+// eq. 2), GQA, SwiGLU, MLA (DeepSeek-V2/V3) and MoE with dense first layers.
+
+#include <cstdint>
+
+#include "plan/plan.hpp"
+
+namespace meshwork::models {
+
+struct LayerParams {
+  double attention = 0;     // projections (and MLA's latent norms), biases included
+  double mlp = 0;           // the dense MLP of a dense layer
+  double router = 0;        // MoE layer: the gating matrix
+  double experts = 0;       // MoE layer: all routed experts
+  double expert_one = 0;    // MoE layer: one routed expert
+  double shared_expert = 0; // MoE layer: the shared experts
+  double norms = 0;         // the two norms of a layer
+};
+
+struct ParamCounts {
+  LayerParams layer;
+  std::int64_t dense_layers = 0;  // layers with a dense MLP
+  std::int64_t moe_layers = 0;
+  double embedding = 0;        // V x h
+  double position = 0;         // s x h for learned absolute positions
+  double final_norm = 0;
+  double lm_head = 0;          // V x h when untied, else 0 (shared with the embedding)
+  double total = 0;
+  double active = 0;           // per token: top-k routed experts instead of all
+
+  [[nodiscard]] double dense_layer() const { return layer.attention + layer.mlp + layer.norms; }
+  [[nodiscard]] double moe_layer() const {
+    return layer.attention + layer.router + layer.experts + layer.shared_expert + layer.norms;
+  }
+};
+
+// Parameters of one MLP of width `ffn`: two GEMMs for gelu, three for swiglu.
+double mlp_params(const plan::ModelConfig& m, std::int64_t ffn);
+ParamCounts count_params(const plan::ModelConfig& m);
+
+// Is layer `index` (0-based) a MoE layer?
+bool is_moe_layer(const plan::ModelConfig& m, std::int64_t index);
+
+}  // namespace meshwork::models
