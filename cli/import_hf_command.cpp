@@ -21,6 +21,17 @@ void add_import_hf_command(CLI::App& app, Io& io) {
       return;
     }
     plan::resolve(p, diags);
+    // Only the model's own rules apply: no mesh or cluster is given.
+    plan::check_field_ranges(p, diags);
+    const plan::Diagnostics rules = plan::validate(p);
+    for (const auto& d : rules.items()) {
+      if (d.path.rfind("model.", 0) == 0) diags.add(d);
+    }
+    print_diagnostics(io.err, diags, *file);
+    if (diags.has_errors()) {
+      io.exit_code = 1;
+      return;
+    }
     nlohmann::json out = {{"model", plan::to_json(p)["model"]}};
     io.out << out.dump(2) << '\n';
   });

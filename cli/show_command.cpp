@@ -85,9 +85,11 @@ void add_show_command(CLI::App& app, Io& io) {
   auto* cmd = app.add_subcommand("show", "Print the resolved plan: defaults filled, aliases expanded, derived values");
   auto file = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
+  auto derived = std::make_shared<bool>(false);
   cmd->add_option("PLAN", *file, "Plan file (YAML or JSON)")->required();
-  cmd->add_flag("--json", *json, "Print the resolved plan as JSON (the save format) with the derived values");
-  cmd->callback([file, json, &io] {
+  cmd->add_flag("--json", *json, "Print the resolved plan as JSON, the save format: it loads back as the same plan");
+  cmd->add_flag("--derived", *derived, "With --json: print {\"plan\": ..., \"derived\": ...} with DP, micro-batches, layers per stage...");
+  cmd->callback([file, json, derived, &io] {
     const auto result = plan::load_plan(*file);
     print_diagnostics(io.err, result.diagnostics, *file);
     if (!result.ok()) {
@@ -95,8 +97,10 @@ void add_show_command(CLI::App& app, Io& io) {
       io.exit_code = 1;
       return;
     }
-    if (*json) {
-      auto out = plan::to_json(result.plan);
+    if (*json && !*derived) {
+      io.out << plan::to_json_string(result.plan);
+    } else if (*json) {
+      nlohmann::json out = {{"plan", plan::to_json(result.plan)}};
       const auto d = plan::derive(result.plan);
       out["derived"] = {{"data_parallel_size", d.data_parallel_size},
                         {"expert_data_parallel_size", d.expert_data_parallel_size},

@@ -50,23 +50,25 @@ std::size_t invalid_utf8_at(std::string_view s) {
 
 // nlohmann's message without its "[json.exception.parse_error.101] parse error at line 3,
 // column 1: " prefix; the line goes into the diagnostic.
-Diagnostic json_syntax_error(const nlohmann::json::parse_error& e, std::string_view text) {
+Diagnostic json_syntax_error(const nlohmann::json::parse_error& e, std::string_view text, std::size_t offset) {
   std::string message = e.what();
   if (const auto colon = message.find(": "); colon != std::string::npos && message.find("parse error") < colon) {
     message = message.substr(colon + 2);
   }
-  const std::size_t byte = std::min<std::size_t>(e.byte, text.size());
+  const std::size_t byte = std::min<std::size_t>(e.byte + offset, text.size());
   const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(byte > 0 ? byte - 1 : 0), '\n');
   return {"", "JSON syntax error: " + message, Severity::error, static_cast<int>(line)};
 }
 
-DocumentResult parse_json(std::string_view text) {
+// `first`: the offset of the first non-blank byte, where parsing starts (line numbers still
+// count from the start of the file).
+DocumentResult parse_json(std::string_view whole, std::size_t first) {
+  const std::string_view text = whole.substr(first);
   DocumentResult out;
   // The parser itself is iterative, but a deep tree is useless to us and costly to destroy:
   // depth is bounded while parsing. Duplicate keys, which nlohmann would silently overwrite,
   // are caught with a stack of the keys seen in each open object.
   std::vector<std::set<std::string>> keys;
-  std::vector<std::string> path;  // keys of the open objects, for the message
   bool too_deep = false;
   std::optional<Diagnostic> duplicate;
   auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
@@ -104,7 +106,7 @@ DocumentResult parse_json(std::string_view text) {
     }
     out.document = std::move(doc);
   } catch (const nlohmann::json::parse_error& e) {
-    out.diagnostics.add(json_syntax_error(e, text));
+    out.diagnostics.add(json_syntax_error(e, whole, first));
   } catch (const nlohmann::json::exception& e) {
     // out_of_range: a number that does not fit a double ("1e999").
     std::string message = e.what();
@@ -152,7 +154,7 @@ DocumentResult parse_document(std::string_view text, Format format) {
     return out;
   }
   if (format == Format::detect) format = text[first] == '{' ? Format::json : Format::yaml;
-  out = format == Format::json ? parse_json(text.substr(first)) : parse_yaml(text);
+  out = format == Format::json ? parse_json(text, first) : parse_yaml(text);
   if (out.document && !out.document->root.is_object()) {
     out.diagnostics.error("", "a plan must be a mapping of sections (model, training, ...) at the top level, not " +
                                   kind_of(out.document->root));
@@ -165,8 +167,12 @@ std::optional<std::string> read_text_file(const std::filesystem::path& path, std
                                           std::string& error) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) {
-    error = "no such file";
+  if (status.type() == std::filesystem::file_type::not_found) {
+    error = "does not exist";
+    return std::nullopt;
+  }
+  if (ec) {
+    error = "cannot be read: " + ec.message();
     return std::nullopt;
   }
   if (std::filesystem::is_directory(status)) {

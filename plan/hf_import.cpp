@@ -5,6 +5,7 @@
 #include <string>
 
 #include "plan/document.hpp"
+#include "plan/validate.hpp"
 
 namespace meshwork::plan {
 namespace {
@@ -84,7 +85,7 @@ bool import_hf_config(const nlohmann::json& config, ModelConfig& model, Diagnost
   const nlohmann::json& cfg =
       config.contains("text_config") && config["text_config"].is_object() ? config["text_config"] : config;
   HfReader r(cfg, diags, path);
-  ModelConfig m = model;
+  ModelConfig m;  // a fresh model: nothing of an earlier preset survives
 
   if (auto name = HfReader(config, diags, path).string("_name_or_path"); name && !name->empty()) {
     m.name = *name;
@@ -102,7 +103,9 @@ bool import_hf_config(const nlohmann::json& config, ModelConfig& model, Diagnost
   m.ffn_hidden_size = r.integer({"intermediate_size", "n_inner", "ffn_dim"}).value_or(0);
   if (auto v = r.integer({"max_position_embeddings", "n_positions", "seq_length"})) m.seq_length = *v;
 
-  if (auto act = r.string("hidden_act").value_or(r.string("activation_function").value_or("gelu"));
+  std::optional<std::string> hidden_act = r.string("hidden_act");
+  if (!hidden_act) hidden_act = r.string("activation_function");
+  if (auto act = hidden_act.value_or("gelu");
       act == "silu" || act == "swiglu" || act == "swish") {
     m.activation = Activation::swiglu;  // Llama-family MLPs gate with SiLU: three GEMMs
   } else if (act.rfind("gelu", 0) == 0) {
@@ -135,7 +138,12 @@ bool import_hf_config(const nlohmann::json& config, ModelConfig& model, Diagnost
     if (auto shared = r.integer({"shared_expert_intermediate_size"})) {
       m.moe.moe_shared_expert_intermediate_size = *shared;  // Qwen-MoE
     } else if (auto n_shared = r.integer({"n_shared_experts"})) {
-      m.moe.moe_shared_expert_intermediate_size = *n_shared * m.moe.moe_ffn_hidden_size;  // DeepSeek
+      // DeepSeek: n_shared_experts of moe_intermediate_size each.
+      if (auto width = checked_mul(*n_shared, m.moe.moe_ffn_hidden_size)) {
+        m.moe.moe_shared_expert_intermediate_size = *width;
+      } else {
+        r.fail("n_shared_experts x moe_intermediate_size is out of range");
+      }
     }
     m.moe.first_k_dense_layers = r.integer({"first_k_dense_replace"}).value_or(0);
   }

@@ -208,9 +208,11 @@ struct FailureConfig {
 // A checkpoint interval: `auto` (Young/Daly optimum) or a fixed duration.
 struct CheckpointInterval {
   bool automatic = true;
-  double seconds = 0;
+  double seconds = 0;  // used when not automatic
 
-  bool operator==(const CheckpointInterval&) const = default;
+  bool operator==(const CheckpointInterval& o) const {
+    return automatic == o.automatic && (automatic || seconds == o.seconds);
+  }
 };
 
 struct CheckpointConfig {

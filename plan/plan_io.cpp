@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <random>
+#include <atomic>
+#include <unistd.h>
 #include <system_error>
 
 #include "plan/reader.hpp"
@@ -38,7 +39,12 @@ LoadResult finish(const nlohmann::json& root, const std::map<std::string, int>& 
   read_plan(root, out.plan, ctx);
   resolve(out.plan, ctx.diagnostics);
   const Diagnostics read = std::move(ctx.diagnostics);
-  const Diagnostics rules = validate(out.plan);
+  Diagnostics rules;
+  if (ctx.value_errors == 0) {
+    rules = validate(out.plan);
+  } else {
+    check_field_ranges(out.plan, rules);
+  }
 
   auto under_any = [](const std::string& path, const std::vector<std::string>& sections) {
     return std::any_of(sections.begin(), sections.end(), [&](const std::string& s) { return is_under(path, s); });
@@ -105,9 +111,10 @@ LoadResult load_plan(const std::filesystem::path& path) {
 std::string to_json_string(const Plan& plan) { return to_json(plan).dump(2) + "\n"; }
 
 bool write_file_atomically(const std::filesystem::path& path, std::string_view content, std::string& error) {
-  std::random_device rd;
+  // Unique among this process's writes and other processes': pid and a counter.
+  static std::atomic<unsigned> counter{0};
   const std::filesystem::path tmp =
-      path.string() + ".tmp-" + std::to_string(rd() % 1000000u);
+      path.string() + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) {

@@ -34,7 +34,8 @@ std::optional<DimOrder> parse_order(std::string_view text, std::string& error) {
   std::string_view rest = text;
   while (true) {
     const auto dash = rest.find('-');
-    const std::string_view token = rest.substr(0, dash);
+    std::string token(rest.substr(0, dash));
+    for (char& c : token) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);  // as Megatron's order.lower()
     auto it = std::find_if(kDimNames.begin(), kDimNames.end(), [&](const auto& p) { return p.second == token; });
     if (it == kDimNames.end()) {
       error = "\"" + std::string(token) + "\" is not a mesh dimension (tp, cp, ep, dp, pp)";

@@ -21,7 +21,11 @@ std::string describe_json(const json& j) {
     case json::value_t::boolean: return j.get<bool>() ? "true" : "false";
     case json::value_t::string: {
       std::string s = j.get<std::string>();
-      if (s.size() > 40) s = s.substr(0, 37) + "...";
+      if (s.size() > 40) {
+        std::size_t cut = 37;
+        while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // a code-point boundary
+        s = s.substr(0, cut) + "...";
+      }
       return "the string " + json(s).dump(-1, ' ', /*ensure_ascii=*/true);
     }
     case json::value_t::array: return "a list";
@@ -218,9 +222,16 @@ class SectionReader {
       if (j->is_null()) return;
       T value = member;
       const std::string path = join_path(path_, info.key);
-      if (!read_value(*j, value, Where{path, info, ctx_})) return;
-      if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) {
-        check_bounds(static_cast<double>(value), info, path, ctx_.diagnostics);
+      const std::size_t errors_before = ctx_.diagnostics.error_count();
+      if (read_value(*j, value, Where{path, info, ctx_})) {
+        if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) {
+          check_bounds(static_cast<double>(value), info, path, ctx_.diagnostics);
+        }
+      }
+      // A value that is wrong keeps the default: no rule computes with an out-of-range number.
+      if (ctx_.diagnostics.error_count() != errors_before) {
+        ++ctx_.value_errors;
+        return;
       }
       member = std::move(value);
     }
@@ -301,6 +312,11 @@ class SectionReader {
     const json* j = find(info);
     if (!j || j->is_null()) return;
     const std::string path = join_path(path_, info.key);
+    if (obj_.contains("preset")) {
+      ctx_.diagnostics.error(path, "give either a preset or an hf_config, not both");
+      ++ctx_.value_errors;
+      return;
+    }
     if (!j->is_string() || j->get<std::string>().empty()) {
       ctx_.diagnostics.error(path, "expected the path of a config.json, got " + describe_json(*j));
       return;

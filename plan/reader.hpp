@@ -24,6 +24,9 @@ struct ReadContext {
   // Sections whose preset or HF config failed to load: their "required" fields are not
   // reported again, the failed source is the problem.
   std::vector<std::string> unsourced_sections;
+  // Values that could not be read (type, unit, bound): the plan holds defaults in their place,
+  // so rules that tie fields together are not checked (they would report on the defaults).
+  std::size_t value_errors = 0;
 };
 
 // Reads `root` (a JSON object) over `plan`, which holds the defaults.

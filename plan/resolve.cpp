@@ -1,5 +1,6 @@
 #include "plan/validate.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace meshwork::plan {
@@ -17,14 +18,19 @@ void resolve(Plan& plan, Diagnostics& diags) {
     if (m.hidden_size % m.num_attention_heads == 0) {
       m.kv_channels = m.hidden_size / m.num_attention_heads;
     } else {
-      diags.error("model.kv_channels", "hidden_size " + std::to_string(m.hidden_size) +
-                                           " does not divide into num_attention_heads " +
-                                           std::to_string(m.num_attention_heads) + "; give the head width");
+      diags.error("model.kv_channels", "num_attention_heads " + std::to_string(m.num_attention_heads) +
+                                           " does not divide hidden_size " + std::to_string(m.hidden_size) +
+                                           "; give the head width");
     }
   }
-  if (m.ffn_hidden_size == 0) {
-    // Megatron-LM's default, and GPT-3's (Brown et al. 2020 §2.1: d_ff = 4 d_model).
-    if (auto ffn = checked_mul(4, m.hidden_size)) m.ffn_hidden_size = *ffn;
+  if (m.ffn_hidden_size == 0 && m.hidden_size > 0) {
+    if (m.activation == Activation::swiglu) {
+      // Megatron-LM with --swiglu: int(4h * 2/3 / 64) * 64, the same parameters as a 4h GELU MLP.
+      m.ffn_hidden_size = std::max<std::int64_t>(64, (4 * m.hidden_size * 2 / 3) / 64 * 64);
+    } else {
+      // Megatron-LM's default, and GPT-3's (Brown et al. 2020 §2.1: d_ff = 4 d_model).
+      m.ffn_hidden_size = 4 * m.hidden_size;
+    }
   }
   if (m.moe.moe_ffn_hidden_size == 0) m.moe.moe_ffn_hidden_size = m.ffn_hidden_size;
 
@@ -41,9 +47,14 @@ void resolve(Plan& plan, Diagnostics& diags) {
   }
 
   if (c.intra_node.bandwidth_gbytes_per_s == 0) {
-    // Without NVLink (a CPU host), ranks in a node exchange through memory.
-    c.intra_node.bandwidth_gbytes_per_s =
-        c.gpu.nvlink_gbytes_per_s > 0 ? c.gpu.nvlink_gbytes_per_s : c.gpu.hbm_gbytes_per_s;
+    switch (c.intra_node.kind) {
+      case IntraNodeKind::nvswitch:
+      case IntraNodeKind::nvlink_mesh: c.intra_node.bandwidth_gbytes_per_s = c.gpu.nvlink_gbytes_per_s; break;
+      // PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 encoding = 31.5 GB/s per direction (PCI-SIG).
+      case IntraNodeKind::pcie: c.intra_node.bandwidth_gbytes_per_s = 31.5; break;
+      // Ranks of one host exchange through its memory.
+      case IntraNodeKind::shared_memory: c.intra_node.bandwidth_gbytes_per_s = c.gpu.hbm_gbytes_per_s; break;
+    }
   }
 }
 

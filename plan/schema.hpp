@@ -47,7 +47,7 @@ void describe(V& v, ModelConfig& s) {
   v.field(s.num_attention_heads, {.key = "num_attention_heads", .doc = "Query heads a.", .aliases = "heads", .min = 1, .max = 1e5, .required = true});
   v.field(s.num_query_groups, {.key = "num_query_groups", .doc = "Key/value heads (GQA); equal to the heads for multi-head attention.", .aliases = "kv_heads,num_key_value_heads", .min = 1, .max = 1e5, .default_text = "= num_attention_heads"});
   v.field(s.kv_channels, {.key = "kv_channels", .doc = "Width of one attention head.", .aliases = "head_dim", .min = 1, .max = kMaxDim, .default_text = "= hidden_size / num_attention_heads"});
-  v.field(s.ffn_hidden_size, {.key = "ffn_hidden_size", .doc = "Width of the dense MLP (per branch for SwiGLU).", .aliases = "ffn", .min = 1, .max = kMaxDim, .default_text = "= 4 * hidden_size"});
+  v.field(s.ffn_hidden_size, {.key = "ffn_hidden_size", .doc = "Width of the dense MLP (per branch for SwiGLU).", .aliases = "ffn", .min = 1, .max = kMaxDim, .default_text = "= 4 * hidden_size (gelu); 8/3 * hidden_size rounded down to 64 (swiglu)"});
   v.field(s.activation, {.key = "activation", .doc = "MLP activation: gelu (two GEMMs) or swiglu (three)."});
   v.field(s.normalization, {.key = "normalization", .doc = "layernorm or rmsnorm."});
   v.field(s.position_embedding_type, {.key = "position_embedding_type", .doc = "learned_absolute (a learned s x h table, GPT) or rope (no parameters)."});
@@ -119,7 +119,7 @@ void describe(V& v, GpuSpec& s) {
 template <class V>
 void describe(V& v, IntraNodeConfig& s) {
   v.field(s.kind, {.key = "kind", .doc = "How GPUs in a node connect."});
-  v.field(s.bandwidth_gbytes_per_s, {.key = "bandwidth_gbytes_per_s", .doc = "Per-GPU bandwidth into the node fabric, one direction.", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e6, .min_exclusive = true, .default_text = "= gpu.nvlink_gbytes_per_s"});
+  v.field(s.bandwidth_gbytes_per_s, {.key = "bandwidth_gbytes_per_s", .doc = "Per-GPU bandwidth into the node fabric, one direction.", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e6, .min_exclusive = true, .default_text = "= gpu.nvlink_gbytes_per_s; 31.5 for pcie; gpu.hbm_gbytes_per_s for shared_memory"});
   v.field(s.latency_us, {.key = "latency_us", .doc = "Latency of one intra-node hop.", .unit = Unit::microseconds, .min = 0, .max = 1e6});
 }
 

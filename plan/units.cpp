@@ -29,7 +29,6 @@ constexpr std::array kSymbols = {
     UnitSymbol{"ms", Dimension::time, 1e-3},
     UnitSymbol{"s", Dimension::time, 1.0},
     UnitSymbol{"sec", Dimension::time, 1.0},
-    UnitSymbol{"m", Dimension::time, 60.0},
     UnitSymbol{"min", Dimension::time, 60.0},
     UnitSymbol{"h", Dimension::time, 3600.0},
     UnitSymbol{"hr", Dimension::time, 3600.0},

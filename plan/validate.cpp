@@ -78,6 +78,21 @@ class Validator {
                    " GPUs, but cluster.num_gpus is " + str(c_.num_gpus));
       return false;
     }
+    if (p_.expert_model_parallel_size > 1) {
+      // Megatron-core's RankGenerator: "The ep and dp must be adjacent in order", and it does
+      // not combine expert with context parallelism.
+      const auto ep_at = p_.order.find("ep");
+      const auto dp_at = p_.order.find("dp");
+      if (ep_at != std::string::npos && dp_at != std::string::npos && ep_at + 3 != dp_at && dp_at + 3 != ep_at) {
+        d_.error("parallelism.order", "ep and dp must be adjacent (expert parallelism is carved out of data parallelism)");
+        ok = false;
+      }
+      if (p_.context_parallel_size > 1) {
+        d_.error("parallelism.expert_model_parallel_size",
+                 "expert parallelism with context_parallel_size > 1 is not supported (as in Megatron-core's RankGenerator)");
+        ok = false;
+      }
+    }
     if (p_.expert_model_parallel_size > 0 && p_.data_parallel_size % p_.expert_model_parallel_size != 0) {
       d_.error("parallelism.expert_model_parallel_size",
                str(p_.expert_model_parallel_size) + " does not divide data_parallel_size " +
@@ -103,6 +118,27 @@ class Validator {
     if (p_.sequence_parallel && tp == 1) {
       d_.warning("parallelism.sequence_parallel", "has no effect with tensor_model_parallel_size 1");
     }
+    // Column-parallel linears split their output width over TP (Megatron's divide() asserts).
+    auto width_divides = [&](const char* path, const char* name, std::int64_t width) {
+      if (width > 0 && width % tp != 0) {
+        d_.error(path, std::string(name) + " " + str(width) + " does not divide by tensor_model_parallel_size " + str(tp));
+      }
+    };
+    width_divides("model.ffn_hidden_size", "ffn_hidden_size", m_.ffn_hidden_size);
+    if (m_.is_moe()) {
+      width_divides("model.moe.moe_ffn_hidden_size", "moe_ffn_hidden_size", m_.moe.moe_ffn_hidden_size);
+      width_divides("model.moe.moe_shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+                    m_.moe.moe_shared_expert_intermediate_size);
+      if (tp > 1 && !p_.sequence_parallel) {
+        d_.error("parallelism.sequence_parallel", "MoE with tensor parallelism needs sequence_parallel: true (Megatron-core requires it)");
+      }
+    }
+    // Sequence parallelism splits each CP rank's tokens over TP.
+    if (p_.sequence_parallel && tp > 1 && m_.seq_length > 0 && p_.context_parallel_size > 0 &&
+        (m_.seq_length % p_.context_parallel_size != 0 || (m_.seq_length / p_.context_parallel_size) % tp != 0)) {
+      d_.error("parallelism.sequence_parallel", "seq_length " + str(m_.seq_length) + " / CP " + str(p_.context_parallel_size) +
+                                                    " does not divide by tensor_model_parallel_size " + str(tp));
+    }
   }
 
   void check_batch() {
@@ -116,7 +152,20 @@ class Validator {
       return;
     }
     const std::int64_t micro_batches = t.global_batch_size / *per_step;
-    if (p_.pipeline_model_parallel_size > 1 && micro_batches < p_.pipeline_model_parallel_size) {
+    const std::int64_t pp = p_.pipeline_model_parallel_size;
+    if (p_.pipeline_schedule == PipelineSchedule::interleaved && pp > 1) {
+      // Megatron-LM's interleaved schedule needs at least PP micro-batches; before core 0.7 it
+      // required a multiple of PP.
+      if (micro_batches < pp) {
+        d_.error("training.global_batch_size", str(micro_batches) + " micro-batches per step; the interleaved schedule needs at least PP = " + str(pp));
+        return;
+      }
+      if (micro_batches % pp != 0) {
+        d_.warning("training.global_batch_size", str(micro_batches) + " micro-batches per step is not a multiple of PP = " + str(pp) +
+                                                     " (Megatron-LM before core 0.7 rejects this for the interleaved schedule)");
+      }
+    }
+    if (pp > 1 && micro_batches < pp) {
       d_.warning("training.global_batch_size",
                  str(micro_batches) + " micro-batches per step is fewer than the " +
                      str(p_.pipeline_model_parallel_size) + " pipeline stages: the pipeline never fills");
@@ -182,8 +231,8 @@ class Validator {
       d_.error("cluster.nics_per_node", "a job on " + str(c_.num_nodes()) + " nodes needs NICs");
     }
     const double peak = peak_tflops(c_.gpu, plan_.training.precision);
-    if (peak <= 0 && !c_.gpu.name.empty()) {
-      d_.error("training.precision", c_.gpu.name + " has no " + std::string(to_string(plan_.training.precision)) +
+    if (peak <= 0) {
+      d_.error("training.precision", (c_.gpu.name.empty() ? std::string("the GPU") : c_.gpu.name) + " has no " + std::string(to_string(plan_.training.precision)) +
                                          " peak (cluster.gpu.peak_tflops)");
     }
     if (mesh_ok && c_.gpus_per_node > 0) check_tp_in_node();

@@ -82,7 +82,7 @@ TEST(Cli, AFileFarLargerThanAnyPlanIsRefusedBeforeParsing) {
 TEST(Cli, MissingFileAndDirectory) {
   Outcome r = meshwork({"validate", "/nonexistent/plan.yaml"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("/nonexistent/plan.yaml: error: the file no such file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/nonexistent/plan.yaml: error: the file does not exist"), std::string::npos) << r.err;
   r = meshwork({"validate", fs::temp_directory_path().string()});
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("is a directory"), std::string::npos) << r.err;
@@ -107,7 +107,7 @@ TEST(Cli, ValidateExitsOneIfAnyOfSeveralPlansIsBad) {
 
 // Golden: the resolved default scenario, as `show --json` prints it.
 TEST(Cli, ShowJsonOfTheDefaultScenarioMatchesTheGoldenFile) {
-  const Outcome r = meshwork({"show", "--json", (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string()});
+  const Outcome r = meshwork({"show", "--json", "--derived", (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string()});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto got = nlohmann::json::parse(r.out);
   const fs::path golden = kSource / "tests/golden/show-gpt3-175b-a100-1024.json";
@@ -115,6 +115,19 @@ TEST(Cli, ShowJsonOfTheDefaultScenarioMatchesTheGoldenFile) {
   EXPECT_EQ(got, nlohmann::json::parse(read(golden))) << "update with MESHWORK_UPDATE_GOLDEN=1 if intended";
   EXPECT_EQ(got["derived"]["data_parallel_size"], 16);
   EXPECT_EQ(got["derived"]["micro_batches_per_step"], 96);
+}
+
+// What `show --json` prints is a plan file: loaded again, it is the same plan.
+TEST(Cli, ShowJsonLoadsBackAsTheSamePlan) {
+  const fs::path plan = kSource / "scenarios/published/kor22-175b.yaml";
+  const Outcome r = meshwork({"show", "--json", plan.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path saved = fs::temp_directory_path() / "meshwork-show-roundtrip.json";
+  std::ofstream(saved) << r.out;
+  const Outcome again = meshwork({"show", "--json", saved.string()});
+  EXPECT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(again.out, r.out);
+  fs::remove(saved);
 }
 
 TEST(Cli, ShowSummaryNamesTheMesh) {

@@ -101,7 +101,7 @@ TEST(HfImport, ReportsMissingAndMalformedFields) {
   EXPECT_FALSE(import_hf_config(nlohmann::json::array(), m, d3));
   Diagnostics d4;
   EXPECT_FALSE(import_hf_config_file("/nonexistent/config.json", m, d4));
-  EXPECT_TRUE(testing::has_error(d4, "model.hf_config", "no such file"));
+  EXPECT_TRUE(testing::has_error(d4, "model.hf_config", "does not exist"));
   Diagnostics d5;
   EXPECT_FALSE(import_hf_config(nlohmann::json{{"num_hidden_layers", 2}, {"hidden_size", 64}, {"num_attention_heads", 4},
                                                {"vocab_size", 10}, {"hidden_act", "relu"}},

@@ -183,3 +183,54 @@ cluster: {gpu: h100-sxm, num_gpus: 8}
 
 }  // namespace
 }  // namespace meshwork::plan
+
+namespace meshwork::plan {
+namespace {
+
+TEST(PlanIo, SwigluDefaultsToMegatronsFfnWidth) {
+  auto r = testing::load_yaml(R"(model: {num_layers: 2, hidden_size: 4096, num_attention_heads: 32, seq_length: 128, vocab_size: 1000, activation: swiglu}
+training: {global_batch_size: 8}
+cluster: {gpu: h100-sxm, num_gpus: 8}
+)");
+  ASSERT_TRUE(r.ok()) << testing::dump(r.diagnostics);
+  EXPECT_EQ(r.plan.model.ffn_hidden_size, 10880);  // int(4 * 4096 * 2/3 / 64) * 64
+}
+
+TEST(PlanIo, PresetAndHfConfigTogetherIsAnError) {
+  auto r = load_plan_text("model: {preset: mixtral-8x7b, hf_config: hf/meta-llama-3-8b.json}\ntraining: {global_batch_size: 8}\ncluster: {gpu: h100-sxm, num_gpus: 8}\n",
+                          Format::yaml, std::filesystem::path(MESHWORK_SOURCE_DIR) / "tests/data");
+  EXPECT_TRUE(testing::has_error(r.diagnostics, "model.hf_config", "not both")) << testing::dump(r.diagnostics);
+}
+
+TEST(PlanIo, LongNonAsciiStringsInMessagesStayValidUtf8) {
+  // A message quotes at most 37 bytes of a bad value; the cut must not split a character.
+  std::string value;
+  for (int i = 0; i < 30; ++i) value += "\xC3\xA9";  // é
+  auto r = testing::load_yaml(std::string(testing::kBasePlan) + "run: {trials: \"" + value + "\"}\n");
+  EXPECT_TRUE(testing::has_error(r.diagnostics, "run.trials", "expected an integer")) << testing::dump(r.diagnostics);
+}
+
+TEST(PlanIo, OutOfRangeValuesAreNotComputedWith) {
+  // cp = 2^62 would overflow 2 * cp in the sequence rule; it is reported and not used.
+  auto r = load_plan_text(R"({"model": {"preset": "tiny"}, "training": {"global_batch_size": 8},
+    "parallelism": {"cp": 4611686018427387904, "decoder_first_pipeline_num_layers": 9223372036854775807},
+    "cluster": {"gpu": "h100-sxm", "num_gpus": 8}})", Format::json);
+  EXPECT_TRUE(testing::has_error(r.diagnostics, "parallelism.context_parallel_size", "at most")) << testing::dump(r.diagnostics);
+  EXPECT_TRUE(testing::has_error(r.diagnostics, "parallelism.decoder_first_pipeline_num_layers", "at most"));
+}
+
+TEST(PlanIo, JsonSyntaxErrorsCarryTheirLine) {
+  auto r = load_plan_text("\n\n\n{\n  \"model\": {\n    \"preset\": \"tiny\",\n  }\n}\n", Format::json);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.diagnostics.items().front().line, 7) << testing::dump(r.diagnostics);
+}
+
+TEST(PlanIo, OrderIsCaseInsensitive) {
+  auto r = testing::load_yaml(std::string(testing::kBasePlan) + "failures: {}\n");
+  Plan p = r.plan;
+  p.parallelism.order = "TP-CP-EP-DP-PP";
+  EXPECT_FALSE(validate(p).has_errors());
+}
+
+}  // namespace
+}  // namespace meshwork::plan

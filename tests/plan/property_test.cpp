@@ -95,12 +95,13 @@ TEST(PlanProperty, ConsistentRandomMeshesAreAccepted) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 500; ++i) {
     const std::int64_t tp = pick(rng, {1, 2, 4, 8});
-    const std::int64_t cp = pick(rng, {1, 2, 4});
     const std::int64_t pp = pick(rng, {1, 2, 3, 4, 8});
     const std::int64_t ep = pick(rng, {1, 2, 4});
+    const std::int64_t cp = ep > 1 ? 1 : pick(rng, {1, 2, 4});  // Megatron-core: no EP with CP
     const std::int64_t dp = ep * pick(rng, {1, 2, 3, 4});
     const std::int64_t vpp = pp > 1 ? pick(rng, {1, 2}) : 1;
     const std::int64_t mbs = pick(rng, {1, 2});
+    const std::int64_t micro_batches = pp * pick(rng, {1, 4, 16});  // interleaving needs >= PP
     const std::int64_t gpus = tp * cp * pp * dp;
     const std::int64_t per_node = gpus % 8 == 0 ? 8 : gpus;
     json j = {{"model",
@@ -111,9 +112,10 @@ TEST(PlanProperty, ConsistentRandomMeshesAreAccepted) {
                 {"seq_length", 4096},
                 {"vocab_size", 32000},
                 {"moe", {{"num_moe_experts", ep > 1 ? 8 * ep : 0}}}}},
-              {"training", {{"global_batch_size", mbs * dp * pick(rng, {1, 4, 16})}, {"micro_batch_size", mbs}}},
+              {"training", {{"global_batch_size", mbs * dp * micro_batches}, {"micro_batch_size", mbs}}},
               {"parallelism",
                {{"tp", tp}, {"cp", cp}, {"pp", pp}, {"ep", ep}, {"vpp", vpp},
+                {"sequence_parallel", tp > 1},
                 {"pipeline_schedule", vpp > 1 ? "interleaved" : "1f1b"}}},
               {"cluster", {{"gpu", "h100-sxm"}, {"num_gpus", gpus}, {"gpus_per_node", per_node}}}};
     const auto r = load_plan_json(j);

@@ -56,6 +56,7 @@ TEST(Validate, HeadsMustDivideByTp) {
   p.model.num_attention_heads = 36;
   p.model.num_query_groups = 36;
   p.model.hidden_size = 36 * 128;
+  p.model.ffn_hidden_size = 4 * 36 * 128;
   EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
 }
 
@@ -156,12 +157,80 @@ TEST(Validate, ExpertsMustDivideByEpAndEpMustDivideDp) {
   p.model.moe.num_moe_experts = 6;
   p.model.moe.moe_ffn_hidden_size = 1024;
   p.parallelism.expert_model_parallel_size = 4;
+  p.parallelism.sequence_parallel = true;  // Megatron-core: MoE with TP needs SP
   EXPECT_TRUE(has_error(check(p), "parallelism.expert_model_parallel_size", "4 does not divide num_moe_experts 6"));
   p.model.moe.num_moe_experts = 8;
   EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
   p.model.moe.num_moe_experts = 16;
   p.parallelism.expert_model_parallel_size = 8;  // DP is 4
   EXPECT_TRUE(has_error(check(p), "parallelism.expert_model_parallel_size", "does not divide data_parallel_size 4"));
+}
+
+Plan moe_plan() {
+  Plan p = base_plan();
+  p.model.moe.num_moe_experts = 8;
+  p.model.moe.moe_ffn_hidden_size = 1024;
+  p.parallelism.expert_model_parallel_size = 2;
+  p.parallelism.sequence_parallel = true;
+  return p;
+}
+
+TEST(Validate, ExpertAndDataDimensionsMustBeAdjacentInTheOrder) {
+  Plan p = moe_plan();
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+  p.parallelism.order = "tp-ep-cp-dp-pp";
+  EXPECT_TRUE(has_error(check(p), "parallelism.order", "ep and dp must be adjacent"));
+  p.parallelism.order = "tp-cp-dp-ep-pp";
+  EXPECT_FALSE(has_error(check(p), "parallelism.order"));
+}
+
+TEST(Validate, ExpertParallelismWithContextParallelismIsRefused) {
+  Plan p = moe_plan();
+  p.parallelism.context_parallel_size = 2;
+  p.parallelism.data_parallel_size = 2;
+  EXPECT_TRUE(has_error(check(p), "parallelism.expert_model_parallel_size", "context_parallel_size > 1"));
+}
+
+TEST(Validate, MoeWithTensorParallelismNeedsSequenceParallelism) {
+  Plan p = moe_plan();
+  p.parallelism.sequence_parallel = false;
+  EXPECT_TRUE(has_error(check(p), "parallelism.sequence_parallel", "MoE with tensor parallelism"));
+}
+
+TEST(Validate, SequenceParallelNeedsTokensDivisibleByTp) {
+  Plan p = base_plan();
+  p.parallelism.sequence_parallel = true;
+  EXPECT_FALSE(check(p).has_errors());
+  p.model.seq_length = 2052;  // / 8 is not whole
+  EXPECT_TRUE(has_error(check(p), "parallelism.sequence_parallel", "does not divide by tensor_model_parallel_size 8"));
+}
+
+TEST(Validate, MlpWidthsMustDivideByTp) {
+  Plan p = base_plan();
+  p.model.ffn_hidden_size = 16388;
+  EXPECT_TRUE(has_error(check(p), "model.ffn_hidden_size", "does not divide by tensor_model_parallel_size 8"));
+  p = moe_plan();
+  p.model.moe.moe_ffn_hidden_size = 1028;
+  EXPECT_TRUE(has_error(check(p), "model.moe.moe_ffn_hidden_size"));
+}
+
+TEST(Validate, InterleavedNeedsAtLeastPpMicroBatches) {
+  Plan p = base_plan();
+  p.parallelism.pipeline_schedule = PipelineSchedule::interleaved;
+  p.parallelism.virtual_pipeline_model_parallel_size = 2;
+  p.training.global_batch_size = 8;  // 1 micro-batch, PP 2
+  EXPECT_TRUE(has_error(check(p), "training.global_batch_size", "needs at least PP = 2"));
+  p.training.global_batch_size = 24;  // 3 micro-batches: allowed, but not a multiple of PP
+  auto d = check(p);
+  EXPECT_FALSE(d.has_errors()) << dump(d);
+  EXPECT_TRUE(has_warning(d, "training.global_batch_size", "not a multiple of PP"));
+}
+
+TEST(Validate, ACustomGpuWithoutAPeakIsAnError) {
+  Plan p = base_plan();
+  p.cluster.gpu.name.clear();
+  p.cluster.gpu.peak_tflops = {};
+  EXPECT_TRUE(has_error(check(p), "training.precision", "the GPU has no bf16 peak"));
 }
 
 TEST(Validate, ExpertParallelismNeedsExperts) {

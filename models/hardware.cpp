@@ -1,0 +1,74 @@
+#include "models/hardware.hpp"
+
+#include <string>
+
+namespace meshwork::models {
+namespace {
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+}  // namespace
+
+HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
+  HardwareProfile hw;
+  const std::string_view name = gpu.name;
+  if (starts_with(name, "a100")) {
+    hw.generation = "ampere";
+    // Best measured BF16 matmul 271.2 of 312 TFLOP/s (published-runs C3, STAS).
+    hw.gemm_max_efficiency = 271.2 / 312;
+    hw.gemm_half_macs = 1.5e9;  // calibrated on NAR21 Table 1 (bench/RESULTS.md)
+    hw.memory_efficiency = 0.8;
+    hw.kernel_overhead_s = 4e-6;
+    // 8xA100 all-reduce: 232.5 GB/s busbw of 300 GB/s NVLink (nccl-tests#175).
+    hw.nvlink_efficiency = 232.5 / 300;
+    // HDR 200G ring all-reduce ~24 GB/s per NIC of 25 (nccl-tests#160, #252).
+    hw.nic_efficiency = 24.0 / 25;
+    // DGX A100: 6.5 kW maximum with 8 x 400 W GPUs (NVIDIA DGX A100 datasheet).
+    hw.host_watts_per_node = 6500 * 0.94 - 8 * 400;
+  } else if (starts_with(name, "h100") || starts_with(name, "h200") || starts_with(name, "h800")) {
+    hw.generation = "hopper";
+    // Best measured BF16 matmul 794.5 of 989 TFLOP/s (published-runs C3, STAS).
+    hw.gemm_max_efficiency = 794.5 / 989;
+    hw.gemm_half_macs = 1.5e9 * 989 / 312;  // same SM occupancy as Ampere, scaled by throughput
+    hw.memory_efficiency = 0.8;
+    hw.kernel_overhead_s = 4e-6;
+    // 8xH100 ring all-reduce ~370 GB/s busbw of 450 (nccl#1455, NVIDIA's figure).
+    hw.nvlink_efficiency = 370.0 / 450;
+    // NDR 400G: 46-48 GB/s busbw per NIC of 50 (nccl-tests#290).
+    hw.nic_efficiency = 47.0 / 50;
+    // DGX H100: 10.2 kW maximum (NVIDIA DGX H100 datasheet); host share from its parts: 2 x
+    // Xeon 8480C (350 W), 2 TB DDR5 (~320 W), 8 CX-7 + 2 BlueField-3 (~500 W), 4 NVSwitch
+    // (~400 W), NVMe (~200 W), fans (~1.1 kW).
+    hw.host_watts_per_node = 700 + 320 + 500 + 400 + 200 + 1100;
+  } else if (starts_with(name, "b200")) {
+    hw.generation = "blackwell";
+    // Best measured BF16 matmul 1,745 of 2,250 TFLOP/s (published-runs C3, STAS).
+    hw.gemm_max_efficiency = 1745.0 / 2250;
+    hw.gemm_half_macs = 1.5e9 * 2250 / 312;
+    hw.memory_efficiency = 0.8;
+    hw.kernel_overhead_s = 4e-6;
+    // 8xB200 ring all-reduce ~680 GB/s busbw of 900 (published-runs C2, STAS).
+    hw.nvlink_efficiency = 680.0 / 900;
+    hw.nic_efficiency = 47.0 / 50;
+    hw.host_watts_per_node = 3500;
+  } else {
+    hw.generation = "cpu";
+    // A CPU host: GEMMs from Eigen reach about half of the FMA peak; no calibration yet.
+    hw.gemm_max_efficiency = 0.5;
+    hw.gemm_half_macs = 1e6;
+    hw.memory_efficiency = 0.6;
+    hw.kernel_overhead_s = 1e-6;
+    hw.nvlink_efficiency = 0.5;
+    hw.nic_efficiency = 0.8;
+    hw.gpu_idle_fraction = 0.3;
+    hw.host_watts_per_node = 0;
+  }
+  return hw;
+}
+
+double gemm_efficiency(const HardwareProfile& hw, double macs) {
+  if (macs <= 0) return hw.gemm_max_efficiency;
+  return hw.gemm_max_efficiency * macs / (macs + hw.gemm_half_macs);
+}
+
+}  // namespace meshwork::models

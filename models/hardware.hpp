@@ -1,0 +1,39 @@
+#pragma once
+// What a GPU generation achieves, as fractions of its datasheet figures: the calibration of
+// the closed-form model, made once per generation from published measurements (never per
+// case), each constant with its source. `meshwork calibrate` will measure them on the machine
+// at hand.
+
+#include <string_view>
+
+#include "plan/plan.hpp"
+
+namespace meshwork::models {
+
+struct HardwareProfile {
+  std::string_view generation;
+  // Largest-GEMM efficiency: achieved / dense peak.
+  double gemm_max_efficiency = 0.8;
+  // GEMM size (multiply-adds m*n*k) at which efficiency is half the maximum: small GEMMs
+  // cannot fill the SMs.
+  double gemm_half_macs = 1e9;
+  // Achieved / datasheet HBM bandwidth for streaming (elementwise, norm, optimizer) kernels.
+  double memory_efficiency = 0.8;
+  // Fixed cost per kernel launch, seconds.
+  double kernel_overhead_s = 0;
+  // Bus bandwidth of large collectives over NVLink and over the NICs, / line rate.
+  double nvlink_efficiency = 0.8;
+  double nic_efficiency = 0.95;
+  // Power: idle fraction of TDP; host (CPUs, memory, NICs, switches, fans) per node at load,
+  // watts; power-supply efficiency.
+  double gpu_idle_fraction = 0.1;
+  double host_watts_per_node = 3000;
+  double psu_efficiency = 0.94;
+};
+
+HardwareProfile hardware_profile(const plan::GpuSpec& gpu);
+
+// Efficiency of one GEMM of m*n*k multiply-adds.
+double gemm_efficiency(const HardwareProfile& hw, double macs);
+
+}  // namespace meshwork::models

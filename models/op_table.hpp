@@ -1,0 +1,45 @@
+#pragma once
+// The per-op table of one transformer layer for one micro-batch on one rank: every op of the
+// forward and backward pass (backward split into input- and weight-gradient parts, which
+// zero-bubble schedules move apart), with its FLOPs, the bytes it moves through HBM and, for
+// GEMMs, its sharded shape under TP, SP, CP and EP. Lowering builds the Program from it; the
+// estimate times it. FLOPs count what eq. 7 of Korthikanti et al. counts (GEMMs and the
+// attention matmuls); norms and elementwise ops carry bytes only.
+
+#include <string>
+#include <vector>
+
+#include "plan/plan.hpp"
+
+namespace meshwork::models {
+
+enum class OpKind { gemm, attention, elementwise, norm, embedding, loss, optimizer };
+enum class OpPhase { forward, backward_input, backward_weight, recompute };
+
+struct GemmShape {
+  double m = 0, n = 0, k = 0;  // [m x k] x [k x n]
+};
+
+struct Op {
+  std::string name;  // "qkv", "attention", "mlp_fc1"... the same names in traces
+  OpKind kind = OpKind::gemm;
+  OpPhase phase = OpPhase::forward;
+  double flops = 0;
+  double bytes = 0;  // HBM traffic
+  GemmShape shape;
+};
+
+struct OpTableOptions {
+  double routing_imbalance = 1.0;  // MoE: hottest expert rank's tokens over the mean
+};
+
+// Ops of one layer (dense or MoE) for one micro-batch on one rank of the plan's mesh.
+std::vector<Op> layer_ops(const plan::Plan& plan, bool moe_layer);
+// Ops outside the layers: the embedding on the first stage, LM head and loss on the last.
+std::vector<Op> first_stage_ops(const plan::Plan& plan);
+std::vector<Op> last_stage_ops(const plan::Plan& plan);
+
+std::string_view to_string(OpKind k);
+std::string_view to_string(OpPhase p);
+
+}  // namespace meshwork::models
