@@ -2,7 +2,7 @@
 
 #include <ostream>
 
-#include "cli/version.hpp"
+#include "meshwork/version.hpp"
 
 namespace meshwork::cli {
 
@@ -20,6 +20,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   add_presets_command(app, io);
   add_schema_command(app, io);
   add_import_hf_command(app, io);
+  add_estimate_command(app, io);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them in reverse
   try {

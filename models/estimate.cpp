@@ -1,0 +1,282 @@
+#include "models/estimate.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "meshwork/version.hpp"
+#include "models/comm.hpp"
+#include "models/hardware.hpp"
+#include "models/memory.hpp"
+#include "models/op_table.hpp"
+#include "models/params.hpp"
+#include "plan/derived.hpp"
+#include "plan/plan_io.hpp"
+#include "plan/validate.hpp"
+#include "report/report_io.hpp"
+
+namespace meshwork::models {
+namespace {
+
+double d(std::int64_t v) { return static_cast<double>(v); }
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+// FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward against ~87% for the
+// best GEMM (Dao 2023, arXiv:2307.08691 §4.1): 0.8 of a GEMM of the same size.
+constexpr double kFlashOverGemm = 0.8;
+// Adam's step streams, per parameter it owns: fp32 master weight, m, v read and written
+// (24 bytes), the gradient read (4) and the 16-bit weight written (2).
+constexpr double kOptimizerBytesPerParam = 30;
+
+struct Timer {
+  const HardwareProfile& hw;
+  double peak_flops;
+  double hbm_bytes_per_s;
+  bool flash;
+
+  double operator()(const Op& op) const {
+    double t = hw.kernel_overhead_s;
+    switch (op.kind) {
+      case OpKind::gemm: t += op.flops / (peak_flops * gemm_efficiency(hw, op.flops / 2)); break;
+      case OpKind::attention: {
+        const double compute = op.flops / (peak_flops * gemm_efficiency(hw, op.flops / 2) * (flash ? kFlashOverGemm : 1));
+        const double memory = op.bytes / hbm_bytes_per_s;
+        // Fused (flash) attention overlaps its memory traffic with its math; unfused attention
+        // runs batched GEMMs and separate softmax/dropout passes over the scores.
+        t += flash ? std::max(compute, memory) : compute + memory;
+        break;
+      }
+      default: t += op.bytes / hbm_bytes_per_s; break;
+    }
+    return t;
+  }
+};
+
+struct StageTimes {
+  double forward_s = 0, backward_s = 0, recompute_s = 0;
+  double gemm_s = 0, attention_s = 0;  // what communication can hide under
+  double tp_s = 0, cp_s = 0, ep_s = 0;  // per micro-batch
+  double params = 0;                    // dense parameters per GPU (for DP volumes)
+  double expert_params = 0;
+};
+
+}  // namespace
+
+report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
+  report::Report r;
+  r.method = report::Method::estimated;
+  r.plan_name = p.name;
+  r.num_gpus = p.cluster.num_gpus;
+
+  const HardwareProfile hw = hardware_profile(p.cluster.gpu);
+  const double peak = plan::peak_tflops(p.cluster.gpu, p.training.precision) * 1e12;
+  const plan::DerivedFigures derived = plan::derive(p);
+  const auto& m = p.model;
+  const auto& par = p.parallelism;
+  const double e = p.training.precision == plan::Precision::fp32 ? 4 : 2;
+  const double t = d(par.tensor_model_parallel_size);
+  const double tokens_mb = d(p.training.micro_batch_size) * d(m.seq_length) / d(par.context_parallel_size);
+  const double micro_batches = d(derived.micro_batches_per_step);
+  const double pp = d(par.pipeline_model_parallel_size);
+  const double v = d(par.virtual_pipeline_model_parallel_size);
+
+  Timer timer{hw, peak, p.cluster.gpu.hbm_gbytes_per_s * 1e9 * hw.memory_efficiency, p.training.flash_attention};
+  const GroupNetwork tp_net = group_network(p, hw, plan::GroupKind::tp);
+  const GroupNetwork cp_net = group_network(p, hw, plan::GroupKind::cp);
+  const GroupNetwork ep_net = group_network(p, hw, plan::GroupKind::ep);
+  const GroupNetwork pp_net = group_network(p, hw, plan::GroupKind::pp);
+  const GroupNetwork dp_net = group_network(p, hw, plan::GroupKind::dp_cp);
+  const GroupNetwork edp_net = group_network(p, hw, plan::GroupKind::expert_dp);
+
+  // Op tables of the two layer kinds, timed once.
+  auto time_layer = [&](bool moe) {
+    StageTimes s;
+    for (const auto& op : layer_ops(p, moe)) {
+      const double dt = timer(op);
+      if (op.phase == OpPhase::forward) s.forward_s += dt;
+      else if (op.phase == OpPhase::recompute) s.recompute_s += dt;
+      else s.backward_s += dt;
+      if (op.kind == OpKind::gemm && op.phase != OpPhase::recompute) s.gemm_s += dt;
+      if (op.kind == OpKind::attention && op.phase == OpPhase::forward) s.attention_s += dt;
+    }
+    // TP: two all-reduces forward and two backward per layer (Megatron's f/g operators; with
+    // SP each is a reduce-scatter + all-gather of the same total); two more when a full
+    // recompute repeats the forward.
+    const double tp_msg = tokens_mb * d(m.hidden_size) * e;
+    const double ar = all_reduce_s(tp_net, tp_msg);
+    s.tp_s = ar * (4 + (p.training.recompute == plan::Recompute::full ? 2 : 0));
+    if (par.overlap.tp_comm) s.tp_s = std::max(0.0, s.tp_s - s.gemm_s);
+    // CP: the ring passes K and V (cp - 1) times forward and twice that backward, under the
+    // attention kernels (Megatron-core's ring attention).
+    if (cp_net.size > 1) {
+      const double kv = 2 * tokens_mb * d(m.num_query_groups) * d(m.kv_channels) / t * e;
+      const double ring = 3 * d(cp_net.size - 1) * p2p_s(cp_net, kv);
+      s.cp_s = std::max(0.0, ring - 3 * s.attention_s);
+    }
+    // EP: dispatch and combine all-to-all forward and backward (4), of the routed tokens.
+    if (moe && ep_net.size > 1) {
+      const double routed = tokens_mb * d(m.moe.moe_router_topk) * m.moe.routing_imbalance * d(m.hidden_size) * e;
+      s.ep_s = 4 * all_to_all_s(ep_net, routed);
+    }
+    return s;
+  };
+  const StageTimes dense_layer = time_layer(false);
+  const StageTimes moe_layer = m.is_moe() ? time_layer(true) : StageTimes{};
+  auto time_ops = [&](const std::vector<Op>& ops, StageTimes& s) {
+    for (const auto& op : ops) {
+      const double dt = timer(op);
+      if (op.phase == OpPhase::forward) s.forward_s += dt;
+      else s.backward_s += dt;
+    }
+  };
+
+  // Per stage, per micro-batch.
+  const ParamCounts counts = count_params(m);
+  std::vector<StageTimes> stages;
+  std::int64_t layer = 0;
+  for (std::size_t i = 0; i < derived.layers_per_stage.size(); ++i) {
+    StageTimes s;
+    for (std::int64_t k = 0; k < derived.layers_per_stage[i]; ++k, ++layer) {
+      const bool moe = is_moe_layer(m, layer);
+      const StageTimes& l = moe ? moe_layer : dense_layer;
+      s.forward_s += l.forward_s;
+      s.backward_s += l.backward_s;
+      s.recompute_s += l.recompute_s;
+      s.tp_s += l.tp_s;
+      s.cp_s += l.cp_s;
+      s.ep_s += l.ep_s;
+      s.params += (moe ? counts.layer.attention + counts.layer.norms + counts.layer.router + counts.layer.shared_expert
+                       : counts.dense_layer()) / t;
+      if (moe) s.expert_params += counts.layer.experts / (t * d(par.expert_model_parallel_size));
+    }
+    if (i == 0) {
+      time_ops(first_stage_ops(p), s);
+      s.params += (counts.embedding + counts.position) / t;
+    }
+    if (i + 1 == derived.layers_per_stage.size()) {
+      time_ops(last_stage_ops(p), s);
+      s.params += (counts.lm_head > 0 ? counts.lm_head : (pp > 1 ? counts.embedding : 0)) / t;
+    }
+    stages.push_back(s);
+  }
+  auto per_mb = [](const StageTimes& s) { return s.forward_s + s.backward_s + s.recompute_s + s.tp_s + s.cp_s + s.ep_s; };
+  const StageTimes& slow = *std::max_element(stages.begin(), stages.end(),
+                                             [&](const StageTimes& a, const StageTimes& b) { return per_mb(a) < per_mb(b); });
+  const double stage_mb = per_mb(slow);
+
+  report::Breakdown& b = r.breakdown;
+  b.compute_s = micro_batches * (slow.forward_s + slow.backward_s);
+  b.recompute_s = micro_batches * slow.recompute_s;
+  b.tp_s = micro_batches * slow.tp_s;
+  b.cp_s = micro_batches * slow.cp_s;
+  b.ep_s = micro_batches * slow.ep_s;
+
+  // Bubble: fill and drain of the pipeline, in units of one stage's micro-batch (NAR21 §2.2:
+  // (p-1)/m of the ideal time for GPipe and 1F1B, (p-1)/(v m) interleaved; ZB-H1 (p-1)/(3m),
+  // Qi et al. 2023 with T_F = T_B = T_W).
+  double bubble_stages = pp - 1;
+  if (par.pipeline_schedule == plan::PipelineSchedule::interleaved) bubble_stages /= v;
+  if (par.pipeline_schedule == plan::PipelineSchedule::zero_bubble) bubble_stages /= 3;
+  b.bubble_s = bubble_stages * stage_mb;
+  r.bubble_fraction = micro_batches > 0 ? bubble_stages / micro_batches : 0;
+
+  // PP: activations forward and gradients backward per micro-batch and model chunk, split over
+  // TP (NAR21 §4.1 scatter/gather). Overlapped, only the fill and drain wait for them.
+  if (pp_net.size > 1) {
+    const double msg = tokens_mb * d(m.hidden_size) * e / t;
+    const double one = 2 * p2p_s(pp_net, msg);
+    b.pp_s = par.overlap.p2p ? (pp - 1) * one : micro_batches * v * one;
+  }
+
+  // DP: gradients of the slowest stage's parameters, reduced once per step; with ZeRO >= 1
+  // reduce-scatter then all-gather of the updated 16-bit parameters.
+  {
+    const double grad_bytes = e;  // 16-bit gradients reduced (Megatron-core's grad_reduce_in_fp32 is off by default)
+    double reduce = 0, gather = 0;
+    auto add = [&](const GroupNetwork& net, double params) {
+      if (net.size <= 1 || params <= 0) return;
+      if (par.zero_stage == 0) {
+        reduce += all_reduce_s(net, params * grad_bytes);
+      } else if (par.zero_stage <= 2) {
+        reduce += reduce_scatter_s(net, params * grad_bytes);
+        gather += all_gather_s(net, params * e);
+      } else {
+        // ZeRO-3: parameters gathered for the forward and again for the backward of every
+        // micro-batch, gradients reduce-scattered every micro-batch (Rajbhandari et al. §5.3).
+        reduce += micro_batches * reduce_scatter_s(net, params * grad_bytes);
+        gather += micro_batches * 2 * all_gather_s(net, params * e);
+      }
+    };
+    add(dp_net, slow.params);
+    add(edp_net, slow.expert_params);
+    if (par.zero_stage == 3) {
+      // Prefetched under every micro-batch's compute.
+      const double window = micro_batches * (slow.forward_s + slow.backward_s);
+      b.dp_s = std::max(0.0, reduce + gather - window);
+    } else {
+      // Overlapped reduction runs under the backward of the last micro-batch (Megatron-core DDP);
+      // the parameter all-gather under the forward of the first.
+      b.dp_s = par.overlap.grad_reduce ? std::max(0.0, reduce - slow.backward_s) : reduce;
+      b.dp_s += par.overlap.param_gather ? std::max(0.0, gather - slow.forward_s) : gather;
+    }
+  }
+
+  // Optimizer: each GPU updates the parameters it owns (all of them without ZeRO).
+  {
+    const double owned_dense = par.zero_stage >= 1 ? slow.params / d(dp_net.size) : slow.params;
+    const double owned_expert = par.zero_stage >= 1 ? slow.expert_params / d(edp_net.size) : slow.expert_params;
+    b.optimizer_s = (owned_dense + owned_expert) * kOptimizerBytesPerParam / timer.hbm_bytes_per_s;
+  }
+
+  r.step_time_s = b.total();
+  const StepFlops flops = step_flops(p, options.flops);
+  const double gpus = d(p.cluster.num_gpus);
+  r.model_tflops_per_gpu = flops.model / r.step_time_s / gpus / 1e12;
+  r.hardware_tflops_per_gpu = flops.hardware / r.step_time_s / gpus / 1e12;
+  r.mfu = r.model_tflops_per_gpu * 1e12 / peak;
+  r.hfu = r.hardware_tflops_per_gpu * 1e12 / peak;
+  r.tokens_per_s = d(derived.tokens_per_step) / r.step_time_s;
+  if (p.training.tokens > 0) r.time_to_train_s = p.training.tokens / r.tokens_per_s;
+
+  // Memory.
+  for (const auto& sm : stage_memory(p)) {
+    report::StageMemory row;
+    row.stage = sm.stage;
+    row.layers = sm.layers;
+    row.weights_gib = sm.weights_bytes / kGiB;
+    row.gradients_gib = sm.gradients_bytes / kGiB;
+    row.optimizer_gib = sm.optimizer_bytes / kGiB;
+    row.activations_gib = sm.activations_bytes / kGiB;
+    row.buffers_gib = sm.buffers_bytes / kGiB;
+    row.total_gib = sm.total_bytes / kGiB;
+    row.capacity_gib = sm.capacity_bytes / kGiB;
+    row.fits = sm.fits();
+    if (!row.fits && r.fits) {
+      r.fits = false;
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "does not fit: stage %lld needs %.1f GiB per GPU of %.1f GiB",
+                    static_cast<long long>(sm.stage), row.total_gib, row.capacity_gib);
+      r.notes.emplace_back(buf);
+    }
+    r.memory.push_back(row);
+  }
+
+  // Power: a GPU draws between idle and TDP in proportion to its busy time; the host's parts
+  // at load; the power supplies' losses on top.
+  {
+    const double busy = std::clamp((b.compute_s + b.recompute_s) / r.step_time_s, 0.0, 1.0);
+    const double tdp = p.cluster.gpu.tdp_watts;
+    r.power.gpu_watts = tdp * (hw.gpu_idle_fraction + (1 - hw.gpu_idle_fraction) * busy);
+    r.power.node_watts = (d(p.cluster.gpus_per_node) * r.power.gpu_watts + hw.host_watts_per_node) / hw.psu_efficiency;
+    r.power.cluster_megawatts = r.power.node_watts * d(p.cluster.num_nodes()) / 1e6;
+    r.power.joules_per_token = r.power.cluster_megawatts * 1e6 / r.tokens_per_s;
+  }
+
+  r.provenance.meshwork_version = kVersion;
+  r.provenance.meshwork_commit = kGitCommit;
+  r.provenance.plan_hash = report::fnv1a_hex(plan::to_json(p).dump());
+  r.provenance.hardware_profile = std::string(p.cluster.gpu.name) + " (" + std::string(hw.generation) + " calibration)";
+  r.provenance.seed = p.run.seed;
+  return r;
+}
+
+}  // namespace meshwork::models

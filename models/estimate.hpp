@@ -1,0 +1,20 @@
+#pragma once
+// The closed-form estimate of a plan's training step (DESIGN.md, "Fidelity and speed"):
+// per-stage compute from the op table on a roofline with achievable efficiencies, exposed
+// communication by Megatron's overlap rules, the pipeline bubble of the schedule and the
+// optimizer step; MFU, HFU, throughput, memory per stage, power. Microseconds per plan.
+
+#include "models/flops.hpp"
+#include "plan/plan.hpp"
+#include "report/report.hpp"
+
+namespace meshwork::models {
+
+struct EstimateOptions {
+  FlopsOptions flops;
+};
+
+// The plan must be valid (plan::validate without errors).
+report::Report estimate(const plan::Plan& plan, const EstimateOptions& options = {});
+
+}  // namespace meshwork::models

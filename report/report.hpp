@@ -1,0 +1,80 @@
+#pragma once
+// The output IR (DESIGN.md, "The report"): one schema for estimated, simulated and measured
+// figures. Plain values; the writers are in report_io.hpp.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshwork::report {
+
+inline constexpr std::int64_t kReportSchemaVersion = 1;
+
+enum class Method { estimated, simulated, measured };
+std::string_view to_string(Method m);
+
+// Where the step time goes, in seconds; the parts add up to the step time.
+struct Breakdown {
+  double compute_s = 0;      // forward and backward of the slowest stage, all micro-batches
+  double recompute_s = 0;    // forward work repeated by activation recomputation
+  double tp_s = 0;           // exposed tensor-parallel communication
+  double cp_s = 0;           // exposed context-parallel communication
+  double ep_s = 0;           // exposed expert-parallel all-to-all
+  double dp_s = 0;           // exposed data-parallel gradient reduction and parameter gather
+  double pp_s = 0;           // exposed pipeline sends and receives
+  double bubble_s = 0;       // pipeline fill and drain
+  double optimizer_s = 0;
+  double stalls_s = 0;       // checkpoint stalls, stragglers (simulator, executor)
+
+  [[nodiscard]] double total() const {
+    return compute_s + recompute_s + tp_s + cp_s + ep_s + dp_s + pp_s + bubble_s + optimizer_s + stalls_s;
+  }
+};
+
+struct StageMemory {
+  std::int64_t stage = 0;
+  std::int64_t layers = 0;
+  double weights_gib = 0, gradients_gib = 0, optimizer_gib = 0, activations_gib = 0, buffers_gib = 0;
+  double total_gib = 0, capacity_gib = 0;
+  bool fits = true;
+};
+
+struct Power {
+  double gpu_watts = 0;          // one GPU, averaged over the step
+  double node_watts = 0;         // one node at the wall
+  double cluster_megawatts = 0;  // all nodes
+  double joules_per_token = 0;
+};
+
+struct Provenance {
+  std::string meshwork_version;
+  std::string meshwork_commit;
+  std::string plan_hash;         // FNV-1a of the resolved plan's JSON
+  std::string hardware_profile;  // GPU and calibration generation
+  std::int64_t seed = 0;
+};
+
+struct Report {
+  std::int64_t schema_version = kReportSchemaVersion;
+  Method method = Method::estimated;
+  std::string plan_name;
+  std::int64_t num_gpus = 0;
+
+  double step_time_s = 0;
+  double mfu = 0;
+  double hfu = 0;
+  double model_tflops_per_gpu = 0;
+  double hardware_tflops_per_gpu = 0;
+  double tokens_per_s = 0;
+  double bubble_fraction = 0;  // pipeline idle time over ideal compute time: (p-1)/m for 1F1B
+  double time_to_train_s = 0;  // 0 when the plan gives no token count
+
+  Breakdown breakdown;
+  std::vector<StageMemory> memory;
+  bool fits = true;
+  Power power;
+  std::vector<std::string> notes;  // what the model assumed or could not do
+  Provenance provenance;
+};
+
+}  // namespace meshwork::report

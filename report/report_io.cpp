@@ -1,0 +1,119 @@
+#include "report/report_io.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace meshwork::report {
+
+std::string_view to_string(Method m) {
+  switch (m) {
+    case Method::estimated: return "estimated";
+    case Method::simulated: return "simulated";
+    case Method::measured: return "measured";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr const char* kDefinitions[][2] = {
+    {"mfu", "model FLOPs per second over the dense peak of the precision used; model FLOPs as Korthikanti et al. 2022 eq. 7 (no recomputation, full attention matrix)"},
+    {"hfu", "hardware FLOPs per second (recomputation included) over the same peak"},
+    {"bubble_fraction", "pipeline idle time over ideal compute time, the papers' convention: (p-1)/m for 1F1B"},
+    {"breakdown", "seconds of the step; the parts add up to step_time_s; communication is what is exposed, not hidden under compute"},
+    {"memory", "per GPU of each pipeline stage, GiB (2^30 bytes)"},
+    {"tokens_per_s", "global batch x sequence length / step time"},
+};
+
+}  // namespace
+
+nlohmann::json to_json(const Report& r) {
+  nlohmann::json j;
+  j["schema_version"] = r.schema_version;
+  j["method"] = std::string(to_string(r.method));
+  j["plan"] = r.plan_name;
+  j["num_gpus"] = r.num_gpus;
+  j["step_time_s"] = r.step_time_s;
+  j["mfu"] = r.mfu;
+  j["hfu"] = r.hfu;
+  j["tflops_per_gpu"] = {{"model", r.model_tflops_per_gpu}, {"hardware", r.hardware_tflops_per_gpu}};
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["bubble_fraction"] = r.bubble_fraction;
+  j["time_to_train_s"] = r.time_to_train_s;
+  const auto& b = r.breakdown;
+  j["breakdown"] = {{"compute_s", b.compute_s}, {"recompute_s", b.recompute_s}, {"tp_s", b.tp_s},
+                    {"cp_s", b.cp_s},           {"ep_s", b.ep_s},               {"dp_s", b.dp_s},
+                    {"pp_s", b.pp_s},           {"bubble_s", b.bubble_s},       {"optimizer_s", b.optimizer_s},
+                    {"stalls_s", b.stalls_s}};
+  j["memory"] = nlohmann::json::array();
+  for (const auto& m : r.memory) {
+    j["memory"].push_back({{"stage", m.stage},
+                           {"layers", m.layers},
+                           {"weights_gib", m.weights_gib},
+                           {"gradients_gib", m.gradients_gib},
+                           {"optimizer_gib", m.optimizer_gib},
+                           {"activations_gib", m.activations_gib},
+                           {"buffers_gib", m.buffers_gib},
+                           {"total_gib", m.total_gib},
+                           {"capacity_gib", m.capacity_gib},
+                           {"fits", m.fits}});
+  }
+  j["fits"] = r.fits;
+  j["power"] = {{"gpu_watts", r.power.gpu_watts},
+                {"node_watts", r.power.node_watts},
+                {"cluster_megawatts", r.power.cluster_megawatts},
+                {"joules_per_token", r.power.joules_per_token}};
+  j["notes"] = r.notes;
+  j["provenance"] = {{"meshwork_version", r.provenance.meshwork_version},
+                     {"meshwork_commit", r.provenance.meshwork_commit},
+                     {"plan_hash", r.provenance.plan_hash},
+                     {"hardware_profile", r.provenance.hardware_profile},
+                     {"seed", r.provenance.seed},
+                     {"method", std::string(to_string(r.method))}};
+  nlohmann::json defs = nlohmann::json::object();
+  for (const auto& [key, text] : kDefinitions) defs[key] = text;
+  j["definitions"] = defs;
+  return j;
+}
+
+std::string csv_header() {
+  return "plan,method,num_gpus,step_time_s,mfu,hfu,model_tflops_per_gpu,hardware_tflops_per_gpu,tokens_per_s,"
+         "bubble_fraction,time_to_train_s,compute_s,recompute_s,tp_s,cp_s,ep_s,dp_s,pp_s,bubble_s,optimizer_s,"
+         "stalls_s,max_memory_gib,fits,cluster_megawatts,joules_per_token";
+}
+
+std::string csv_row(const Report& r) {
+  double max_mem = 0;
+  for (const auto& m : r.memory) max_mem = std::max(max_mem, m.total_gib);
+  std::ostringstream s;
+  s.precision(6);
+  // Plan names are ours or the user's: quote them when they hold a comma or a quote.
+  std::string name = r.plan_name;
+  if (name.find_first_of(",\"\n") != std::string::npos) {
+    std::string quoted = "\"";
+    for (char c : name) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    name = quoted + "\"";
+  }
+  const auto& b = r.breakdown;
+  s << name << ',' << to_string(r.method) << ',' << r.num_gpus << ',' << r.step_time_s << ',' << r.mfu << ',' << r.hfu
+    << ',' << r.model_tflops_per_gpu << ',' << r.hardware_tflops_per_gpu << ',' << r.tokens_per_s << ','
+    << r.bubble_fraction << ',' << r.time_to_train_s << ',' << b.compute_s << ',' << b.recompute_s << ',' << b.tp_s
+    << ',' << b.cp_s << ',' << b.ep_s << ',' << b.dp_s << ',' << b.pp_s << ',' << b.bubble_s << ',' << b.optimizer_s
+    << ',' << b.stalls_s << ',' << max_mem << ',' << (r.fits ? "true" : "false") << ',' << r.power.cluster_megawatts
+    << ',' << r.power.joules_per_token;
+  return s.str();
+}
+
+std::string fnv1a_hex(std::string_view text) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a offset basis (Fowler/Noll/Vo)
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;  // FNV 64-bit prime
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace meshwork::report

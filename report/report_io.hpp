@@ -1,0 +1,19 @@
+#pragma once
+// Report writers: JSON (with the definitions the figures follow) and CSV (one row per report,
+// for sweeps).
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "report/report.hpp"
+
+namespace meshwork::report {
+
+nlohmann::json to_json(const Report& r);
+std::string csv_header();
+std::string csv_row(const Report& r);
+// FNV-1a 64-bit of a string, as 16 hex digits.
+std::string fnv1a_hex(std::string_view text);
+
+}  // namespace meshwork::report
