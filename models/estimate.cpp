@@ -26,6 +26,18 @@ constexpr double kFlashOverGemm = 0.8;
 // Adam's step streams, per parameter it owns: fp32 master weight, m, v read and written
 // (24 bytes), the gradient read (4) and the 16-bit weight written (2).
 constexpr double kOptimizerBytesPerParam = 30;
+// Communication overlapped with compute still slows it: NCCL kernels take SMs and HBM
+// bandwidth from the GEMMs. The overlapped part costs this fraction of itself; calibrated once
+// on Ampere with NAR21 Table 2's ZeRO-3 rows (bench/RESULTS.md).
+constexpr double kOverlapInterference = 0.35;
+// ZeRO-3 gathers and reduces parameters layer by layer in buckets (DeepSpeed stage 3); its
+// collectives sustain this fraction of a large ring's bus bandwidth (same calibration).
+constexpr double kZero3CollectiveEfficiency = 0.75;
+
+// Exposed time of `comm` seconds of communication running under `window` seconds of compute.
+double overlapped(double comm, double window) {
+  return std::max(0.0, comm - window) + kOverlapInterference * std::min(comm, window);
+}
 
 struct Timer {
   const HardwareProfile& hw;
@@ -104,13 +116,13 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     const double tp_msg = tokens_mb * d(m.hidden_size) * e;
     const double ar = all_reduce_s(tp_net, tp_msg);
     s.tp_s = ar * (4 + (p.training.recompute == plan::Recompute::full ? 2 : 0));
-    if (par.overlap.tp_comm) s.tp_s = std::max(0.0, s.tp_s - s.gemm_s);
+    if (par.overlap.tp_comm) s.tp_s = overlapped(s.tp_s, s.gemm_s);
     // CP: the ring passes K and V (cp - 1) times forward and twice that backward, under the
     // attention kernels (Megatron-core's ring attention).
     if (cp_net.size > 1) {
       const double kv = 2 * tokens_mb * d(m.num_query_groups) * d(m.kv_channels) / t * e;
       const double ring = 3 * d(cp_net.size - 1) * p2p_s(cp_net, kv);
-      s.cp_s = std::max(0.0, ring - 3 * s.attention_s);
+      s.cp_s = overlapped(ring, 3 * s.attention_s);
     }
     // EP: dispatch and combine all-to-all forward and backward (4), of the routed tokens.
     if (moe && ep_net.size > 1) {
@@ -202,21 +214,21 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       } else {
         // ZeRO-3: parameters gathered for the forward and again for the backward of every
         // micro-batch, gradients reduce-scattered every micro-batch (Rajbhandari et al. §5.3).
-        reduce += micro_batches * reduce_scatter_s(net, params * grad_bytes);
-        gather += micro_batches * 2 * all_gather_s(net, params * e);
+        reduce += micro_batches * reduce_scatter_s(net, params * grad_bytes) / kZero3CollectiveEfficiency;
+        gather += micro_batches * 2 * all_gather_s(net, params * e) / kZero3CollectiveEfficiency;
       }
     };
     add(dp_net, slow.params);
     add(edp_net, slow.expert_params);
     if (par.zero_stage == 3) {
       // Prefetched under every micro-batch's compute.
-      const double window = micro_batches * (slow.forward_s + slow.backward_s);
-      b.dp_s = std::max(0.0, reduce + gather - window);
+      const double window = micro_batches * (slow.forward_s + slow.backward_s + slow.recompute_s);
+      b.dp_s = overlapped(reduce + gather, window);
     } else {
       // Overlapped reduction runs under the backward of the last micro-batch (Megatron-core DDP);
       // the parameter all-gather under the forward of the first.
-      b.dp_s = par.overlap.grad_reduce ? std::max(0.0, reduce - slow.backward_s) : reduce;
-      b.dp_s += par.overlap.param_gather ? std::max(0.0, gather - slow.forward_s) : gather;
+      b.dp_s = par.overlap.grad_reduce ? overlapped(reduce, slow.backward_s) : reduce;
+      b.dp_s += par.overlap.param_gather ? overlapped(gather, slow.forward_s) : gather;
     }
   }
 
