@@ -285,7 +285,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
 
   r.provenance.meshwork_version = kVersion;
   r.provenance.meshwork_commit = kGitCommit;
-  r.provenance.plan_hash = report::fnv1a_hex(plan::to_json(p).dump());
+  if (options.provenance) r.provenance.plan_hash = report::fnv1a_hex(plan::to_json(p).dump());
   r.provenance.hardware_profile = std::string(p.cluster.gpu.name) + " (" + std::string(hw.generation) + " calibration)";
   r.provenance.seed = p.run.seed;
   return r;

@@ -12,6 +12,7 @@ namespace meshwork::models {
 
 struct EstimateOptions {
   FlopsOptions flops;
+  bool provenance = true;  // hash the plan for the Report's provenance (sweeps skip it)
 };
 
 // The plan must be valid (plan::validate without errors).

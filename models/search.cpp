@@ -1,0 +1,131 @@
+#include "models/search.hpp"
+
+#include <algorithm>
+
+#include "models/estimate.hpp"
+#include "plan/plan_io.hpp"
+
+namespace meshwork::models {
+namespace {
+
+std::vector<std::int64_t> divisors_up_to(std::int64_t n, std::int64_t limit) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= std::min(n, limit); ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+bool power_of_two(std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+}  // namespace
+
+SearchResult search_plans(const nlohmann::json& base, std::size_t top,
+                          const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  SearchResult result;
+  // The model and cluster as resolved from the base, with a trivial mesh, give the bounds.
+  nlohmann::json probe = base;
+  probe["parallelism"] = nlohmann::json::object();
+  plan::LoadResult seed = plan::load_plan_json(probe);
+  const plan::Plan& p0 = seed.plan;
+  const auto& m = p0.model;
+  const std::int64_t gpus = p0.cluster.num_gpus;
+  if (gpus <= 0 || m.num_layers <= 0) return result;
+
+  // TP within a node and dividing the heads and groups; PP dividing the layers; CP for long
+  // sequences; EP dividing the experts. Powers of two, as production meshes are.
+  std::vector<std::int64_t> tps, pps, cps = {1}, eps = {1};
+  for (auto t : divisors_up_to(p0.cluster.gpus_per_node, 64)) {
+    if (power_of_two(t) && m.num_query_groups % t == 0 && m.num_attention_heads % t == 0) tps.push_back(t);
+  }
+  for (auto pp : divisors_up_to(m.num_layers, 128)) pps.push_back(pp);
+  if (m.seq_length >= 16384) cps = {1, 2, 4, 8};
+  if (m.is_moe()) {
+    eps.clear();
+    for (auto e : divisors_up_to(m.moe.num_moe_experts, 256)) {
+      if (power_of_two(e)) eps.push_back(e);
+    }
+  }
+  const std::vector<std::int64_t> mbss = {1, 2, 4};
+  const std::vector<const char*> recomputes = {"none", "selective", "full"};
+  const std::vector<std::int64_t> zeros = {0, 1, 2, 3};
+
+  struct Candidate {
+    std::int64_t tp, pp, cp, ep, vpp, mbs, zero;
+    const char* recompute;
+    const char* schedule;
+  };
+  std::vector<Candidate> candidates;
+  for (auto tp : tps)
+    for (auto pp : pps)
+      for (auto cp : cps)
+        for (auto ep : eps) {
+          const std::int64_t mp = tp * pp * cp;
+          if (gpus % mp != 0 || (gpus / mp) % ep != 0) continue;
+          std::vector<std::pair<std::int64_t, const char*>> schedules = {{1, pp > 1 ? "1f1b" : "1f1b"}};
+          if (pp > 1) {
+            schedules.push_back({1, "zero_bubble"});
+            for (auto v : divisors_up_to(m.num_layers / pp, 8)) {
+              if (v > 1) schedules.push_back({v, "interleaved"});
+            }
+          }
+          for (const auto& [vpp, schedule] : schedules)
+            for (auto mbs : mbss)
+              for (auto rc : recomputes)
+                for (auto z : zeros) candidates.push_back({tp, pp, cp, ep, vpp, mbs, z, rc, schedule});
+        }
+
+  result.candidates = candidates.size();
+  result.capacity_gib = p0.cluster.gpu.hbm_gib;
+  EstimateOptions options;
+  options.provenance = false;
+  std::vector<std::pair<plan::Plan, report::Report>> ok;
+  std::uint64_t done = 0;
+  for (const auto& c : candidates) {
+    nlohmann::json tree = base;
+    nlohmann::json par = base.contains("parallelism") && base["parallelism"].is_object() ? base["parallelism"] : nlohmann::json::object();
+    // Keep the base's overlap and compression settings; the mesh and schedule are the search's.
+    nlohmann::json kept = nlohmann::json::object();
+    for (const char* key : {"overlap", "gradient_compression", "order", "context_parallel_load_balance"}) {
+      if (par.contains(key)) kept[key] = par[key];
+    }
+    kept["tensor_model_parallel_size"] = c.tp;
+    kept["pipeline_model_parallel_size"] = c.pp;
+    kept["context_parallel_size"] = c.cp;
+    kept["expert_model_parallel_size"] = c.ep;
+    kept["virtual_pipeline_model_parallel_size"] = c.vpp;
+    kept["pipeline_schedule"] = c.schedule;
+    kept["sequence_parallel"] = c.tp > 1;
+    kept["zero_stage"] = c.zero;
+    tree["parallelism"] = kept;
+    tree["training"]["micro_batch_size"] = c.mbs;
+    tree["training"]["recompute"] = c.recompute;
+    const auto loaded = plan::load_plan_json(tree);
+    if (progress && (++done % 512 == 0 || done == candidates.size())) progress(done, candidates.size());
+    if (!loaded.ok()) {
+      for (const auto& d : loaded.diagnostics.items()) {
+        if (d.severity == plan::Severity::error) {
+          ++result.invalid_reasons[d.path.empty() ? d.message : d.path];
+          break;
+        }
+      }
+      continue;
+    }
+    report::Report r = estimate(loaded.plan, options);
+    if (!r.fits) {
+      ++result.out_of_memory;
+      double need = 0;
+      for (const auto& sm : r.memory) need = std::max(need, sm.total_gib);
+      if (result.least_memory_gib == 0 || need < result.least_memory_gib) result.least_memory_gib = need;
+      continue;
+    }
+    ++result.valid;
+    ok.emplace_back(loaded.plan, std::move(r));
+  }
+  std::stable_sort(ok.begin(), ok.end(), [](const auto& a, const auto& b) { return a.second.step_time_s < b.second.step_time_s; });
+  if (ok.size() > top) ok.resize(top);
+  result.best = std::move(ok);
+  return result;
+}
+
+}  // namespace meshwork::models
