@@ -8,6 +8,7 @@
 #endif
 
 #include "models/sweep.hpp"
+#include "report/report_io.hpp"
 
 namespace meshwork::cli {
 namespace {
@@ -17,56 +18,19 @@ bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
 
-// Rows travel as the JSON of what a row needs for ranking and output.
+// Rows travel as JSON (CBOR on the wire), the report in the Report schema.
 nlohmann::json encode(const models::SweepRow& r) {
-  const auto& rep = r.report;
-  double mem = 0;
-  return {{"i", r.index},
-          {"v", r.values},
-          {"s", static_cast<int>(r.status)},
-          {"why", r.reason},
-          {"step", rep.step_time_s},
-          {"mfu", rep.mfu},
-          {"hfu", rep.hfu},
-          {"mtf", rep.model_tflops_per_gpu},
-          {"htf", rep.hardware_tflops_per_gpu},
-          {"tps", rep.tokens_per_s},
-          {"bub", rep.bubble_fraction},
-          {"ttt", rep.time_to_train_s},
-          {"mem", [&] {
-             for (const auto& m : rep.memory) mem = std::max(mem, m.total_gib);
-             return mem;
-           }()},
-          {"fits", rep.fits},
-          {"mw", rep.power.cluster_megawatts},
-          {"jpt", rep.power.joules_per_token},
-          {"name", rep.plan_name},
-          {"gpus", rep.num_gpus}};
+  return {{"i", r.index}, {"v", r.values}, {"s", static_cast<int>(r.status)}, {"why", r.reason},
+          {"report", report::to_json(r.report)}};
 }
 
 models::SweepRow decode(const nlohmann::json& j) {
   models::SweepRow r;
-  r.index = j["i"].get<std::uint64_t>();
-  r.values = j["v"].get<std::vector<std::string>>();
-  r.status = static_cast<models::PointStatus>(j["s"].get<int>());
-  r.reason = j["why"].get<std::string>();
-  auto& rep = r.report;
-  rep.step_time_s = j["step"];
-  rep.mfu = j["mfu"];
-  rep.hfu = j["hfu"];
-  rep.model_tflops_per_gpu = j["mtf"];
-  rep.hardware_tflops_per_gpu = j["htf"];
-  rep.tokens_per_s = j["tps"];
-  rep.bubble_fraction = j["bub"];
-  rep.time_to_train_s = j["ttt"];
-  report::StageMemory m;
-  m.total_gib = j["mem"];
-  rep.memory.push_back(m);
-  rep.fits = j["fits"];
-  rep.power.cluster_megawatts = j["mw"];
-  rep.power.joules_per_token = j["jpt"];
-  rep.plan_name = j["name"];
-  rep.num_gpus = j["gpus"];
+  r.index = j.at("i").get<std::uint64_t>();
+  r.values = j.at("v").get<std::vector<std::string>>();
+  r.status = static_cast<models::PointStatus>(j.at("s").get<int>());
+  r.reason = j.at("why").get<std::string>();
+  r.report = report::from_json(j.at("report"));
   return r;
 }
 #endif

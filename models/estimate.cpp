@@ -202,7 +202,16 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // DP: gradients of the slowest stage's parameters, reduced once per step; with ZeRO >= 1
   // reduce-scatter then all-gather of the updated 16-bit parameters.
   {
-    const double grad_bytes = e;  // 16-bit gradients reduced (Megatron-core's grad_reduce_in_fp32 is off by default)
+    // 16-bit gradients reduced (Megatron-core's grad_reduce_in_fp32 is off by default).
+    double grad_bytes = e;
+    switch (par.gradient_compression) {
+      case plan::GradientCompression::none: break;
+      // 1-bit Adam (Tang et al. 2021, arXiv:2102.02888): one bit per value instead of 32, the
+      // error-feedback buffer updated in a pass over the fp32 gradients.
+      case plan::GradientCompression::onebit: grad_bytes = 1.0 / 8; break;
+      // Top-k: the chosen values (16-bit) and their 32-bit indices.
+      case plan::GradientCompression::topk: grad_bytes = par.topk_ratio * (e + 4); break;
+    }
     double reduce = 0, gather = 0;
     auto add = [&](const GroupNetwork& net, double params) {
       if (net.size <= 1 || params <= 0) return;
@@ -236,7 +245,10 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   {
     const double owned_dense = par.zero_stage >= 1 ? slow.params / d(dp_net.size) : slow.params;
     const double owned_expert = par.zero_stage >= 1 ? slow.expert_params / d(edp_net.size) : slow.expert_params;
-    b.optimizer_s = (owned_dense + owned_expert) * kOptimizerBytesPerParam / timer.hbm_bytes_per_s;
+    double bytes_per_param = kOptimizerBytesPerParam;
+    // Compression and its error feedback read and write an fp32 residual per parameter.
+    if (par.gradient_compression != plan::GradientCompression::none) bytes_per_param += 12;
+    b.optimizer_s = (owned_dense + owned_expert) * bytes_per_param / timer.hbm_bytes_per_s;
   }
 
   r.step_time_s = b.total();

@@ -100,6 +100,7 @@ struct ParallelismConfig {
   std::string order = "tp-cp-ep-dp-pp";
   OverlapConfig overlap;
   GradientCompression gradient_compression = GradientCompression::none;
+  double topk_ratio = 0.01;  // top-k compression: the fraction of gradient values sent
 
   bool operator==(const ParallelismConfig&) const = default;
 };

@@ -93,7 +93,8 @@ void describe(V& v, ParallelismConfig& s) {
   v.field(s.pipeline_schedule, {.key = "pipeline_schedule", .doc = "Pipeline schedule.", .aliases = "schedule"});
   v.field(s.order, {.key = "order", .doc = "Mesh dimensions from fastest- to slowest-varying rank (Megatron-core's order); all five of tp, cp, ep, dp, pp."});
   v.section(s.overlap, {.key = "overlap", .doc = "What communication runs under compute."});
-  v.field(s.gradient_compression, {.key = "gradient_compression", .doc = "Compression of data-parallel gradients."});
+  v.field(s.gradient_compression, {.key = "gradient_compression", .doc = "Compression of data-parallel gradients: onebit (sign with error feedback, Tang et al. 2021 1-bit Adam) or topk."});
+  v.field(s.topk_ratio, {.key = "topk_ratio", .doc = "With topk compression: the fraction of gradient values sent (with their indices).", .min = 0, .max = 1, .min_exclusive = true});
 }
 
 template <class V>

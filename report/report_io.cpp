@@ -77,6 +77,39 @@ nlohmann::json to_json(const Report& r) {
   return j;
 }
 
+Report from_json(const nlohmann::json& j) {
+  Report r;
+  r.schema_version = j.at("schema_version").get<std::int64_t>();
+  const std::string method = j.at("method").get<std::string>();
+  r.method = method == "measured" ? Method::measured : method == "simulated" ? Method::simulated : Method::estimated;
+  r.plan_name = j.at("plan").get<std::string>();
+  r.num_gpus = j.at("num_gpus").get<std::int64_t>();
+  r.step_time_s = j.at("step_time_s").get<double>();
+  r.mfu = j.at("mfu").get<double>();
+  r.hfu = j.at("hfu").get<double>();
+  r.model_tflops_per_gpu = j.at("tflops_per_gpu").at("model").get<double>();
+  r.hardware_tflops_per_gpu = j.at("tflops_per_gpu").at("hardware").get<double>();
+  r.tokens_per_s = j.at("tokens_per_s").get<double>();
+  r.bubble_fraction = j.at("bubble_fraction").get<double>();
+  r.time_to_train_s = j.at("time_to_train_s").get<double>();
+  const auto& b = j.at("breakdown");
+  r.breakdown = {b.at("compute_s"), b.at("recompute_s"), b.at("tp_s"), b.at("cp_s"), b.at("ep_s"),
+                 b.at("dp_s"),      b.at("pp_s"),        b.at("bubble_s"), b.at("optimizer_s"), b.at("stalls_s")};
+  for (const auto& m : j.at("memory")) {
+    r.memory.push_back({m.at("stage"), m.at("layers"), m.at("weights_gib"), m.at("gradients_gib"),
+                        m.at("optimizer_gib"), m.at("activations_gib"), m.at("buffers_gib"), m.at("total_gib"),
+                        m.at("capacity_gib"), m.at("fits")});
+  }
+  r.fits = j.at("fits").get<bool>();
+  const auto& p = j.at("power");
+  r.power = {p.at("gpu_watts"), p.at("node_watts"), p.at("cluster_megawatts"), p.at("joules_per_token")};
+  r.notes = j.at("notes").get<std::vector<std::string>>();
+  const auto& pv = j.at("provenance");
+  r.provenance = {pv.at("meshwork_version"), pv.at("meshwork_commit"), pv.at("plan_hash"), pv.at("hardware_profile"),
+                  pv.at("seed")};
+  return r;
+}
+
 std::string csv_header() {
   return "plan,method,num_gpus,step_time_s,mfu,hfu,model_tflops_per_gpu,hardware_tflops_per_gpu,tokens_per_s,"
          "bubble_fraction,time_to_train_s,compute_s,recompute_s,tp_s,cp_s,ep_s,dp_s,pp_s,bubble_s,optimizer_s,"
@@ -106,10 +139,10 @@ std::string csv_row(const Report& r) {
 }
 
 std::string fnv1a_hex(std::string_view text) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a offset basis (Fowler/Noll/Vo)
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64-bit offset basis (Fowler/Noll/Vo)
   for (unsigned char c : text) {
     h ^= c;
-    h *= 1099511628211ull;  // FNV 64-bit prime
+    h *= 0x100000001b3ull;  // FNV 64-bit prime
   }
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));

@@ -11,6 +11,9 @@
 namespace meshwork::report {
 
 nlohmann::json to_json(const Report& r);
+// Reads what to_json wrote (Reports saved as files: the GUI, compare, MPI sweeps). Throws
+// nlohmann::json::exception on a malformed document; use report_from_json_checked for files.
+Report from_json(const nlohmann::json& j);
 std::string csv_header();
 std::string csv_row(const Report& r);
 // FNV-1a 64-bit of a string, as 16 hex digits.

@@ -169,3 +169,64 @@ TEST(Estimate, DgxH100AtFullLoadIsWithinTenPercentOfItsMaximumPower) {
 
 }  // namespace
 }  // namespace meshwork::models
+
+#include "models/op_table.hpp"
+#include "models/params.hpp"
+
+namespace meshwork::models {
+namespace {
+
+// The op table is what lowering builds the Program from: its forward and backward FLOPs, over
+// every layer, micro-batch and rank, are the model FLOPs of eq. 7.
+TEST(OpTable, FlopsOverAllRanksAreTheModelFlops) {
+  auto r = plan::load_plan_text("model: gpt3-175b\ntraining: {global_batch_size: 64, micro_batch_size: 2}\n"
+                                "parallelism: {tp: 8, pp: 4, cp: 2, sp: true}\ncluster: {gpu: h100-sxm, num_gpus: 128}\n",
+                                plan::Format::yaml);
+  ASSERT_TRUE(r.ok());
+  const auto& p = r.plan;
+  double per_rank = 0;
+  for (const auto& op : layer_ops(p, false)) {
+    if (op.phase != OpPhase::recompute) per_rank += op.flops;
+  }
+  double head = 0;
+  for (const auto& op : last_stage_ops(p)) head += op.flops;
+  const double micro_batches = 64.0 / (2 * 2);  // GBS / (MBS x DP), DP = 128 / (8 x 4 x 2) = 2
+  const double dp = 2, tp = 8, cp = 2;
+  const double total = (per_rank * 96 + head) * micro_batches * dp * tp * cp;
+  EXPECT_NEAR(total / step_flops(p).model, 1.0, 1e-9);
+}
+
+TEST(OpTable, BackwardSplitsIntoInputAndWeightGradients) {
+  auto r = plan::load_plan_text("model: llama3-8b\ntraining: {global_batch_size: 8}\ncluster: {gpu: h100-sxm, num_gpus: 8}\n"
+                                "parallelism: {tp: 8, sp: true}\n", plan::Format::yaml);
+  ASSERT_TRUE(r.ok());
+  double fwd = 0, input = 0, weight = 0;
+  for (const auto& op : layer_ops(r.plan, false)) {
+    if (op.kind != OpKind::gemm) continue;
+    if (op.phase == OpPhase::forward) fwd += op.flops;
+    if (op.phase == OpPhase::backward_input) input += op.flops;
+    if (op.phase == OpPhase::backward_weight) weight += op.flops;
+    if (op.name == "qkv" && op.phase == OpPhase::forward) {
+      // [b s x h] x [h x (a + 2 g) d / t]: 8192 tokens, 4096 -> (32 + 16) x 128 / 8.
+      EXPECT_DOUBLE_EQ(op.shape.m, 8192);
+      EXPECT_DOUBLE_EQ(op.shape.k, 4096);
+      EXPECT_DOUBLE_EQ(op.shape.n, 48.0 * 128 / 8);
+    }
+  }
+  EXPECT_DOUBLE_EQ(input, fwd);
+  EXPECT_DOUBLE_EQ(weight, fwd);
+}
+
+TEST(Estimate, OneBitCompressionCutsDataParallelTime) {
+  auto r = plan::load_plan_text("model: llama3-8b\ntraining: {global_batch_size: 64}\ncluster: {gpu: h100-sxm, num_gpus: 64}\n"
+                                "parallelism: {tp: 1, zero: 0, overlap: {grad_reduce: false}}\n", plan::Format::yaml);
+  ASSERT_TRUE(r.ok());
+  const double plain = estimate(r.plan).breakdown.dp_s;
+  r.plan.parallelism.gradient_compression = plan::GradientCompression::onebit;
+  const double onebit = estimate(r.plan).breakdown.dp_s;
+  EXPECT_GT(plain, 0);
+  EXPECT_NEAR(onebit / plain, (1.0 / 8) / 2, 0.05);  // 1 bit against 16, all else equal but latency
+}
+
+}  // namespace
+}  // namespace meshwork::models

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "plan/plan_io.hpp"
+#include "plan/sweep_spec.hpp"
 #include "tests/plan/test_plans.hpp"
 
 namespace meshwork::plan {
@@ -15,7 +16,8 @@ std::vector<fs::path> scenario_files() {
   std::vector<fs::path> files;
   for (const auto& e : fs::recursive_directory_iterator(fs::path(MESHWORK_SOURCE_DIR) / "scenarios")) {
     const auto ext = e.path().extension();
-    if (e.is_regular_file() && (ext == ".yaml" || ext == ".yml" || ext == ".json")) files.push_back(e.path());
+    const bool sweep = e.path().filename().string().find(".sweep.") != std::string::npos;
+    if (e.is_regular_file() && !sweep && (ext == ".yaml" || ext == ".yml" || ext == ".json")) files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
   return files;
@@ -31,6 +33,19 @@ TEST(Scenarios, EveryScenarioLoadsWithoutErrorsOrWarnings) {
     EXPECT_FALSE(r.plan.name.empty()) << f;
     EXPECT_EQ(r.plan.name, f.stem().string()) << "a scenario is named after its file";
   }
+}
+
+// Sweep files (*.sweep.yaml) load as sweeps, and every point of their grid is reachable.
+TEST(Scenarios, EverySweepFileLoads) {
+  int sweeps = 0;
+  for (const auto& e : fs::recursive_directory_iterator(fs::path(MESHWORK_SOURCE_DIR) / "scenarios")) {
+    if (e.path().filename().string().find(".sweep.") == std::string::npos) continue;
+    const auto r = load_sweep(e.path());
+    EXPECT_TRUE(r.ok()) << e.path() << "\n" << testing::dump(r.diagnostics);
+    EXPECT_GT(r.spec.size(), 1u);
+    ++sweeps;
+  }
+  EXPECT_GE(sweeps, 1);
 }
 
 struct PublishedMesh {

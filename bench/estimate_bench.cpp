@@ -1,0 +1,79 @@
+// How fast is the closed form? Estimates per second on one core, against loading and
+// validating the same plan (the floor under any estimate), and a 10,000-plan sweep to CSV.
+//
+//   build/release/bench/meshwork_bench
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+
+#include "models/estimate.hpp"
+#include "models/sweep.hpp"
+#include "plan/document.hpp"
+#include "plan/plan_io.hpp"
+
+namespace {
+
+using namespace meshwork;
+
+nlohmann::json base_tree() {
+  auto doc = plan::read_document(std::filesystem::path(MESHWORK_SOURCE_DIR) / "scenarios/gpt3-175b-a100-1024.yaml");
+  return doc.document->root;
+}
+
+void BM_LoadAndValidate(benchmark::State& state) {
+  const auto tree = base_tree();
+  for (auto _ : state) benchmark::DoNotOptimize(plan::load_plan_json(tree));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_LoadAndValidate);
+
+void BM_Estimate(benchmark::State& state) {
+  const auto loaded = plan::load_plan_json(base_tree());
+  models::EstimateOptions options;
+  options.provenance = false;
+  for (auto _ : state) benchmark::DoNotOptimize(models::estimate(loaded.plan, options));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_Estimate);
+
+void BM_LoadValidateAndEstimate(benchmark::State& state) {
+  const auto tree = base_tree();
+  models::EstimateOptions options;
+  options.provenance = false;
+  for (auto _ : state) {
+    auto loaded = plan::load_plan_json(tree);
+    benchmark::DoNotOptimize(models::estimate(loaded.plan, options));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_LoadValidateAndEstimate);
+
+// 4 TP x 5 PP x 5 VPP x 5 micro-batch x 4 ZeRO x 5 GPU counts = 10,000 plans, written as CSV.
+void BM_Sweep10000ToCsv(benchmark::State& state) {
+  plan::SweepSpec spec;
+  spec.base = std::filesystem::path(MESHWORK_SOURCE_DIR) / "scenarios/gpt3-175b-a100-1024.yaml";
+  spec.base_tree = base_tree();
+  spec.base_tree["parallelism"].erase("vpp");
+  auto axis = [&](const char* section, const char* key, std::vector<nlohmann::json> values) {
+    spec.axes.push_back({std::string(section) + "." + key, {key}, {section}, std::move(values)});
+  };
+  axis("parallelism", "tp", {1, 2, 4, 8});
+  axis("parallelism", "pp", {1, 2, 4, 8, 16});
+  axis("parallelism", "vpp", {1, 2, 3, 4, 6});
+  axis("training", "micro_batch_size", {1, 2, 4, 8, 16});
+  axis("parallelism", "zero_stage", {0, 1, 2, 3});
+  axis("cluster", "num_gpus", {512, 1024, 1536, 2048, 3072});
+  for (auto _ : state) {
+    auto rows = models::run_sweep(spec);
+    models::rank_rows(rows, plan::RankBy::mfu);
+    std::string csv = models::sweep_csv_header(spec) + '\n';
+    for (const auto& r : rows) csv += models::sweep_csv_row(r) + '\n';
+    benchmark::DoNotOptimize(csv);
+    state.counters["plans"] = static_cast<double>(rows.size());
+  }
+}
+BENCHMARK(BM_Sweep10000ToCsv)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,151 @@
+// `meshwork estimate`, `sweep` and `search` end to end.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+
+namespace meshwork::cli {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kSource = MESHWORK_SOURCE_DIR;
+
+struct Outcome {
+  int code;
+  std::string out, err;
+};
+
+Outcome meshwork(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = run(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+TEST(Estimate, JsonReportBreakdownAddsUpAndCarriesProvenance) {
+  const Outcome r = meshwork({"estimate", "--json", (kSource / "scenarios/published/kor22-175b.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  double sum = 0;
+  for (const auto& [k, v] : j["breakdown"].items()) sum += v.get<double>();
+  EXPECT_NEAR(sum, j["step_time_s"].get<double>(), 1e-9);
+  EXPECT_EQ(j["method"], "estimated");
+  EXPECT_EQ(j["provenance"]["plan_hash"].get<std::string>().size(), 16u);
+  EXPECT_EQ(j["memory"].size(), 8u);
+  EXPECT_TRUE(j["definitions"].contains("mfu"));
+}
+
+TEST(Estimate, APlanThatDoesNotFitExitsOneWithAVerdict) {
+  const fs::path plan = fs::temp_directory_path() / "meshwork-oom.yaml";
+  std::ofstream(plan) << "model: nar21-1t\ntraining: {global_batch_size: 8}\nparallelism: {tp: 8, zero: 0}\n"
+                         "cluster: {gpu: a100-sxm-80gb, num_gpus: 8}\n";
+  const Outcome r = meshwork({"estimate", plan.string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("verdict: the plan does NOT fit"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("DOES NOT FIT"), std::string::npos);
+  fs::remove(plan);
+}
+
+TEST(Estimate, CsvHasAHeaderAndOneRow) {
+  const Outcome r = meshwork({"estimate", "--csv", (kSource / "scenarios/published/kor22-22b.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto l = lines(r.out);
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(std::count(l[0].begin(), l[0].end(), ','), std::count(l[1].begin(), l[1].end(), ','));
+}
+
+TEST(Sweep, KeepsInvalidPlansWithTheReasonAndRanksTheRest) {
+  const fs::path csv = fs::temp_directory_path() / "meshwork-sweep.csv";
+  const Outcome r = meshwork({"sweep", (kSource / "tests/data/sweeps/small.yaml").string(), "--csv", csv.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("12 plans:"), std::string::npos) << r.out;
+  std::ifstream in(csv);
+  std::stringstream s;
+  s << in.rdbuf();
+  const auto rows = lines(s.str());
+  ASSERT_EQ(rows.size(), 13u);  // header + 12
+  int invalid = 0;
+  double last_mfu = 2;
+  bool ok_section = true;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    if (rows[i].find(",invalid,") != std::string::npos) {
+      ++invalid;
+      ok_section = false;
+      EXPECT_NE(rows[i].find("TP 3"), std::string::npos) << rows[i];  // 3 divides neither 1024 GPUs nor 96 heads
+      continue;
+    }
+    if (rows[i].find(",ok,") == std::string::npos) continue;
+    EXPECT_TRUE(ok_section) << "ok rows come first";
+    // mfu is the 6th report column after index, 3 axes, status, reason, plan, method, num_gpus, step.
+    std::vector<std::string> cols;
+    std::stringstream row(rows[i]);
+    for (std::string c; std::getline(row, c, ',');) cols.push_back(c);
+    const double mfu = std::stod(cols[10]);
+    EXPECT_LE(mfu, last_mfu);
+    last_mfu = mfu;
+  }
+  EXPECT_EQ(invalid, 6);  // tp 3
+  fs::remove(csv);
+}
+
+TEST(Sweep, SlicesPartitionTheGrid) {
+  std::size_t total = 0;
+  for (const char* slice : {"0/3", "1/3", "2/3"}) {
+    const Outcome r = meshwork({"sweep", (kSource / "tests/data/sweeps/small.yaml").string(), "--slice", slice, "--csv", "-"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    total += lines(r.out).size() - 1;
+  }
+  EXPECT_EQ(total, 12u);
+  EXPECT_EQ(meshwork({"sweep", (kSource / "tests/data/sweeps/small.yaml").string(), "--slice", "3/3"}).code, 2);
+}
+
+TEST(Sweep, ABadSweepFileGetsEveryDiagnostic) {
+  const Outcome r = meshwork({"sweep", (kSource / "tests/data/sweeps/bad.yaml").string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("grid.parallelism.tpp: \"parallelism.tpp\" is not a plan field"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("grid.training.micro_batch_size: expected a non-empty list"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank_by: expected one of"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("colour: unknown key"), std::string::npos) << r.err;
+  EXPECT_EQ(meshwork({"sweep", "/nonexistent/sweep.yaml"}).code, 1);
+}
+
+// NAR21 §5.1 ran GPT-3 175B on 1,024 A100s at TP 8, PP 8, interleaved, full recompute; the
+// search must find a plan predicted at least as fast.
+TEST(Search, FindsAPlanAtLeastAsFastAsThePublishedGpt3Configuration) {
+  const fs::path cluster = kSource / "scenarios/gpt3-175b-a100-1024.yaml";
+  const Outcome published = meshwork({"estimate", "--json", cluster.string()});
+  ASSERT_EQ(published.code, 0) << published.err;
+  const double published_step = nlohmann::json::parse(published.out)["step_time_s"].get<double>();
+  const Outcome r = meshwork({"search", "--model", "gpt3-175b", "--cluster", cluster.string(), "--top", "3", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto best = nlohmann::json::parse(r.out);
+  ASSERT_EQ(best.size(), 3u);
+  EXPECT_LE(best[0]["report"]["step_time_s"].get<double>(), published_step);
+  EXPECT_LE(best[0]["report"]["step_time_s"].get<double>(), best[1]["report"]["step_time_s"].get<double>());
+  EXPECT_EQ(best[0]["plan"]["cluster"]["num_gpus"], 1024);
+}
+
+TEST(Search, NoValidPlanSaysWhy) {
+  // A 1T-parameter model on 8 GPUs: nothing fits.
+  const Outcome r = meshwork({"search", "--model", "nar21-1t", "--cluster",
+                              (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string(), "--gpus", "8"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("no valid plan among"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("do not fit in memory: the smallest needs"), std::string::npos) << r.err;
+  const Outcome bad = meshwork({"search", "--model", "gpt5", "--cluster", (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string()});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("unknown model preset \"gpt5\""), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace meshwork::cli
