@@ -1,0 +1,104 @@
+// Builders against closed forms: the k-ary fat tree (Al-Fares et al. 2008 §3), leaf/spine,
+// rail-optimized scalable units; bisection; group paths under the default placement.
+#include <gtest/gtest.h>
+
+#include "plan/plan_io.hpp"
+#include "plan/rank_layout.hpp"
+#include "topology/analysis.hpp"
+#include "topology/builders.hpp"
+
+namespace meshwork::topology {
+namespace {
+
+TEST(FatTree, KAryCountsAreTheClosedForms) {
+  for (std::int64_t k : {4, 8, 16, 64}) {
+    SCOPED_TRACE(k);
+    const Topology t = build_k_ary_fat_tree(k, 50, 1);
+    EXPECT_EQ(t.count(VertexKind::gpu), k * k * k / 4);  // hosts
+    EXPECT_EQ(t.count(VertexKind::leaf) + t.count(VertexKind::spine) + t.count(VertexKind::core), 5 * k * k / 4);
+    EXPECT_EQ(t.count(VertexKind::core), k * k / 4);
+    // k^3/4 host links, then k^3/4 edge-aggregation and k^3/4 aggregation-core links.
+    EXPECT_EQ(t.count(LinkTier::nic_to_leaf), k * k * k / 4);
+    EXPECT_EQ(t.count(LinkTier::leaf_to_spine), k * k * k / 4);
+    EXPECT_EQ(t.count(LinkTier::spine_to_core), k * k * k / 4);
+  }
+}
+
+plan::Plan load(const std::string& yaml) {
+  auto r = plan::load_plan_text(yaml, plan::Format::yaml);
+  EXPECT_TRUE(r.ok()) << yaml;
+  return r.plan;
+}
+
+TEST(FatTree, BisectionOfANonBlockingTreeIsTwiceThatOfATwoToOneTree) {
+  // 192 NICs on radix-48 leaves: 24 down / 24 up at 1:1, 32 down / 16 up at 2:1, leaves full.
+  const std::string base = "model: tiny\ntraining: {global_batch_size: 192, precision: bf16}\n"
+                           "cluster: {gpu: h100-sxm, num_gpus: 192, nic_bandwidth_gbps: 400, topology: {kind: fat_tree, tiers: 2, switch_radix: 48, oversubscription: ";
+  const auto one = build(load(base + "1}}\n").cluster);
+  const auto two = build(load(base + "2}}\n").cluster);
+  ASSERT_TRUE(one.topology && two.topology) << one.error << two.error;
+  EXPECT_DOUBLE_EQ(bisection_gbytes_per_s(*one.topology), 192 * 50.0 / 2);
+  EXPECT_DOUBLE_EQ(bisection_gbytes_per_s(*one.topology) / bisection_gbytes_per_s(*two.topology), 2.0);
+}
+
+TEST(RailOptimized, ScalableUnitOf32DgxNodes) {
+  // 32 nodes x 8 GPUs and 8 NICs at 400 Gb/s; radix 64, non-blocking: one 32-down / 32-up
+  // leaf per rail (8 leaves), 256 up-links over 4 spines.
+  const auto b = build(load("model: tiny\ntraining: {global_batch_size: 256}\n"
+                            "cluster: {gpu: h100-sxm, num_gpus: 256, topology: {kind: rail_optimized, switch_radix: 64}}\n")
+                           .cluster);
+  ASSERT_TRUE(b.topology) << b.error;
+  const Topology& t = *b.topology;
+  EXPECT_EQ(t.count(VertexKind::gpu), 256);
+  EXPECT_EQ(t.count(VertexKind::nic), 256);
+  EXPECT_EQ(t.count(VertexKind::nvswitch), 32);
+  EXPECT_EQ(t.count(VertexKind::leaf), 8);
+  EXPECT_EQ(t.count(VertexKind::spine), 4);
+  EXPECT_EQ(t.count(LinkTier::nic_to_leaf), 256);
+  EXPECT_EQ(t.count(LinkTier::leaf_to_spine), 256);
+  const auto bom = bill_of_materials(t);
+  EXPECT_EQ(bom.cables, 512);
+  EXPECT_EQ(bom.transceivers, 1024);
+}
+
+TEST(RailOptimized, EveryDataParallelRingStaysOnItsRail) {
+  // TP 8 fills a node, so DP peers are the same local GPU on other nodes: the same rail, up to
+  // the rail's leaf and back down, never a spine.
+  const plan::Plan p = load("model: llama3-8b\ntraining: {global_batch_size: 256}\nparallelism: {tp: 8, sp: true}\n"
+                            "cluster: {gpu: h100-sxm, num_gpus: 256, topology: {kind: rail_optimized, switch_radix: 64}}\n");
+  const auto b = build(p.cluster);
+  ASSERT_TRUE(b.topology);
+  const auto layout = plan::RankLayout::from_plan(p.parallelism);
+  for (std::int64_t g = 0; g < layout.num_groups(plan::GroupKind::dp); ++g) {
+    const auto members = layout.group(plan::GroupKind::dp, g);
+    // All members sit at the same local index modulo the NIC they use.
+    for (auto m : members) EXPECT_EQ(m % 8, members.front() % 8);
+  }
+  const auto path = group_path(*b.topology, layout, plan::GroupKind::dp);
+  EXPECT_EQ(path.hops, 4);  // GPU - NIC - leaf - NIC - GPU
+}
+
+TEST(Placement, DefaultOrderKeepsEachTpGroupInOneNode) {
+  const plan::Plan p = load("model: gpt3-175b\ntraining: {global_batch_size: 64}\nparallelism: {tp: 8, pp: 8}\n"
+                            "cluster: {gpu: a100-sxm-80gb, num_gpus: 128, nic_bandwidth_gbps: 200, topology: {tiers: 3, switch_radix: 40}}\n");
+  const auto b = build(p.cluster);
+  ASSERT_TRUE(b.topology) << b.error;
+  const auto layout = plan::RankLayout::from_plan(p.parallelism);
+  const auto tp = group_path(*b.topology, layout, plan::GroupKind::tp);
+  EXPECT_EQ(tp.hops, 2);  // GPU - NVSwitch - GPU
+  EXPECT_DOUBLE_EQ(tp.bottleneck_gbytes_per_s, 300);
+  const auto pp = group_path(*b.topology, layout, plan::GroupKind::pp);
+  EXPECT_GE(pp.hops, 4);
+  EXPECT_DOUBLE_EQ(pp.bottleneck_gbytes_per_s, 25);  // a 200 Gb/s NIC
+}
+
+TEST(Builders, MoreGpusThanTheTreeHoldsIsAnError) {
+  plan::ClusterConfig c = load("model: tiny\ntraining: {global_batch_size: 4096}\n"
+                               "cluster: {gpu: h100-sxm, num_gpus: 4096, topology: {tiers: 2, switch_radix: 64}}\n").cluster;
+  const auto b = build(c);
+  EXPECT_FALSE(b.topology);
+  EXPECT_NE(b.error.find("a 2-tier tree of radix 64 holds 2048 NICs"), std::string::npos) << b.error;
+}
+
+}  // namespace
+}  // namespace meshwork::topology

@@ -1,0 +1,37 @@
+#pragma once
+// What a topology offers: its bill of materials, bisection bandwidth, and, for each parallel
+// group of a plan, the hops and bottleneck bandwidth between its members.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "plan/plan.hpp"
+#include "plan/rank_layout.hpp"
+#include "topology/topology.hpp"
+
+namespace meshwork::topology {
+
+struct BillOfMaterials {
+  std::map<std::string, std::int64_t> switches;  // by kind: leaf, spine, core, nvswitch
+  std::map<std::string, std::int64_t> links;     // by tier
+  std::int64_t cables = 0;        // scale-out links (NIC-leaf and above)
+  std::int64_t transceivers = 0;  // two per scale-out cable (optical links assumed)
+};
+
+BillOfMaterials bill_of_materials(const Topology& t);
+
+// Bisection bandwidth of the scale-out fabric, GB/s one way: for these trees, the smallest
+// tier's aggregate up-link capacity over two (at the NICs, half the NICs' bandwidth).
+double bisection_gbytes_per_s(const Topology& t);
+
+struct GroupPath {
+  std::int64_t hops = 0;                 // links from the group's first member to its farthest
+  double bottleneck_gbytes_per_s = 0;   // the slowest link on that path
+};
+
+// The path from the first member of `group`'s group 0 to its farthest member (breadth-first:
+// minimum hops).
+GroupPath group_path(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group);
+
+}  // namespace meshwork::topology
