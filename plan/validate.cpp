@@ -1,5 +1,6 @@
 #include "plan/validate.hpp"
 
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -236,6 +237,36 @@ class Validator {
                                          " peak (cluster.gpu.peak_tflops)");
     }
     if (mesh_ok && c_.gpus_per_node > 0) check_tp_in_node();
+    check_fabric();
+  }
+
+  // What the scale-out fabric can hold, in closed form (topology/builders.cpp builds it): a
+  // leaf splits its radix k into down and up ports by the oversubscription; a 2-tier tree holds
+  // k leaves, a 3-tier (Al-Fares) tree k pods of k/2 leaves.
+  void check_fabric() {
+    const auto& t = c_.topology;
+    const std::int64_t nodes = c_.num_nodes();
+    if (t.kind == TopologyKind::single_node) {
+      if (nodes > 1) d_.error("cluster.topology.kind", "single_node holds one node; the plan has " + str(nodes));
+      return;
+    }
+    if (nodes <= 1 || t.switch_radix < 2 || t.oversubscription < 1 || c_.nics_per_node <= 0) return;
+    if (t.switch_radix % 2 != 0) {
+      d_.error("cluster.topology.switch_radix", str(t.switch_radix) + " is odd; a fat tree splits each switch's ports in halves");
+      return;
+    }
+    const double k = static_cast<double>(t.switch_radix);
+    const double down = std::max(1.0, std::floor(k * t.oversubscription / (1 + t.oversubscription)));
+    const double nics = static_cast<double>(nodes) * static_cast<double>(c_.nics_per_node);
+    double holds = 0;
+    if (t.kind == TopologyKind::fat_tree) holds = t.tiers <= 2 ? k * down : k * (k / 2) * down;
+    if (t.kind == TopologyKind::rail_optimized) holds = nics;  // rails grow by leaves and spines
+    if (holds > 0 && nics > holds) {
+      d_.error("cluster.num_gpus", str(c_.num_gpus) + " GPUs need " + str(static_cast<std::int64_t>(nics)) + " NICs; a " +
+                                       str(t.tiers) + "-tier fat tree of radix " + str(t.switch_radix) + " holds " +
+                                       str(static_cast<std::int64_t>(holds)) +
+                                       (t.tiers <= 2 ? " (use tiers: 3 or a larger radix)" : " (use a larger radix)"));
+    }
   }
 
   // A TP group should sit inside one NVLink domain: its all-reduces are on the critical path

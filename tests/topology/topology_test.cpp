@@ -93,11 +93,25 @@ TEST(Placement, DefaultOrderKeepsEachTpGroupInOneNode) {
 }
 
 TEST(Builders, MoreGpusThanTheTreeHoldsIsAnError) {
-  plan::ClusterConfig c = load("model: tiny\ntraining: {global_batch_size: 4096}\n"
-                               "cluster: {gpu: h100-sxm, num_gpus: 4096, topology: {tiers: 2, switch_radix: 64}}\n").cluster;
-  const auto b = build(c);
+  // The plan's validation says so, and the builder refuses too.
+  auto r = plan::load_plan_text("model: tiny\ntraining: {global_batch_size: 4096}\n"
+                                "cluster: {gpu: h100-sxm, num_gpus: 4096, topology: {tiers: 2, switch_radix: 64}}\n",
+                                plan::Format::yaml);
+  const auto* d = r.diagnostics.find("cluster.num_gpus");
+  ASSERT_NE(d, nullptr);
+  EXPECT_NE(d->message.find("a 2-tier fat tree of radix 64 holds 2048"), std::string::npos) << d->message;
+  const auto b = build(r.plan.cluster);
   EXPECT_FALSE(b.topology);
   EXPECT_NE(b.error.find("a 2-tier tree of radix 64 holds 2048 NICs"), std::string::npos) << b.error;
+}
+
+TEST(Builders, OddRadixAndSingleNodeOverflowAreDiagnostics) {
+  auto odd = plan::load_plan_text("model: tiny\ntraining: {global_batch_size: 64}\n"
+                                  "cluster: {gpu: h100-sxm, num_gpus: 64, topology: {switch_radix: 63}}\n", plan::Format::yaml);
+  EXPECT_NE(odd.diagnostics.find("cluster.topology.switch_radix"), nullptr);
+  auto single = plan::load_plan_text("model: tiny\ntraining: {global_batch_size: 64}\n"
+                                     "cluster: {gpu: h100-sxm, num_gpus: 64, topology: {kind: single_node}}\n", plan::Format::yaml);
+  EXPECT_NE(single.diagnostics.find("cluster.topology.kind"), nullptr);
 }
 
 }  // namespace
