@@ -16,7 +16,7 @@ struct Builder {
     return v;
   }
   void link(VertexId a, VertexId b, LinkTier tier, double gbytes_per_s, double latency_us) {
-    boost::add_edge(a, b, Link{tier, gbytes_per_s, latency_us}, t.graph);
+    boost::add_edge(a, b, Link{static_cast<std::int64_t>(boost::num_edges(t.graph)), tier, gbytes_per_s, latency_us}, t.graph);
   }
 };
 

@@ -26,6 +26,7 @@ enum class LinkTier { nvlink, nic_to_leaf, leaf_to_spine, spine_to_core, gpu_to_
 std::string_view to_string(LinkTier t);
 
 struct Link {
+  std::int64_t id = 0;  // 0 .. links-1, in creation order
   LinkTier tier = LinkTier::nvlink;
   double bandwidth_gbytes_per_s = 0;  // each direction
   double latency_us = 0;
