@@ -156,3 +156,51 @@ TEST(Routing, EqualCostPathsInAKAryFatTree) {
 
 }  // namespace
 }  // namespace meshwork::topology
+
+#include "topology/faults.hpp"
+
+namespace meshwork::topology {
+namespace {
+
+TEST(Faults, ALinkTakenDownReroutesAndNamesTheGroupsThatLostPaths) {
+  // 16 nodes of 8 on a 2-tier tree of radix 16 (8 down, 8 up): DP groups cross leaves.
+  auto r = plan::load_plan_text("model: llama3-8b\ntraining: {global_batch_size: 64}\nparallelism: {tp: 8, sp: true}\n"
+                                "cluster: {gpu: h100-sxm, num_gpus: 128, topology: {tiers: 2, switch_radix: 16}}\n",
+                                plan::Format::yaml);
+  ASSERT_TRUE(r.ok());
+  const auto built = build(r.plan.cluster);
+  ASSERT_TRUE(built.topology) << built.error;
+  const auto layout = plan::RankLayout::from_plan(r.plan.parallelism);
+  Topology faulted = *built.topology;
+  ASSERT_FALSE(apply_fault(faulted, {FaultKind::down, "leaf0-spine3", 1}));
+  const auto impact = fault_impact(*built.topology, faulted, layout);
+  ASSERT_FALSE(impact.empty());
+  bool dp_hit = false;
+  for (const auto& i : impact) {
+    EXPECT_FALSE(i.disconnected);              // re-routed over the other spines
+    EXPECT_LT(i.paths_after, i.paths_before);  // with fewer equal-cost paths
+    dp_hit = dp_hit || i.group == plan::GroupKind::dp;
+    EXPECT_NE(i.group, plan::GroupKind::tp);   // TP stays inside its node
+  }
+  EXPECT_TRUE(dp_hit);
+
+  // A NIC's cable: its GPU leaves the fabric.
+  Topology cut = *built.topology;
+  ASSERT_FALSE(apply_fault(cut, {FaultKind::down, "nic0-leaf0", 1}));
+  const auto lost = fault_impact(*built.topology, cut, layout);
+  ASSERT_FALSE(lost.empty());
+  EXPECT_TRUE(lost.front().disconnected);
+
+  // Degrading a leaf's up-link lowers the bottleneck of the groups that use it.
+  Topology slow = *built.topology;
+  for (int s = 0; s < 8; ++s) ASSERT_FALSE(apply_fault(slow, {FaultKind::degrade, "leaf0-spine" + std::to_string(s), 0.5}));
+  const auto slower = fault_impact(*built.topology, slow, layout);
+  ASSERT_FALSE(slower.empty());
+  EXPECT_DOUBLE_EQ(slower.front().bottleneck_after, slower.front().bottleneck_before / 2);
+
+  Topology unknown = *built.topology;
+  EXPECT_TRUE(apply_fault(unknown, {FaultKind::down, "leaf99-spine0", 1}));
+}
+
+}  // namespace
+}  // namespace meshwork::topology
