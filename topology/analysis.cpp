@@ -38,10 +38,14 @@ double bisection_gbytes_per_s(const Topology& t) {
   return std::isfinite(best) ? best : 0;
 }
 
-GroupPath group_path(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group) {
+GroupPath group_path(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group, std::int64_t index) {
   GroupPath out;
   if (layout.group_size(group) <= 1 || t.gpus.empty()) return out;
-  const auto members = layout.group(group, 0);
+  const auto members = layout.group(group, index);
+  // The search stops once every member is reached: a group inside a node never leaves it.
+  std::vector<char> wanted(boost::num_vertices(t.graph), 0);
+  for (auto m : members) wanted[t.gpus[static_cast<std::size_t>(m)]] = 1;
+  std::size_t left = members.size() - 1;
   const auto n = boost::num_vertices(t.graph);
   std::vector<std::int64_t> dist(n, -1);
   std::vector<double> slowest(n, std::numeric_limits<double>::infinity());
@@ -49,16 +53,17 @@ GroupPath group_path(const Topology& t, const plan::RankLayout& layout, plan::Gr
   const VertexId source = t.gpus[static_cast<std::size_t>(members.front())];
   dist[source] = 0;
   q.push(source);
-  while (!q.empty()) {
+  while (!q.empty() && left > 0) {
     const VertexId v = q.front();
     q.pop();
     for (auto e : boost::make_iterator_range(boost::out_edges(v, t.graph))) {
       const VertexId w = boost::target(e, t.graph);
-      if (dist[w] >= 0) continue;
+      if (dist[w] >= 0 || t.graph[e].bandwidth_gbytes_per_s <= 0) continue;
       // Paths run GPU to GPU through switches and NICs, never through another GPU.
       if (t.graph[w].kind == VertexKind::gpu && w != source) {
         dist[w] = dist[v] + 1;
         slowest[w] = std::min(slowest[v], t.graph[e].bandwidth_gbytes_per_s);
+        if (wanted[w] && left > 0) --left;
         continue;
       }
       dist[w] = dist[v] + 1;

@@ -32,6 +32,6 @@ struct GroupPath {
 
 // The path from the first member of `group`'s group 0 to its farthest member (breadth-first:
 // minimum hops).
-GroupPath group_path(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group);
+GroupPath group_path(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group, std::int64_t index = 0);
 
 }  // namespace meshwork::topology
