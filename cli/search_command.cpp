@@ -43,7 +43,13 @@ void add_search_command(CLI::App& app, Io& io) {
     if (*seq > 0) base["model"]["seq_length"] = *seq;
     if (*gpus > 0) {
       if (!base.contains("cluster") || !base["cluster"].is_object()) base["cluster"] = nlohmann::json::object();
+      base["cluster"].erase("gpus");
       base["cluster"]["num_gpus"] = *gpus;
+    }
+    if (*top == 0) {
+      io.err << "meshwork search: --top must be at least 1\n";
+      io.exit_code = 2;
+      return;
     }
     // The model and cluster must be sound before any mesh is tried.
     nlohmann::json probe = base;
@@ -76,7 +82,7 @@ void add_search_command(CLI::App& app, Io& io) {
       for (const auto& [why, n] : result.invalid_reasons) reasons.emplace_back(n, why);
       std::sort(reasons.rbegin(), reasons.rend());
       for (std::size_t i = 0; i < reasons.size() && i < 5; ++i) {
-        io.err << "  " << reasons[i].first << " invalid at " << reasons[i].second << '\n';
+        io.err << "  " << reasons[i].first << " invalid: " << reasons[i].second << '\n';
       }
       io.exit_code = 1;
       return;

@@ -136,7 +136,7 @@ void add_sweep_command(CLI::App& app, Io& io) {
       else ++oom;
     }
     if (*csv == "-" || *json == "-") return;  // stdout holds the data
-    io.out << spec.size() << " plans: " << ok << " valid, " << oom << " out of memory, " << invalid << " invalid\n";
+    io.out << rows.size() << (rows.size() == spec.size() ? "" : " of " + std::to_string(spec.size())) << " plans: " << ok << " valid, " << oom << " out of memory, " << invalid << " invalid\n";
     const std::int64_t shown = *top > 0 ? *top : spec.top;
     char line[256];
     io.out << "rank  ";

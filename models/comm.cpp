@@ -9,10 +9,15 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan:
   const auto layout = plan::RankLayout::from_plan(p.parallelism);
   g.size = layout.group_size(group);
   const auto& c = p.cluster;
-  // The group of rank 0 stands for all (the placement is regular): it crosses nodes when its
-  // first and last members are on different nodes.
-  const std::int64_t last = g.size > 1 ? layout.group(group, 0).back() : 0;
-  g.crosses_nodes = c.gpus_per_node > 0 && last / c.gpus_per_node != 0;
+  // A collective runs at the pace of its slowest group: the groups cross nodes when any of
+  // them has members on two nodes (the first 4,096 groups are looked at; placement is regular).
+  if (g.size > 1 && c.gpus_per_node > 0) {
+    const std::int64_t groups = std::min<std::int64_t>(layout.num_groups(group), 4096);
+    for (std::int64_t i = 0; i < groups && !g.crosses_nodes; ++i) {
+      const auto members = layout.group(group, i);
+      g.crosses_nodes = members.front() / c.gpus_per_node != members.back() / c.gpus_per_node;
+    }
+  }
   const double nvlink = c.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvlink_efficiency;
   if (!g.crosses_nodes) {
     g.busbw_bytes_per_s = nvlink;

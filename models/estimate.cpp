@@ -23,6 +23,8 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 // FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward against ~87% for the
 // best GEMM (Dao 2023, arXiv:2307.08691 §4.1): 0.8 of a GEMM of the same size.
 constexpr double kFlashOverGemm = 0.8;
+// Decoder attention is causal: a flash kernel computes about half of the s x s blocks.
+constexpr double kCausalFlashFraction = 0.5;
 // Adam's step streams, per parameter it owns: fp32 master weight, m, v read and written
 // (24 bytes), the gradient read (4) and the 16-bit weight written (2).
 constexpr double kOptimizerBytesPerParam = 30;
@@ -50,7 +52,10 @@ struct Timer {
     switch (op.kind) {
       case OpKind::gemm: t += op.flops / (peak_flops * gemm_efficiency(hw, op.flops / 2)); break;
       case OpKind::attention: {
-        const double compute = op.flops / (peak_flops * gemm_efficiency(hw, op.flops / 2) * (flash ? kFlashOverGemm : 1));
+        // Causal flash attention skips the masked half of the score blocks (Dao 2023 §3.1);
+        // the op's FLOPs stay the full matrix, as MFU counts them.
+        const double executed = flash ? op.flops * kCausalFlashFraction : op.flops;
+        const double compute = executed / (peak_flops * gemm_efficiency(hw, op.flops / 2) * (flash ? kFlashOverGemm : 1));
         const double memory = op.bytes / hbm_bytes_per_s;
         // Fused (flash) attention overlaps its memory traffic with its math; unfused attention
         // runs batched GEMMs and separate softmax/dropout passes over the scores.
@@ -72,6 +77,12 @@ struct StageTimes {
 };
 
 }  // namespace
+
+double hottest_expert_load(const plan::MoeConfig& moe) {
+  // Dropping routers cap each expert at capacity_factor times the balanced load.
+  return moe.capacity_factor > 0 ? std::min(moe.routing_imbalance, std::max(1.0, moe.capacity_factor))
+                                 : moe.routing_imbalance;
+}
 
 report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   report::Report r;
@@ -126,7 +137,10 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     }
     // EP: dispatch and combine all-to-all forward and backward (4), of the routed tokens.
     if (moe && ep_net.size > 1) {
-      const double routed = tokens_mb * d(m.moe.moe_router_topk) * m.moe.routing_imbalance * d(m.hidden_size) * e;
+      // With sequence parallelism (required for MoE with TP) each TP rank dispatches its
+      // 1/TP of the tokens (Megatron-core's all-to-all dispatcher).
+      const double tokens = par.sequence_parallel ? tokens_mb / t : tokens_mb;
+      const double routed = tokens * d(m.moe.moe_router_topk) * hottest_expert_load(m.moe) * d(m.hidden_size) * e;
       s.ep_s = 4 * all_to_all_s(ep_net, routed);
     }
     return s;
@@ -202,15 +216,17 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // DP: gradients of the slowest stage's parameters, reduced once per step; with ZeRO >= 1
   // reduce-scatter then all-gather of the updated 16-bit parameters.
   {
-    // 16-bit gradients reduced (Megatron-core's grad_reduce_in_fp32 is off by default).
-    double grad_bytes = e;
+    double grad_bytes = gradient_bytes(p.training.precision);
     switch (par.gradient_compression) {
       case plan::GradientCompression::none: break;
-      // 1-bit Adam (Tang et al. 2021, arXiv:2102.02888): one bit per value instead of 32, the
-      // error-feedback buffer updated in a pass over the fp32 gradients.
+      // 1-bit Adam (Tang et al. 2021, arXiv:2102.02888): one bit per value instead of 32 (16
+      // for fp16 gradients), the error-feedback buffer updated in a pass over the gradients.
       case plan::GradientCompression::onebit: grad_bytes = 1.0 / 8; break;
-      // Top-k: the chosen values (16-bit) and their 32-bit indices.
-      case plan::GradientCompression::topk: grad_bytes = par.topk_ratio * (e + 4); break;
+      // Top-k: the chosen values (16-bit) and their 32-bit indices. Sparse sets of different
+      // ranks do not line up, so they are all-gathered, not ring-reduced: n times the volume.
+      case plan::GradientCompression::topk:
+        grad_bytes = par.topk_ratio * (e + 4) * static_cast<double>(std::max<std::int64_t>(1, dp_net.size));
+        break;
     }
     double reduce = 0, gather = 0;
     auto add = [&](const GroupNetwork& net, double params) {
@@ -290,11 +306,17 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     const double busy = std::clamp((b.compute_s + b.recompute_s) / r.step_time_s, 0.0, 1.0);
     const double tdp = p.cluster.gpu.tdp_watts;
     r.power.gpu_watts = tdp * (hw.gpu_idle_fraction + (1 - hw.gpu_idle_fraction) * busy);
-    r.power.node_watts = (d(p.cluster.gpus_per_node) * r.power.gpu_watts + hw.host_watts_per_node) / hw.psu_efficiency;
+    // The host figure is for an 8-GPU node (DGX/HGX); other node sizes scale it per GPU.
+    const double host = hw.host_watts_per_node * d(p.cluster.gpus_per_node) / 8;
+    r.power.node_watts = (d(p.cluster.gpus_per_node) * r.power.gpu_watts + host) / hw.psu_efficiency;
     r.power.cluster_megawatts = r.power.node_watts * d(p.cluster.num_nodes()) / 1e6;
     r.power.joules_per_token = r.power.cluster_megawatts * 1e6 / r.tokens_per_s;
   }
 
+  if (!hw.calibrated) {
+    r.notes.push_back("no calibration covers " + p.cluster.gpu.name +
+                      ": generic efficiencies (Ampere's fractions of its datasheet figures)");
+  }
   r.provenance.meshwork_version = kVersion;
   r.provenance.meshwork_commit = kGitCommit;
   if (options.provenance) r.provenance.plan_hash = report::fnv1a_hex(plan::to_json(p).dump());

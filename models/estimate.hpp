@@ -15,6 +15,10 @@ struct EstimateOptions {
   bool provenance = true;  // hash the plan for the Report's provenance (sweeps skip it)
 };
 
+// The load of the hottest expert rank over the balanced load: routing_imbalance, capped by the
+// capacity factor when the router drops tokens.
+double hottest_expert_load(const plan::MoeConfig& moe);
+
 // The plan must be valid (plan::validate without errors).
 report::Report estimate(const plan::Plan& plan, const EstimateOptions& options = {});
 

@@ -68,11 +68,10 @@ StepFlops step_flops(const plan::Plan& plan, const FlopsOptions& opt) {
   switch (plan.training.recompute) {
     case plan::Recompute::none: break;
     case plan::Recompute::selective:
-      // KOR22 eq. 8 writes 1 + s/(3h) for 1 + s/(6h): the recomputed attention core counted at
-      // three forwards, which is what their measured HFU/MFU ratio shows (1.053 against 1.056
-      // predicted, published-runs D3). HFU follows the paper; the time model recomputes one
-      // forward of the core (op_table.cpp).
-      recomputed = 3 * (d(c.dense_layers) * dense.attention_core + d(c.moe_layers) * moe.attention_core);
+      // What runs again: one forward of the attention core per layer (the op table's recompute
+      // op). KOR22 eq. 8 writes 1 + s/(3h), counting it as a forward and a backward; its HFU
+      // column follows that convention (selective_eq8_hardware_flops()).
+      recomputed = d(c.dense_layers) * dense.attention_core + d(c.moe_layers) * moe.attention_core;
       break;
     case plan::Recompute::full: recomputed = layers_fwd; break;
   }

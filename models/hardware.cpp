@@ -61,7 +61,20 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     // 8xB200 ring all-reduce ~680 GB/s busbw of 900 (published-runs C2, STAS).
     hw.nvlink_efficiency = 680.0 / 900;
     hw.nic_efficiency = 47.0 / 50;
-    hw.host_watts_per_node = 3500;
+    // DGX B200: 14.3 kW maximum (NVIDIA DGX B200 datasheet) with 8 x 1,000 W GPUs.
+    hw.host_watts_per_node = 14300 * 0.94 - 8 * 1000;
+  } else if (gpu.peak_tflops.bf16 > 0) {
+    // A GPU no calibration covers (a custom spec, another vendor): Ampere's fractions of its
+    // own datasheet figures, and the estimate says so in its notes.
+    hw.generation = "generic";
+    hw.calibrated = false;
+    hw.gemm_max_efficiency = kInTrainingGemmFraction * 271.2 / 312;
+    hw.gemm_half_macs = 1e8 * gpu.peak_tflops.bf16 / 312;
+    hw.memory_efficiency = 0.85;
+    hw.kernel_overhead_s = 0;
+    hw.nvlink_efficiency = 232.5 / 300;
+    hw.nic_efficiency = 0.94;
+    hw.host_watts_per_node = 3000;
   } else {
     hw.generation = "cpu";
     // A CPU host: GEMMs from Eigen reach about half of the FMA peak; no calibration yet.

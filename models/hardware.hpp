@@ -12,6 +12,7 @@ namespace meshwork::models {
 
 struct HardwareProfile {
   std::string_view generation;
+  bool calibrated = true;  // false: a GPU no generation's calibration covers (generic figures)
   // Largest-GEMM efficiency: achieved / dense peak.
   double gemm_max_efficiency = 0.8;
   // GEMM size (multiply-adds m*n*k) at which efficiency is half the maximum: small GEMMs

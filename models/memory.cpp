@@ -21,11 +21,17 @@ constexpr double kGradBucketParams = 40e6;
 
 }  // namespace
 
+double gradient_bytes(plan::Precision precision) {
+  // fp16: 16-bit gradients (ZeRO's 2 + 2 + 12). bf16 and fp8: Megatron-LM keeps fp32 main
+  // gradients (arguments.py sets accumulate_allreduce_grads_in_fp32 with --bf16), 6 + 12 bytes.
+  return precision == plan::Precision::fp16 ? 2 : 4;
+}
+
 ModelStateBytes model_state_bytes_per_param(std::int64_t zero_stage, double shards, plan::Precision precision) {
-  // Mixed precision: 16-bit weights and gradients, fp32 master weights + Adam m and v (K = 12).
-  // fp32 training: 4-byte weights and gradients, Adam m and v (K = 8).
+  // Mixed precision: 16-bit weights, gradients as gradient_bytes(), fp32 master weights + Adam
+  // m and v (K = 12). fp32 training: 4-byte weights and gradients, Adam m and v (K = 8).
   const bool fp32 = precision == plan::Precision::fp32;
-  const double w = fp32 ? 4 : 2, g = fp32 ? 4 : 2, k = fp32 ? 8 : 12;
+  const double w = fp32 ? 4 : 2, g = gradient_bytes(precision), k = fp32 ? 8 : 12;
   const double n = std::max(1.0, shards);
   switch (zero_stage) {
     case 0: return {w, g, k};
@@ -88,13 +94,16 @@ double in_flight_micro_batches(const plan::Plan& p, std::int64_t stage, std::int
   const double pp = d(p.parallelism.pipeline_model_parallel_size);
   const double m = d(micro_batches);
   const double i = d(stage);
+  // Without a pipeline, gradient accumulation frees each micro-batch's activations after its
+  // backward, whatever the schedule is called.
+  if (p.parallelism.pipeline_model_parallel_size <= 1) return std::min(m, 1.0);
   switch (p.parallelism.pipeline_schedule) {
     case plan::PipelineSchedule::gpipe: return m;
     case plan::PipelineSchedule::interleaved: {
       // Megatron's interleaved schedule warms up (p - i - 1) * 2 + (v - 1) * p chunks, then
       // holds one more; a chunk is 1/v of the stage (KOR22 eq. 5 factor 1 + (p-1)/(pv) at i = 0).
       const double v = d(p.parallelism.virtual_pipeline_model_parallel_size);
-      const double chunks = std::min(m * v, (pp - i - 1) * 2 + (v - 1) * pp) + 1;
+      const double chunks = std::min(m * v, (pp - i - 1) * 2 + (v - 1) * pp + 1);
       return chunks / v;
     }
     case plan::PipelineSchedule::one_f_one_b:

@@ -39,6 +39,8 @@ double in_flight_micro_batches(const plan::Plan& plan, std::int64_t stage, std::
 struct ModelStateBytes {
   double weights = 0, gradients = 0, optimizer = 0;
 };
+// Bytes of one gradient value as reduced and kept.
+double gradient_bytes(plan::Precision precision);
 ModelStateBytes model_state_bytes_per_param(std::int64_t zero_stage, double shards, plan::Precision precision);
 
 std::vector<StageMemory> stage_memory(const plan::Plan& plan);

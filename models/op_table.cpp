@@ -1,5 +1,7 @@
 #include "models/op_table.hpp"
 
+#include <algorithm>
+
 namespace meshwork::models {
 namespace {
 
@@ -102,7 +104,9 @@ std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer) {
     b.gemm("router", b.sp_tokens, d(moe.num_moe_experts), h);
     // Each rank's experts take, on average, k tokens per token of its EP group's ranks; the
     // hottest rank takes routing_imbalance times that.
-    const double routed = b.tokens * d(moe.moe_router_topk) * moe.routing_imbalance;
+    const double routed = b.tokens * d(moe.moe_router_topk) *
+                          (moe.capacity_factor > 0 ? std::min(moe.routing_imbalance, std::max(1.0, moe.capacity_factor))
+                                                   : moe.routing_imbalance);
     mlp("expert", routed, d(moe.moe_ffn_hidden_size));
     if (moe.moe_shared_expert_intermediate_size > 0) mlp("shared_expert", b.tokens, d(moe.moe_shared_expert_intermediate_size));
   } else {

@@ -86,7 +86,8 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
     nlohmann::json par = base.contains("parallelism") && base["parallelism"].is_object() ? base["parallelism"] : nlohmann::json::object();
     // Keep the base's overlap and compression settings; the mesh and schedule are the search's.
     nlohmann::json kept = nlohmann::json::object();
-    for (const char* key : {"overlap", "gradient_compression", "order", "context_parallel_load_balance"}) {
+    for (const char* key : {"overlap", "overlap_grad_reduce", "gradient_compression", "topk_ratio", "order",
+                            "context_parallel_load_balance"}) {
       if (par.contains(key)) kept[key] = par[key];
     }
     kept["tensor_model_parallel_size"] = c.tp;
@@ -98,6 +99,8 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
     kept["sequence_parallel"] = c.tp > 1;
     kept["zero_stage"] = c.zero;
     tree["parallelism"] = kept;
+    if (!tree.contains("training") || !tree["training"].is_object()) tree["training"] = nlohmann::json::object();
+    for (const char* alias : {"mbs", "recompute_granularity"}) tree["training"].erase(alias);
     tree["training"]["micro_batch_size"] = c.mbs;
     tree["training"]["recompute"] = c.recompute;
     const auto loaded = plan::load_plan_json(tree);
@@ -105,7 +108,7 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
     if (!loaded.ok()) {
       for (const auto& d : loaded.diagnostics.items()) {
         if (d.severity == plan::Severity::error) {
-          ++result.invalid_reasons[d.path.empty() ? d.message : d.path];
+          ++result.invalid_reasons[d.path.empty() ? d.message : d.path + ": " + d.message];
           break;
         }
       }

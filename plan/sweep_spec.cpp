@@ -1,5 +1,6 @@
 #include "plan/sweep_spec.hpp"
 
+#include <algorithm>
 #include <limits>
 
 #include "plan/document.hpp"
@@ -34,6 +35,10 @@ nlohmann::json SweepSpec::point(std::uint64_t index) const {
     const auto& axis = axes[a];
     nlohmann::json* node = &tree;
     for (const auto& section : axis.parent) {
+      if (node->contains(section) && (*node)[section].is_string()) {
+        // `model: gpt3-175b` or `gpu: h100-sxm`: the shorthand for {preset: NAME}.
+        (*node)[section] = nlohmann::json{{"preset", (*node)[section]}};
+      }
       if (!node->contains(section) || !(*node)[section].is_object()) (*node)[section] = nlohmann::json::object();
       node = &(*node)[section];
     }
@@ -92,6 +97,12 @@ SweepLoadResult load_sweep(const std::filesystem::path& file) {
       const auto field = resolve_field_path(path);
       if (!field) {
         error(where, "\"" + path + "\" is not a plan field (write it as in `meshwork schema`, e.g. parallelism.tp)");
+        continue;
+      }
+      const bool twice = std::any_of(out.spec.axes.begin(), out.spec.axes.end(),
+                                     [&](const SweepAxis& a) { return a.path == field->canonical; });
+      if (twice) {
+        error(where, "the same field as another axis (" + field->canonical + ")");
         continue;
       }
       if (!values.is_array() || values.empty()) {

@@ -228,6 +228,10 @@ class Validator {
                                        "-GPU nodes (cluster.gpus_per_node)");
       mesh_ok = false;
     }
+    if (c_.gpus_per_node > 1 && !(c_.intra_node.bandwidth_gbytes_per_s > 0)) {
+      d_.error("cluster.intra_node.bandwidth_gbytes_per_s",
+               "GPUs in a node need a fabric: the GPU has no NVLink figure, so give the bandwidth or intra_node.kind (pcie, shared_memory)");
+    }
     if (c_.num_nodes() > 1 && c_.nics_per_node == 0) {
       d_.error("cluster.nics_per_node", "a job on " + str(c_.num_nodes()) + " nodes needs NICs");
     }

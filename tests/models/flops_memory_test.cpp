@@ -44,12 +44,15 @@ TEST(Flops, FullRecomputeHardwareFlopsAreNarayananEquation3) {
   EXPECT_NEAR(step_flops(p).hardware / eq3, 1.0, 1e-12);
 }
 
-TEST(Flops, SelectiveRecomputeIsKorthikantiEquation8) {
-  // 72 B L s h^2 (1 + s/(3h) + V/(12 h L)).
+TEST(Flops, SelectiveRecomputeRepeatsOneForwardOfTheAttentionCore) {
+  // What runs again: Q K^T and attention x V forward, 4 B s^2 h per layer. KOR22 eq. 8
+  // (72 B L s h^2 (1 + s/(3h) + ...)) counts three times that, a forward and a backward.
   const plan::Plan p = gpt("kor22-22b", 4, plan::Recompute::selective);
-  const double B = 4, L = 48, s = 2048, h = 6144, V = 51200;
-  const double eq8 = 72 * B * L * s * h * h * (1 + s / (3 * h) + V / (12 * h * L));
-  EXPECT_NEAR(step_flops(p).hardware / eq8, 1.0, 1e-12);
+  const double B = 4, L = 48, s = 2048, h = 6144;
+  const auto f = step_flops(p);
+  EXPECT_NEAR(f.hardware - f.model, 4 * B * L * s * s * h, 1e-9 * f.model);
+  const double eq8_extra = 72 * B * L * s * h * h * (s / (6 * h));
+  EXPECT_NEAR(eq8_extra / (f.hardware - f.model), 3.0, 1e-12);
 }
 
 TEST(Flops, CausalOptionHalvesTheAttentionTerm) {
@@ -96,9 +99,23 @@ TEST(Memory, ZeroStagesMatchTheZeroPaper) {
   const double psi = 7.5e9;
   const double want[] = {120, 31.4, 16.6, 1.9};
   for (std::int64_t stage = 0; stage <= 3; ++stage) {
-    const auto b = model_state_bytes_per_param(stage, 64, plan::Precision::bf16);
+    const auto b = model_state_bytes_per_param(stage, 64, plan::Precision::fp16);
     EXPECT_NEAR(psi * (b.weights + b.gradients + b.optimizer) / 1e9, want[stage], 0.06) << stage;
   }
+}
+
+// bf16: Megatron-LM keeps fp32 main gradients, 6 + 12/d bytes per parameter with the
+// distributed optimizer (Megatron-LM docs, distributed optimizer table).
+TEST(Memory, Bf16KeepsFp32Gradients) {
+  const auto b = model_state_bytes_per_param(1, 8, plan::Precision::bf16);
+  EXPECT_DOUBLE_EQ(b.weights + b.gradients, 6);
+  EXPECT_DOUBLE_EQ(b.optimizer, 12.0 / 8);
+}
+
+TEST(Memory, NoPipelineHoldsOneMicroBatchWhateverTheSchedule) {
+  plan::Plan p = gpt("gpt3-175b", 64, plan::Recompute::none);
+  p.parallelism.pipeline_schedule = plan::PipelineSchedule::gpipe;
+  EXPECT_DOUBLE_EQ(in_flight_micro_batches(p, 0, 64), 1);
 }
 
 TEST(Memory, InFlightMicroBatchesBySchedule) {

@@ -146,7 +146,7 @@ TEST(PlanIo, NumGpusIsDerivedFromAnExplicitMesh) {
   auto r = load_yaml(R"(model: {preset: tiny}
 training: {global_batch_size: 8, precision: fp32}
 parallelism: {tp: 2, dp: 4}
-cluster: {gpu: cpu-host, gpus_per_node: 4, nics_per_node: 1}
+cluster: {gpu: cpu-host, gpus_per_node: 4, nics_per_node: 1, intra_node: {kind: shared_memory}}
 )");
   ASSERT_TRUE(r.ok()) << dump(r.diagnostics);
   EXPECT_EQ(r.plan.cluster.num_gpus, 8);
