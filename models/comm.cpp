@@ -10,12 +10,14 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan:
   g.size = layout.group_size(group);
   const auto& c = p.cluster;
   // A collective runs at the pace of its slowest group: the groups cross nodes when any of
-  // them has members on two nodes (the first 4,096 groups are looked at; placement is regular).
+  // them has members on two nodes. Placement is regular, so the pattern of group offsets within
+  // a node repeats early: the first 64 groups are looked at.
   if (g.size > 1 && c.gpus_per_node > 0) {
-    const std::int64_t groups = std::min<std::int64_t>(layout.num_groups(group), 4096);
+    const std::int64_t span = layout.group_span(group);
+    const std::int64_t groups = std::min<std::int64_t>(layout.num_groups(group), 64);
     for (std::int64_t i = 0; i < groups && !g.crosses_nodes; ++i) {
-      const auto members = layout.group(group, i);
-      g.crosses_nodes = members.front() / c.gpus_per_node != members.back() / c.gpus_per_node;
+      const std::int64_t first = layout.group_first(group, i);
+      g.crosses_nodes = first / c.gpus_per_node != (first + span) / c.gpus_per_node;
     }
   }
   const double nvlink = c.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvlink_efficiency;

@@ -191,6 +191,22 @@ std::vector<std::int64_t> RankLayout::group_members(GroupKind g, std::int64_t ra
   return members;  // ascending: the fastest-varying dimension has the smallest stride
 }
 
+std::int64_t RankLayout::group_first(GroupKind g, std::int64_t index) const {
+  MeshCoord c;
+  std::int64_t rest = index;
+  for (MeshDim d : fixed(g)) {
+    set(c, d, rest % size(d));
+    rest /= size(d);
+  }
+  return rank(c);
+}
+
+std::int64_t RankLayout::group_span(GroupKind g) const {
+  std::int64_t span = 0;
+  for (MeshDim d : varying(g)) span += (size(d) - 1) * stride(d);
+  return span;
+}
+
 std::vector<std::int64_t> RankLayout::group(GroupKind g, std::int64_t index) const {
   MeshCoord c;
   std::int64_t rest = index;

@@ -85,6 +85,10 @@ class RankLayout {
   [[nodiscard]] std::int64_t rank_in_group(GroupKind g, std::int64_t rank) const;
   [[nodiscard]] std::vector<std::int64_t> group_members(GroupKind g, std::int64_t rank) const;
   [[nodiscard]] std::vector<std::int64_t> group(GroupKind g, std::int64_t index) const;
+  // The lowest member of group `index` and the distance from it to the highest, without
+  // building the member list.
+  [[nodiscard]] std::int64_t group_first(GroupKind g, std::int64_t index) const;
+  [[nodiscard]] std::int64_t group_span(GroupKind g) const;
 
  private:
   // The dimensions a group spans, in increasing stride.

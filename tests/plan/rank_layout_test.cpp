@@ -58,6 +58,8 @@ void expect_partitions(const RankLayout& l) {
     for (std::int64_t i = 0; i < l.num_groups(g); ++i) {
       const auto members = l.group(g, i);
       ASSERT_EQ(static_cast<std::int64_t>(members.size()), l.group_size(g));
+      EXPECT_EQ(l.group_first(g, i), members.front());
+      EXPECT_EQ(l.group_first(g, i) + l.group_span(g), members.back());
       EXPECT_TRUE(std::is_sorted(members.begin(), members.end()));
       for (std::size_t k = 0; k < members.size(); ++k) {
         ++count[static_cast<std::size_t>(members[k])];
