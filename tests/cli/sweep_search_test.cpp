@@ -149,3 +149,23 @@ TEST(Search, NoValidPlanSaysWhy) {
 
 }  // namespace
 }  // namespace meshwork::cli
+
+namespace meshwork::cli {
+namespace {
+
+TEST(Topology, BillOfMaterialsBisectionAndGroupsAsJson) {
+  const fs::path dot = fs::temp_directory_path() / "meshwork-topology.dot";
+  const Outcome r = meshwork({"topology", "--json", "--dot", dot.string(), (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["gpus"], 1024);
+  EXPECT_EQ(j["switches"]["nvswitch"], 128);
+  EXPECT_EQ(j["links"]["nic_to_leaf"], 1024);
+  EXPECT_DOUBLE_EQ(j["bisection_gbytes_per_s"].get<double>(), 1024 * 25.0 / 2);
+  EXPECT_EQ(j["groups"]["tp"]["hops"], 2);
+  EXPECT_TRUE(fs::exists(dot));
+  fs::remove(dot);
+}
+
+}  // namespace
+}  // namespace meshwork::cli
