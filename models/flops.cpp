@@ -7,25 +7,9 @@ namespace {
 
 double d(std::int64_t v) { return static_cast<double>(v); }
 
-double attention_gemm(const plan::ModelConfig& m) {
-  const double h = d(m.hidden_size);
-  const double a = d(m.num_attention_heads);
-  if (m.mla.enabled()) {
-    const auto& x = m.mla;
-    const double qk = d(x.qk_head_dim + x.qk_pos_emb_head_dim);
-    const double q = x.q_lora_rank > 0 ? h * d(x.q_lora_rank) + d(x.q_lora_rank) * a * qk : h * a * qk;
-    const double kv = h * d(x.kv_lora_rank + x.qk_pos_emb_head_dim) + d(x.kv_lora_rank) * a * d(x.qk_head_dim + x.v_head_dim);
-    return 2 * (q + kv + a * d(x.v_head_dim) * h);
-  }
-  const double q = a * d(m.kv_channels);
-  const double kv = d(m.num_query_groups) * d(m.kv_channels);
-  return 2 * (h * q + 2 * h * kv + q * h);
-}
-
-double mlp_gemm(const plan::ModelConfig& m, std::int64_t ffn) {
-  const double gemms = m.activation == plan::Activation::swiglu ? 3 : 2;
-  return 2 * gemms * d(m.hidden_size) * d(ffn);
-}
+// A multiply-add is two FLOPs: a GEMM's forward FLOPs per token are twice its weights.
+double attention_gemm(const plan::ModelConfig& m) { return 2 * attention_matmul_params(m); }
+double mlp_gemm(const plan::ModelConfig& m, std::int64_t ffn) { return 2 * mlp_matmul_params(m, ffn); }
 
 double attention_core(const plan::ModelConfig& m, const FlopsOptions& opt) {
   // Per query token: a heads x s keys x (d_qk for scores + d_v for the weighted sum) x 2.

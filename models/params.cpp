@@ -6,25 +6,15 @@ namespace {
 double d(std::int64_t v) { return static_cast<double>(v); }
 
 double attention_params(const plan::ModelConfig& m) {
-  const double h = d(m.hidden_size);
-  const double a = d(m.num_attention_heads);
+  double p = attention_matmul_params(m);
   if (m.mla.enabled()) {
-    // DeepSeek-V2 (arXiv:2405.04434) §2.1.2: queries through a rank-q_lora latent (with its
-    // RMSNorm) to a * (qk + rope) heads; keys/values through a rank-kv_lora latent (normed)
-    // plus a shared rotary key of width rope; values a * v; output a * v -> h.
-    const auto& x = m.mla;
-    const double qk = d(x.qk_head_dim + x.qk_pos_emb_head_dim);
-    const double q = x.q_lora_rank > 0 ? h * d(x.q_lora_rank) + d(x.q_lora_rank) + d(x.q_lora_rank) * a * qk : h * a * qk;
-    const double kv = h * d(x.kv_lora_rank + x.qk_pos_emb_head_dim) + d(x.kv_lora_rank) +
-                      d(x.kv_lora_rank) * a * d(x.qk_head_dim + x.v_head_dim);
-    const double o = a * d(x.v_head_dim) * h;
-    return q + kv + o;
+    // The latents' RMSNorms (DeepSeek-V2 §2.1.2).
+    p += d(m.mla.kv_lora_rank) + (m.mla.q_lora_rank > 0 ? d(m.mla.q_lora_rank) : 0);
+  } else if (m.add_bias_linear) {
+    const double q_width = d(m.num_attention_heads) * d(m.kv_channels);
+    const double kv_width = d(m.num_query_groups) * d(m.kv_channels);
+    p += q_width + 2 * kv_width + d(m.hidden_size);
   }
-  // Q: h -> a*d; K, V: h -> g*d each (GQA); O: a*d -> h.
-  const double q_width = a * d(m.kv_channels);
-  const double kv_width = d(m.num_query_groups) * d(m.kv_channels);
-  double p = h * q_width + 2 * h * kv_width + q_width * h;
-  if (m.add_bias_linear) p += q_width + 2 * kv_width + h;
   return p;
 }
 
@@ -35,13 +25,33 @@ double norm_params(const plan::ModelConfig& m) {
 
 }  // namespace
 
-double mlp_params(const plan::ModelConfig& m, std::int64_t ffn) {
+double attention_matmul_params(const plan::ModelConfig& m) {
   const double h = d(m.hidden_size);
-  const double f = d(ffn);
+  const double a = d(m.num_attention_heads);
+  if (m.mla.enabled()) {
+    // DeepSeek-V2 (arXiv:2405.04434) §2.1.2: queries through a rank-q_lora latent to
+    // a * (qk + rope) heads; keys/values through a rank-kv_lora latent plus a shared rotary key
+    // of width rope; values a * v; output a * v -> h.
+    const auto& x = m.mla;
+    const double qk = d(x.qk_head_dim + x.qk_pos_emb_head_dim);
+    const double q = x.q_lora_rank > 0 ? h * d(x.q_lora_rank) + d(x.q_lora_rank) * a * qk : h * a * qk;
+    const double kv = h * d(x.kv_lora_rank + x.qk_pos_emb_head_dim) + d(x.kv_lora_rank) * a * d(x.qk_head_dim + x.v_head_dim);
+    return q + kv + a * d(x.v_head_dim) * h;
+  }
+  // Q: h -> a*d; K, V: h -> g*d each (GQA); O: a*d -> h.
+  const double q_width = a * d(m.kv_channels);
+  const double kv_width = d(m.num_query_groups) * d(m.kv_channels);
+  return h * q_width + 2 * h * kv_width + q_width * h;
+}
+
+double mlp_matmul_params(const plan::ModelConfig& m, std::int64_t ffn) {
   // gelu: h -> f -> h; swiglu: two h -> f projections (gate and up), f -> h.
-  const bool gated = m.activation == plan::Activation::swiglu;
-  double p = (gated ? 3 : 2) * h * f;
-  if (m.add_bias_linear) p += (gated ? 2 : 1) * f + h;
+  return (m.activation == plan::Activation::swiglu ? 3 : 2) * d(m.hidden_size) * d(ffn);
+}
+
+double mlp_params(const plan::ModelConfig& m, std::int64_t ffn) {
+  double p = mlp_matmul_params(m, ffn);
+  if (m.add_bias_linear) p += (m.activation == plan::Activation::swiglu ? 2 : 1) * d(ffn) + d(m.hidden_size);
   return p;
 }
 

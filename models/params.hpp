@@ -36,6 +36,10 @@ struct ParamCounts {
   }
 };
 
+// Weights of the attention projections and of an MLP's GEMMs, without biases or norms: what
+// a token multiplies by (FLOPs are twice these).
+double attention_matmul_params(const plan::ModelConfig& m);
+double mlp_matmul_params(const plan::ModelConfig& m, std::int64_t ffn);
 // Parameters of one MLP of width `ffn`: two GEMMs for gelu, three for swiglu.
 double mlp_params(const plan::ModelConfig& m, std::int64_t ffn);
 ParamCounts count_params(const plan::ModelConfig& m);
