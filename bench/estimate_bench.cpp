@@ -55,7 +55,7 @@ void BM_Sweep10000ToCsv(benchmark::State& state) {
   spec.base_tree = base_tree();
   spec.base_tree["parallelism"].erase("vpp");
   auto axis = [&](const char* section, const char* key, std::vector<nlohmann::json> values) {
-    spec.axes.push_back({std::string(section) + "." + key, {key}, {section}, std::move(values)});
+    spec.axes.push_back({std::string(section) + "." + key, {key}, {section}, std::move(values), std::string(section) + "." + key});
   };
   axis("parallelism", "tp", {1, 2, 4, 8});
   axis("parallelism", "pp", {1, 2, 4, 8, 16});

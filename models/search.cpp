@@ -38,7 +38,25 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
   for (auto t : divisors_up_to(p0.cluster.gpus_per_node, 64)) {
     if (power_of_two(t) && m.num_query_groups % t == 0 && m.num_attention_heads % t == 0) tps.push_back(t);
   }
+  // PP dividing the layers, and powers of two that do not, with Megatron's uneven first and
+  // last stages (Llama 3 405B: 126 layers on 16 stages, 7 + 14 x 8 + 7).
   for (auto pp : divisors_up_to(m.num_layers, 128)) pps.push_back(pp);
+  std::vector<std::pair<std::int64_t, std::int64_t>> uneven;  // pp -> first (= last) stage layers
+  for (std::int64_t pp = 4; pp <= std::min<std::int64_t>(128, m.num_layers / 2); pp *= 2) {
+    if (m.num_layers % pp == 0) continue;
+    const std::int64_t middle = (m.num_layers + pp - 1) / pp;
+    const std::int64_t rest = m.num_layers - (pp - 2) * middle;
+    if (rest >= 2 && rest % 2 == 0 && rest / 2 <= middle) {
+      pps.push_back(pp);
+      uneven.emplace_back(pp, rest / 2);
+    }
+  }
+  auto first_stage = [&](std::int64_t pp) -> std::int64_t {
+    for (const auto& [p, first] : uneven) {
+      if (p == pp) return first;
+    }
+    return 0;
+  };
   if (m.seq_length >= 16384) cps = {1, 2, 4, 8};
   if (m.is_moe()) {
     eps.clear();
@@ -66,7 +84,7 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
           if (pp > 1) {
             schedules.push_back({1, "zero_bubble"});
             for (auto v : divisors_up_to(m.num_layers / pp, 8)) {
-              if (v > 1) schedules.push_back({v, "interleaved"});
+              if (v > 1 && first_stage(pp) == 0) schedules.push_back({v, "interleaved"});
             }
           }
           for (const auto& [vpp, schedule] : schedules)
@@ -98,6 +116,10 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
     kept["pipeline_schedule"] = c.schedule;
     kept["sequence_parallel"] = c.tp > 1;
     kept["zero_stage"] = c.zero;
+    if (const std::int64_t first = first_stage(c.pp); first > 0) {
+      kept["decoder_first_pipeline_num_layers"] = first;
+      kept["decoder_last_pipeline_num_layers"] = first;
+    }
     tree["parallelism"] = kept;
     if (!tree.contains("training") || !tree["training"].is_object()) tree["training"] = nlohmann::json::object();
     for (const char* alias : {"mbs", "recompute_granularity"}) tree["training"].erase(alias);

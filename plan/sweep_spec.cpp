@@ -109,9 +109,14 @@ SweepLoadResult load_sweep(const std::filesystem::path& file) {
         error(where, "expected a non-empty list of values");
         continue;
       }
-      out.spec.axes.push_back({field->canonical, field->keys, field->parent, values.get<std::vector<nlohmann::json>>()});
+      out.spec.axes.push_back({field->canonical, field->keys, field->parent, values.get<std::vector<nlohmann::json>>(), path});
     }
   }
+  // Axes in the file's order (the tree sorts keys; YAML lines say where each was written), so
+  // that the CSV columns and the grid's fastest axis follow the file.
+  std::stable_sort(out.spec.axes.begin(), out.spec.axes.end(), [&](const SweepAxis& a, const SweepAxis& b) {
+    return line("grid." + a.written) < line("grid." + b.written);
+  });
   if (root.contains("rank_by")) {
     const auto& r = root["rank_by"];
     const std::string v = r.is_string() ? r.get<std::string>() : "";

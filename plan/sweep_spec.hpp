@@ -28,6 +28,7 @@ struct SweepAxis {
   std::vector<std::string> keys;     // its spellings (to replace in the base tree)
   std::vector<std::string> parent;   // sections above it
   std::vector<nlohmann::json> values;
+  std::string written;               // the path as the sweep file spells it
 };
 
 struct SweepSpec {

@@ -169,3 +169,35 @@ TEST(Topology, BillOfMaterialsBisectionAndGroupsAsJson) {
 
 }  // namespace
 }  // namespace meshwork::cli
+
+namespace meshwork::cli {
+namespace {
+
+TEST(Sweep, ColumnsFollowTheFilesAxisOrder) {
+  const Outcome r = meshwork({"sweep", (kSource / "tests/data/sweeps/small.yaml").string(), "--csv", "-"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // small.yaml lists tp, pp, recompute: in that order, not alphabetically.
+  EXPECT_EQ(r.out.rfind("index,parallelism.tensor_model_parallel_size,parallelism.pipeline_model_parallel_size,"
+                        "training.recompute,status",
+                        0),
+            0u)
+      << r.out.substr(0, 200);
+}
+
+TEST(Search, TriesUnevenFirstAndLastStages) {
+  // Llama 3 405B's 126 layers: PP 16 only with uneven stages (7 + 14 x 8 + 7).
+  const fs::path cluster = fs::temp_directory_path() / "meshwork-16k.yaml";
+  std::ofstream(cluster) << "model: llama3-405b\ntraining: {global_batch_size: 2048}\n"
+                            "cluster: {gpu: h100-sxm, num_gpus: 16384, topology: {tiers: 3, switch_radix: 64}}\n";
+  const Outcome r = meshwork({"search", "--model", "llama3-405b", "--cluster", cluster.string(), "--top", "50", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  bool uneven = false;
+  for (const auto& c : nlohmann::json::parse(r.out)) {
+    uneven = uneven || c["plan"]["parallelism"]["decoder_first_pipeline_num_layers"].get<int>() > 0;
+  }
+  EXPECT_TRUE(uneven);
+  fs::remove(cluster);
+}
+
+}  // namespace
+}  // namespace meshwork::cli
