@@ -99,8 +99,7 @@ void add_search_command(CLI::App& app, Io& io) {
     int rank = 0;
     for (const auto& [p, r] : result.best) {
       const auto& par = p.parallelism;
-      double mem = 0;
-      for (const auto& m : r.memory) mem = std::max(mem, m.total_gib);
+      const double mem = r.max_memory_gib();
       char line[300];
       std::snprintf(line, sizeof line, "%4d %3lld %3lld %3lld %3lld %4lld  %-12s %4lld %3lld %-10s %4lld | %8.3f %5.1f%% %8.1f\n",
                     ++rank, static_cast<long long>(par.tensor_model_parallel_size),

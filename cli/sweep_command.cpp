@@ -55,9 +55,7 @@ nlohmann::json rows_json(const plan::SweepSpec& spec, const std::vector<models::
       j["tokens_per_s"] = rep.tokens_per_s;
       j["time_to_train_s"] = rep.time_to_train_s;
       j["bubble_fraction"] = rep.bubble_fraction;
-      double mem = 0;
-      for (const auto& m : rep.memory) mem = std::max(mem, m.total_gib);
-      j["max_memory_gib"] = mem;
+      j["max_memory_gib"] = rep.max_memory_gib();
       j["cluster_megawatts"] = rep.power.cluster_megawatts;
     }
     out.push_back(std::move(j));
@@ -146,8 +144,7 @@ void add_sweep_command(CLI::App& app, Io& io) {
       const auto& r = rows[i];
       io.out << std::to_string(i + 1) << "  ";
       for (const auto& v : r.values) io.out << v << "  ";
-      double mem = 0;
-      for (const auto& m : r.report.memory) mem = std::max(mem, m.total_gib);
+      const double mem = r.report.max_memory_gib();
       std::snprintf(line, sizeof line, "| %8.3f  %5.1f%%  %13.1f  %12.1f\n", r.report.step_time_s, 100 * r.report.mfu,
                     r.report.time_to_train_s / 86400, mem);
       io.out << line;

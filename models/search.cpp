@@ -139,8 +139,7 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
     report::Report r = estimate(loaded.plan, options);
     if (!r.fits) {
       ++result.out_of_memory;
-      double need = 0;
-      for (const auto& sm : r.memory) need = std::max(need, sm.total_gib);
+      const double need = r.max_memory_gib();
       if (result.least_memory_gib == 0 || need < result.least_memory_gib) result.least_memory_gib = need;
       continue;
     }

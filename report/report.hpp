@@ -75,6 +75,13 @@ struct Report {
   Power power;
   std::vector<std::string> notes;  // what the model assumed or could not do
   Provenance provenance;
+
+  // The fullest GPU of any pipeline stage, GiB.
+  [[nodiscard]] double max_memory_gib() const {
+    double most = 0;
+    for (const auto& m : memory) most = most < m.total_gib ? m.total_gib : most;
+    return most;
+  }
 };
 
 }  // namespace meshwork::report

@@ -117,8 +117,7 @@ std::string csv_header() {
 }
 
 std::string csv_row(const Report& r) {
-  double max_mem = 0;
-  for (const auto& m : r.memory) max_mem = std::max(max_mem, m.total_gib);
+  const double max_mem = r.max_memory_gib();
   std::ostringstream s;
   s.precision(6);
   // Plan names are ours or the user's: quote them when they hold a comma or a quote.
