@@ -66,24 +66,39 @@ std::vector<models::SweepRow> SweepMpi::gather(const std::vector<models::SweepRo
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& r : mine) arr.push_back(encode(r));
   const std::vector<std::uint8_t> bytes = nlohmann::json::to_cbor(arr);
-  int length = static_cast<int>(bytes.size());
-  std::vector<int> lengths(size_), offsets(size_);
-  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  // Lengths as 64-bit and the payload in chunks under MPI's int count: a large grid's results
+  // can pass 2 GiB in all (one CBOR row is about 200 bytes; 10 million rows is 2 GB).
+  constexpr std::size_t kChunk = std::size_t{1} << 30;
+  std::uint64_t length = bytes.size();
+  std::vector<std::uint64_t> lengths(size_);
+  MPI_Gather(&length, 1, MPI_UINT64_T, lengths.data(), 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
   std::vector<std::uint8_t> all;
+  std::vector<std::size_t> offsets(lengths.size());
   if (rank_ == 0) {
-    int total = 0;
+    std::size_t total = 0;
     for (std::size_t k = 0; k < lengths.size(); ++k) {
       offsets[k] = total;
       total += lengths[k];
     }
-    all.resize(static_cast<std::size_t>(total));
+    all.resize(total);
+    std::copy(bytes.begin(), bytes.end(), all.begin());
+    for (std::size_t k = 1; k < size_; ++k) {
+      for (std::size_t done = 0; done < lengths[k]; done += kChunk) {
+        const int n = static_cast<int>(std::min(kChunk, lengths[k] - done));
+        MPI_Recv(all.data() + offsets[k] + done, n, MPI_BYTE, static_cast<int>(k), 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      }
+    }
+  } else {
+    for (std::size_t done = 0; done < bytes.size(); done += kChunk) {
+      const int n = static_cast<int>(std::min(kChunk, bytes.size() - done));
+      MPI_Send(bytes.data() + done, n, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+    }
   }
-  MPI_Gatherv(bytes.data(), length, MPI_BYTE, all.data(), lengths.data(), offsets.data(), MPI_BYTE, 0, MPI_COMM_WORLD);
   if (rank_ != 0) return {};
   std::vector<models::SweepRow> rows;
   for (std::size_t k = 0; k < lengths.size(); ++k) {
-    const auto begin = all.begin() + offsets[k];
-    const auto part = nlohmann::json::from_cbor(begin, begin + lengths[k]);
+    const auto begin = all.begin() + static_cast<std::ptrdiff_t>(offsets[k]);
+    const auto part = nlohmann::json::from_cbor(begin, begin + static_cast<std::ptrdiff_t>(lengths[k]));
     for (const auto& j : part) rows.push_back(decode(j));
   }
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.index < b.index; });

@@ -28,17 +28,23 @@ constexpr double kCausalFlashFraction = 0.5;
 // Adam's step streams, per parameter it owns: fp32 master weight, m, v read and written
 // (24 bytes), the gradient read (4) and the 16-bit weight written (2).
 constexpr double kOptimizerBytesPerParam = 30;
-// Communication overlapped with compute still slows it: NCCL kernels take SMs and HBM
-// bandwidth from the GEMMs. The overlapped part costs this fraction of itself; calibrated once
-// on Ampere with NAR21 Table 2's ZeRO-3 rows (bench/RESULTS.md).
-constexpr double kOverlapInterference = 0.35;
+// Communication overlapped with compute slows both: NCCL kernels take SMs and HBM bandwidth
+// from the GEMMs. Measured ZeRO-3 steps (NAR21 Table 2) show the cost is largest when the two
+// are balanced (a step a third longer than the longer of them) and vanishes when one side
+// dominates (the 768- and 1,536-GPU 175B runs take the communication time whatever their
+// compute). A p-norm of the two times has exactly that shape; p calibrated once on Ampere
+// with NAR21 Table 2's ZeRO-3 rows (bench/RESULTS.md): 2^(1/2.4) = 1.33 at balance.
+constexpr double kOverlapNorm = 2.4;
 // ZeRO-3 gathers and reduces parameters layer by layer in buckets (DeepSpeed stage 3); its
 // collectives sustain this fraction of a large ring's bus bandwidth (same calibration).
-constexpr double kZero3CollectiveEfficiency = 0.75;
+constexpr double kZero3CollectiveEfficiency = 0.72;
 
-// Exposed time of `comm` seconds of communication running under `window` seconds of compute.
+// Exposed time of `comm` seconds of communication running under `window` seconds of compute:
+// the overlapped pair takes (comm^p + window^p)^(1/p), of which the window is compute.
 double overlapped(double comm, double window) {
-  return std::max(0.0, comm - window) + kOverlapInterference * std::min(comm, window);
+  if (comm <= 0) return 0;
+  if (window <= 0) return comm;
+  return std::pow(std::pow(comm, kOverlapNorm) + std::pow(window, kOverlapNorm), 1 / kOverlapNorm) - window;
 }
 
 struct Timer {

@@ -49,8 +49,7 @@ TEST(Accuracy, Narayanan2021Table1) {
   EXPECT_LE(e.max_abs, 0.10);
 }
 
-// NAR21 Table 2: ZeRO-3 without model parallelism against PTD-P. Short of the 5% / 10% bound
-// (mean 5.1%, the 530B ZeRO-3 run on 1,120 GPUs 13% low): pinned where it stands.
+// NAR21 Table 2: ZeRO-3 without model parallelism against PTD-P (mean 4.7%, largest 8.4%).
 TEST(Accuracy, Narayanan2021Table2) {
   const Errors e = errors({{"nar21-t2-175b-zero3-384", 144}, {"nar21-t2-175b-zero3-768", 88},
                            {"nar21-t2-175b-zero3-1536", 44}, {"nar21-t2-530b-zero3-640", 138},
@@ -59,8 +58,8 @@ TEST(Accuracy, Narayanan2021Table2) {
                            {"nar21-t2-175b-ptdp-1536", 141}, {"nar21-t2-530b-ptdp-560", 171},
                            {"nar21-t2-530b-ptdp-1120", 167}, {"nar21-t2-530b-ptdp-2240", 159}},
                           Figure::hardware_tflops);
-  EXPECT_LE(e.mean_abs, 0.055);
-  EXPECT_LE(e.max_abs, 0.135);
+  EXPECT_LE(e.mean_abs, 0.05);
+  EXPECT_LE(e.max_abs, 0.10);
 }
 
 // KOR22 Tables 3-5: MFU of sequence parallelism with selective recomputation.
