@@ -7,6 +7,7 @@
 #include "topology/analysis.hpp"
 #include "topology/builders.hpp"
 #include "topology/dot.hpp"
+#include "topology/router.hpp"
 
 namespace meshwork::cli {
 
@@ -36,11 +37,13 @@ void add_topology_command(CLI::App& app, Io& io) {
     const double bisection = topology::bisection_gbytes_per_s(t);
     const auto layout = plan::RankLayout::from_plan(loaded.plan.parallelism);
     nlohmann::json groups = nlohmann::json::object();
+    topology::Router router(t);
     for (auto g : plan::kAllGroupKinds) {
       if (layout.group_size(g) <= 1) continue;
-      const auto path = topology::group_path(t, layout, g);
+      const auto path = topology::group_path(router, layout, g);
       groups[std::string(plan::to_string(g))] = {{"size", layout.group_size(g)}, {"hops", path.hops},
-                                                 {"bottleneck_gbytes_per_s", path.bottleneck_gbytes_per_s}};
+                                                 {"bottleneck_gbytes_per_s", path.bottleneck_gbytes_per_s},
+                                                 {"disconnected", path.disconnected}};
     }
     if (!dot->empty()) {
       std::string error;

@@ -131,6 +131,9 @@ void describe(V& v, TopologyConfig& s) {
   v.field(s.switch_radix, {.key = "switch_radix", .doc = "Ports per switch.", .aliases = "radix", .min = 2, .max = 4096});
   v.field(s.oversubscription, {.key = "oversubscription", .doc = "Down-links over up-links at the leaf tier (1 = non-blocking).", .min = 1, .max = 1024});
   v.field(s.link_latency_us, {.key = "link_latency_us", .doc = "Latency of one switch hop.", .unit = Unit::microseconds, .min = 0, .max = 1e6});
+  v.field(s.planes, {.key = "planes", .doc = "multi_plane: parallel fat trees, each NIC with one port (of its bandwidth / planes) on each (Alibaba HPN: 2).", .min = 1, .max = 16});
+  v.field(s.pod_gpus, {.key = "pod_gpus", .doc = "3-tier fat tree: GPUs per pod, non-blocking inside (Llama 3: 3072); 0 for the k-ary tree's pods of k/2 leaves.", .min = 0, .max = kMaxGpus});
+  v.field(s.pod_oversubscription, {.key = "pod_oversubscription", .doc = "Pods: a pod's down-links over its up-links to the core tier (Llama 3: 7).", .min = 1, .max = 1024});
 }
 
 template <class V>

@@ -246,13 +246,29 @@ class Validator {
 
   // What the scale-out fabric can hold, in closed form (topology/builders.cpp builds it): a
   // leaf splits its radix k into down and up ports by the oversubscription; a 2-tier tree holds
-  // k leaves, a 3-tier (Al-Fares) tree k pods of k/2 leaves.
+  // k leaves, a 3-tier (Al-Fares) tree k pods of k/2 leaves, or k pods of pod_gpus; every plane
+  // of a multi-plane fabric holds one port of each NIC.
   void check_fabric() {
     const auto& t = c_.topology;
     const std::int64_t nodes = c_.num_nodes();
     if (t.kind == TopologyKind::single_node) {
       if (nodes > 1) d_.error("cluster.topology.kind", "single_node holds one node; the plan has " + str(nodes));
       return;
+    }
+    if (t.kind == TopologyKind::multi_plane && t.planes < 2) {
+      d_.error("cluster.topology.planes", "a multi_plane fabric needs at least 2 planes (one plane is kind: fat_tree)");
+    }
+    // A rail-optimized fabric is a fat tree over the NICs in rail order.
+    const bool tree = t.kind != TopologyKind::single_node;
+    if (t.pod_gpus > 0) {
+      if (!tree || t.tiers != 3) {
+        d_.error("cluster.topology.pod_gpus", "pods are the middle tier of a 3-tier tree (tiers: 3)");
+        return;
+      }
+      if (c_.gpus_per_node > 0 && t.pod_gpus % c_.gpus_per_node != 0) {
+        d_.error("cluster.topology.pod_gpus", str(t.pod_gpus) + " is not a multiple of gpus_per_node " + str(c_.gpus_per_node));
+        return;
+      }
     }
     if (nodes <= 1 || t.switch_radix < 2 || t.oversubscription < 1 || c_.nics_per_node <= 0) return;
     if (t.switch_radix % 2 != 0) {
@@ -261,15 +277,22 @@ class Validator {
     }
     const double k = static_cast<double>(t.switch_radix);
     const double down = std::max(1.0, std::floor(k * t.oversubscription / (1 + t.oversubscription)));
-    const double nics = static_cast<double>(nodes) * static_cast<double>(c_.nics_per_node);
+    // Rails fill whole leaves: each rail's NICs padded to a multiple of the leaf's down-links.
+    const double nics = t.kind == TopologyKind::rail_optimized
+                            ? std::ceil(static_cast<double>(nodes) / down) * down * static_cast<double>(c_.nics_per_node)
+                            : static_cast<double>(nodes) * static_cast<double>(c_.nics_per_node);
     double holds = 0;
-    if (t.kind == TopologyKind::fat_tree) holds = t.tiers <= 2 ? k * down : k * (k / 2) * down;
-    if (t.kind == TopologyKind::rail_optimized) holds = nics;  // rails grow by leaves and spines
+    if (tree) {
+      if (t.tiers <= 2) holds = k * down;
+      else if (t.pod_gpus > 0) holds = k * static_cast<double>(t.pod_gpus / c_.gpus_per_node * c_.nics_per_node);
+      else holds = k * (k / 2) * down;
+    }
     if (holds > 0 && nics > holds) {
-      d_.error("cluster.num_gpus", str(c_.num_gpus) + " GPUs need " + str(static_cast<std::int64_t>(nics)) + " NICs; a " +
+      d_.error("cluster.num_gpus", str(c_.num_gpus) + " GPUs need " + str(static_cast<std::int64_t>(nics)) + " NIC ports; a " +
                                        str(t.tiers) + "-tier fat tree of radix " + str(t.switch_radix) + " holds " +
                                        str(static_cast<std::int64_t>(holds)) +
-                                       (t.tiers <= 2 ? " (use tiers: 3 or a larger radix)" : " (use a larger radix)"));
+                                       (t.tiers <= 2 ? " (use tiers: 3 or a larger radix)"
+                                                     : (t.pod_gpus > 0 ? " (radix pods at most: use larger pods)" : " (use a larger radix)")));
     }
   }
 

@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <queue>
+
+#include "topology/router.hpp"
 
 namespace meshwork::topology {
 
@@ -39,44 +40,24 @@ double bisection_gbytes_per_s(const Topology& t) {
 }
 
 GroupPath group_path(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group, std::int64_t index) {
+  Router router(t);
+  return group_path(router, layout, group, index);
+}
+
+GroupPath group_path(Router& router, const plan::RankLayout& layout, plan::GroupKind group, std::int64_t index) {
   GroupPath out;
-  if (layout.group_size(group) <= 1 || t.gpus.empty()) return out;
+  if (layout.group_size(group) <= 1) return out;
   const auto members = layout.group(group, index);
-  // The search stops once every member is reached: a group inside a node never leaves it.
-  std::vector<char> wanted(boost::num_vertices(t.graph), 0);
-  for (auto m : members) wanted[t.gpus[static_cast<std::size_t>(m)]] = 1;
-  std::size_t left = members.size() - 1;
-  const auto n = boost::num_vertices(t.graph);
-  std::vector<std::int64_t> dist(n, -1);
-  std::vector<double> slowest(n, std::numeric_limits<double>::infinity());
-  std::queue<VertexId> q;
-  const VertexId source = t.gpus[static_cast<std::size_t>(members.front())];
-  dist[source] = 0;
-  q.push(source);
-  while (!q.empty() && left > 0) {
-    const VertexId v = q.front();
-    q.pop();
-    for (auto e : boost::make_iterator_range(boost::out_edges(v, t.graph))) {
-      const VertexId w = boost::target(e, t.graph);
-      if (dist[w] >= 0 || t.graph[e].bandwidth_gbytes_per_s <= 0) continue;
-      // Paths run GPU to GPU through switches and NICs, never through another GPU.
-      if (t.graph[w].kind == VertexKind::gpu && w != source) {
-        dist[w] = dist[v] + 1;
-        slowest[w] = std::min(slowest[v], t.graph[e].bandwidth_gbytes_per_s);
-        if (wanted[w] && left > 0) --left;
-        continue;
-      }
-      dist[w] = dist[v] + 1;
-      slowest[w] = std::min(slowest[v], t.graph[e].bandwidth_gbytes_per_s);
-      q.push(w);
+  router.set_source(members.front());
+  for (std::size_t i = 1; i < members.size(); ++i) {
+    const PathInfo p = router.info_from_source(members[i]);
+    if (p.hops < 0) {
+      out.disconnected = true;
+      continue;
     }
-  }
-  for (auto m : members) {
-    const VertexId v = t.gpus[static_cast<std::size_t>(m)];
-    if (v == source || dist[v] < 0) continue;
-    if (dist[v] > out.hops || (dist[v] == out.hops && slowest[v] < out.bottleneck_gbytes_per_s)) {
-      out.hops = dist[v];
-      out.bottleneck_gbytes_per_s = slowest[v];
+    if (p.hops > out.hops || (p.hops == out.hops && p.bottleneck_gbytes_per_s < out.bottleneck_gbytes_per_s)) {
+      out.hops = p.hops;
+      out.bottleneck_gbytes_per_s = p.bottleneck_gbytes_per_s;
     }
   }
   return out;

@@ -27,11 +27,15 @@ double bisection_gbytes_per_s(const Topology& t);
 
 struct GroupPath {
   std::int64_t hops = 0;                 // links from the group's first member to its farthest
-  double bottleneck_gbytes_per_s = 0;   // the slowest link on that path
+  double bottleneck_gbytes_per_s = 0;   // the slowest link on the widest such path
+  bool disconnected = false;            // a member cannot be reached
 };
 
-// The path from the first member of `group`'s group 0 to its farthest member (breadth-first:
-// minimum hops).
+class Router;
+
+// The shortest path from the first member of `group`'s group `index` to its farthest member.
 GroupPath group_path(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group, std::int64_t index = 0);
+// The same with a router kept across calls (every group of a plan: one router).
+GroupPath group_path(Router& router, const plan::RankLayout& layout, plan::GroupKind group, std::int64_t index = 0);
 
 }  // namespace meshwork::topology

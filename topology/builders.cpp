@@ -1,6 +1,7 @@
 #include "topology/builders.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace meshwork::topology {
 namespace {
@@ -53,11 +54,129 @@ std::vector<VertexId> add_nodes(Builder& b, const plan::ClusterConfig& c, std::i
   return nics;
 }
 
-// Leaf ports split by the leaf's oversubscription (down / up).
-void leaf_ports(std::int64_t radix, double oversubscription, std::int64_t& down, std::int64_t& up) {
+// Ports of a switch split by an oversubscription (down / up).
+void split_ports(std::int64_t radix, double oversubscription, std::int64_t& down, std::int64_t& up) {
   down = static_cast<std::int64_t>(static_cast<double>(radix) * oversubscription / (1 + oversubscription));
   down = std::clamp<std::int64_t>(down, 1, radix - 1);
   up = radix - down;
+}
+
+std::size_t at(std::int64_t i) { return static_cast<std::size_t>(i); }
+
+// A padding slot in a list of ports (a rail's last leaf not full).
+constexpr VertexId kNoPort = std::numeric_limits<VertexId>::max();
+
+// The switches of one fabric (one plane) over `ports`, the NICs in node order, each port of
+// `port_gbytes` per direction. Returns an error when the fabric cannot hold them.
+struct Fabric {
+  Builder& b;
+  const plan::ClusterConfig& c;
+  const std::vector<VertexId>& ports;
+  double port_gbytes;
+  std::int64_t plane;
+
+  double hop_us() const { return c.topology.link_latency_us; }
+  std::int64_t radix() const { return c.topology.switch_radix; }
+  VertexId add(VertexKind kind, std::int64_t group = -1) {
+    const VertexId v = b.add(kind, -1, group);
+    b.t.graph[v].plane = plane;
+    return v;
+  }
+
+  // Leaf/spine: every leaf spreads its `up` links over all the spines, as few as hold them
+  // (ceil(leaves * up / k)); with k leaves, one link from each leaf to each of `up` spines.
+  std::string two_tier() {
+    std::int64_t down = 0, up = 0;
+    split_ports(radix(), c.topology.oversubscription, down, up);
+    const auto n = static_cast<std::int64_t>(ports.size());
+    const std::int64_t leaves = ceil_div(n, down);
+    if (leaves > radix()) {
+      return std::to_string(n) + " NIC ports need " + std::to_string(leaves) + " leaves; a 2-tier tree of radix " +
+             std::to_string(radix()) + " holds " + std::to_string(radix() * down) + " (use tiers: 3)";
+    }
+    const std::int64_t spines = ceil_div(leaves * up, radix());
+    std::vector<VertexId> leaf, spine;
+    for (std::int64_t i = 0; i < leaves; ++i) leaf.push_back(add(VertexKind::leaf, rail_of(i * down)));
+    for (std::int64_t i = 0; i < spines; ++i) spine.push_back(add(VertexKind::spine));
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (ports[at(i)] != kNoPort) b.link(ports[at(i)], leaf[at(i / down)], LinkTier::nic_to_leaf, port_gbytes, hop_us());
+    }
+    for (auto l : leaf)
+      for (std::int64_t u = 0; u < up; ++u) b.link(l, spine[at(u % spines)], LinkTier::leaf_to_spine, port_gbytes, hop_us());
+    return {};
+  }
+
+  // Three tiers: pods of leaves and spines under a core. The k-ary fat tree of Al-Fares et al.
+  // (2008, §3) has pods of k/2 leaves, each linked to the pod's k/2 spines, and each spine with
+  // k/2 up-links; `pod_gpus` sets the pod's size instead, non-blocking inside (leaf
+  // oversubscription aside) and `pod_oversubscription` to 1 towards the core, as the Llama 3
+  // cluster's 3,072-GPU pods with 1:7 above them (Llama 3 paper, arXiv:2407.21783, §3.3.1).
+  std::string three_tier() {
+    const auto& topo = c.topology;
+    const std::int64_t k = radix();
+    std::int64_t down = 0, up = 0;
+    split_ports(k, topo.oversubscription, down, up);
+    std::int64_t per_pod = 0, spine_down = k / 2, spine_up = k / 2;
+    if (topo.pod_gpus > 0) {
+      per_pod = topo.pod_gpus / c.gpus_per_node * c.nics_per_node;
+      split_ports(k, topo.pod_oversubscription, spine_down, spine_up);
+    } else {
+      per_pod = (k / 2) * down;
+    }
+    const auto n = static_cast<std::int64_t>(ports.size());
+    const std::int64_t pods = ceil_div(n, per_pod);
+    if (pods > k) {
+      return std::to_string(n) + " NICs need " + std::to_string(pods) + " pods; a 3-tier tree of radix " + std::to_string(k) +
+             " holds " + std::to_string(k * per_pod) + " NICs";
+    }
+    // The last pod may be partly filled: only the leaves and spines its NICs need.
+    auto leaves_in = [&](std::int64_t p) { return ceil_div(std::min(per_pod, n - p * per_pod), down); };
+    auto spines_in = [&](std::int64_t p) { return ceil_div(leaves_in(p) * up, spine_down); };
+    // Core switches for the pods built: their spines' up-links over radix-k cores ((k/2)^2
+    // for a full k-ary tree).
+    std::int64_t uplinks = 0;
+    for (std::int64_t p = 0; p < pods; ++p) uplinks += spines_in(p) * spine_up;
+    const std::int64_t cores = std::max<std::int64_t>(1, ceil_div(uplinks, k));
+    std::vector<VertexId> core;
+    for (std::int64_t i = 0; i < cores; ++i) core.push_back(add(VertexKind::core));
+    std::int64_t next_core = 0;
+    for (std::int64_t p = 0; p < pods; ++p) {
+      const std::int64_t leaves = leaves_in(p), spines = spines_in(p);
+      std::vector<VertexId> edge, agg;
+      for (std::int64_t i = 0; i < leaves; ++i) edge.push_back(add(VertexKind::leaf, rail_ports > 0 ? rail_of(p * per_pod + i * down) : p));
+      for (std::int64_t i = 0; i < spines; ++i) agg.push_back(add(VertexKind::spine, p));
+      // Leaf i's up-links round-robin over the pod's spines: one to each in the k-ary tree.
+      for (std::int64_t i = 0; i < leaves; ++i)
+        for (std::int64_t u = 0; u < up; ++u) b.link(edge[at(i)], agg[at((i * up + u) % spines)], LinkTier::leaf_to_spine, port_gbytes, hop_us());
+      for (std::int64_t j = 0; j < spines; ++j)
+        for (std::int64_t u = 0; u < spine_up; ++u) b.link(agg[at(j)], core[at(next_core++ % cores)], LinkTier::spine_to_core, port_gbytes, hop_us());
+      for (std::int64_t i = 0; i < per_pod; ++i) {
+        const std::int64_t nic = p * per_pod + i;
+        if (nic < n && ports[at(nic)] != kNoPort) b.link(ports[at(nic)], edge[at(i / down)], LinkTier::nic_to_leaf, port_gbytes, hop_us());
+      }
+    }
+    return {};
+  }
+
+  // The rail (NIC index within its node) of the port at `position`, when the ports are in
+  // rail order; -1 otherwise.
+  std::int64_t rail_of(std::int64_t position) const {
+    return rail_ports > 0 ? position / rail_ports : -1;
+  }
+  std::int64_t rail_ports = 0;  // ports per rail, padded, when ports are in rail order
+};
+
+// Rail-optimized: NIC r of every node on rail r's leaves (NVIDIA DGX SuperPOD reference
+// architecture), so a ring of same-index GPUs across nodes stays on one leaf. The ports are
+// put in rail order, each rail padded to whole leaves, and the tree above is the same
+// leaf/spine or 3-tier tree as a fat tree's.
+std::vector<VertexId> rail_order(const std::vector<VertexId>& nics, std::int64_t rails, std::int64_t down, std::int64_t& per_rail) {
+  const auto nodes = static_cast<std::int64_t>(nics.size()) / rails;
+  per_rail = ceil_div(nodes, down) * down;
+  std::vector<VertexId> ports(at(rails * per_rail), kNoPort);
+  for (std::int64_t r = 0; r < rails; ++r)
+    for (std::int64_t n = 0; n < nodes; ++n) ports[at(r * per_rail + n)] = nics[at(n * rails + r)];
+  return ports;
 }
 
 }  // namespace
@@ -69,9 +188,6 @@ BuildResult build(const plan::ClusterConfig& c) {
   b.t.gpus_per_node = c.gpus_per_node;
   b.t.nodes = nodes;
   const auto& topo = c.topology;
-  const double nic_gbytes = c.nic_bandwidth_gbps / 8;
-  const double hop_us = topo.link_latency_us;
-  const std::int64_t k = topo.switch_radix;
 
   if (topo.kind == plan::TopologyKind::single_node || nodes <= 1) {
     if (nodes > 1) {
@@ -87,92 +203,44 @@ BuildResult build(const plan::ClusterConfig& c) {
     out.error = "a multi-node fabric needs NICs (cluster.nics_per_node)";
     return out;
   }
-  std::int64_t down = 0, up = 0;
-  leaf_ports(k, topo.oversubscription, down, up);
+  if (topo.switch_radix < 4 || topo.switch_radix % 2 != 0) {
+    out.error = "switch_radix " + std::to_string(topo.switch_radix) + ": a fat tree needs an even radix of at least 4";
+    return out;
+  }
   const std::vector<VertexId> nics = add_nodes(b, c, nodes);
-  const std::int64_t n_nic = static_cast<std::int64_t>(nics.size());
-
+  const double nic_gbytes = c.nic_bandwidth_gbps / 8;
+  const std::string tiers = topo.tiers <= 2 ? "2 tiers" : (topo.pod_gpus > 0 ? "3 tiers, pods of " + std::to_string(topo.pod_gpus) + " GPUs" : "3 tiers");
   switch (topo.kind) {
     case plan::TopologyKind::fat_tree: {
-      if (topo.tiers <= 2) {
-        // Leaf/spine: every leaf has one link to each of `up` spines; a spine's k ports take k leaves.
-        const std::int64_t leaves = ceil_div(n_nic, down);
-        if (leaves > k) {
-          out.error = std::to_string(n_nic) + " NICs need " + std::to_string(leaves) + " leaves; a 2-tier tree of radix " +
-                      std::to_string(k) + " holds " + std::to_string(k * down) + " NICs (use tiers: 3)";
-          return out;
-        }
-        std::vector<VertexId> leaf, spine;
-        for (std::int64_t i = 0; i < leaves; ++i) leaf.push_back(b.add(VertexKind::leaf));
-        for (std::int64_t i = 0; i < up; ++i) spine.push_back(b.add(VertexKind::spine));
-        for (std::int64_t i = 0; i < n_nic; ++i) b.link(nics[static_cast<std::size_t>(i)], leaf[static_cast<std::size_t>(i / down)], LinkTier::nic_to_leaf, nic_gbytes, hop_us);
-        for (auto l : leaf)
-          for (auto s : spine) b.link(l, s, LinkTier::leaf_to_spine, nic_gbytes, hop_us);
-        b.t.kind = "fat_tree (2 tiers)";
-      } else {
-        // Al-Fares k-ary fat tree: pods of k/2 edge (leaf) and `up` aggregation (spine)
-        // switches, each edge linked to every aggregation switch of its pod, each aggregation
-        // switch with k/2 up-links to the core.
-        const std::int64_t half = k / 2;
-        const std::int64_t per_pod = half * down;
-        const std::int64_t pods = ceil_div(n_nic, per_pod);
-        if (pods > k) {
-          out.error = std::to_string(n_nic) + " NICs need " + std::to_string(pods) + " pods; a 3-tier tree of radix " +
-                      std::to_string(k) + " holds " + std::to_string(k * per_pod) + " NICs";
-          return out;
-        }
-        // Core switches for the pods built: their aggregation up-links over radix-k cores
-        // ((k/2)^2 for a full tree of k pods).
-        const std::int64_t cores = ceil_div(pods * up * half, k);
-        std::vector<VertexId> core;
-        for (std::int64_t i = 0; i < cores; ++i) core.push_back(b.add(VertexKind::core));
-        std::int64_t next_core = 0;
-        for (std::int64_t p = 0; p < pods; ++p) {
-          std::vector<VertexId> edge, agg;
-          for (std::int64_t i = 0; i < half; ++i) edge.push_back(b.add(VertexKind::leaf, -1, p));
-          for (std::int64_t i = 0; i < up; ++i) agg.push_back(b.add(VertexKind::spine, -1, p));
-          for (auto e : edge)
-            for (auto a : agg) b.link(e, a, LinkTier::leaf_to_spine, nic_gbytes, hop_us);
-          for (std::int64_t j = 0; j < up; ++j)
-            for (std::int64_t i = 0; i < half; ++i) {
-              b.link(agg[static_cast<std::size_t>(j)], core[static_cast<std::size_t>(next_core++ % cores)], LinkTier::spine_to_core, nic_gbytes, hop_us);
-            }
-          for (std::int64_t i = 0; i < per_pod; ++i) {
-            const std::int64_t nic = p * per_pod + i;
-            if (nic < n_nic) b.link(nics[static_cast<std::size_t>(nic)], edge[static_cast<std::size_t>(i / down)], LinkTier::nic_to_leaf, nic_gbytes, hop_us);
-          }
-        }
-        b.t.kind = "fat_tree (3 tiers)";
+      Fabric f{b, c, nics, nic_gbytes, -1};
+      out.error = topo.tiers <= 2 ? f.two_tier() : f.three_tier();
+      b.t.kind = "fat_tree (" + tiers + ")";
+      break;
+    }
+    case plan::TopologyKind::multi_plane: {
+      // Every NIC has one port on each plane, a fat tree of its own (Alibaba HPN, SIGCOMM
+      // 2024, §5: dual-plane, each 400G NIC as two 200G ports on two ToRs of two planes).
+      const std::int64_t planes = std::max<std::int64_t>(1, topo.planes);
+      for (std::int64_t p = 0; p < planes && out.error.empty(); ++p) {
+        Fabric f{b, c, nics, nic_gbytes / static_cast<double>(planes), p};
+        out.error = topo.tiers <= 2 ? f.two_tier() : f.three_tier();
       }
+      b.t.kind = "multi_plane (" + std::to_string(planes) + " planes, " + tiers + ")";
       break;
     }
     case plan::TopologyKind::rail_optimized: {
-      // Rail r holds NIC r of every node: ceil(nodes / down) leaves per rail; each leaf's `up`
-      // links spread round-robin over the spines that join the rails.
-      const std::int64_t rails = c.nics_per_node;
-      const std::int64_t per_rail = ceil_div(nodes, down);
-      const std::int64_t uplinks = rails * per_rail * up;
-      const std::int64_t spines = ceil_div(uplinks, k);
-      std::vector<VertexId> spine;
-      for (std::int64_t i = 0; i < spines; ++i) spine.push_back(b.add(VertexKind::spine));
-      std::int64_t next = 0;
-      for (std::int64_t r = 0; r < rails; ++r) {
-        std::vector<VertexId> leaf;
-        for (std::int64_t i = 0; i < per_rail; ++i) leaf.push_back(b.add(VertexKind::leaf, -1, r));
-        for (std::int64_t n = 0; n < nodes; ++n) {
-          b.link(nics[static_cast<std::size_t>(n * rails + r)], leaf[static_cast<std::size_t>(n / down)], LinkTier::nic_to_leaf, nic_gbytes, hop_us);
-        }
-        for (auto l : leaf)
-          for (std::int64_t u = 0; u < up; ++u) b.link(l, spine[static_cast<std::size_t>(next++ % spines)], LinkTier::leaf_to_spine, nic_gbytes, hop_us);
-      }
-      b.t.kind = "rail_optimized";
+      std::int64_t down = 0, up = 0, per_rail = 0;
+      split_ports(topo.switch_radix, topo.oversubscription, down, up);
+      const std::vector<VertexId> ports = rail_order(nics, c.nics_per_node, down, per_rail);
+      Fabric f{b, c, ports, nic_gbytes, -1};
+      f.rail_ports = per_rail;
+      out.error = topo.tiers <= 2 ? f.two_tier() : f.three_tier();
+      b.t.kind = "rail_optimized (" + tiers + ")";
       break;
     }
-    default:
-      out.error = "topology " + std::string(plan::to_string(topo.kind)) + " is not built yet (fat_tree, rail_optimized, single_node are)";
-      return out;
+    case plan::TopologyKind::single_node: break;
   }
-  out.topology = std::move(b.t);
+  if (out.error.empty()) out.topology = std::move(b.t);
   return out;
 }
 

@@ -4,7 +4,9 @@
 // fat-tree of Al-Fares et al. 2008, SIGCOMM, §3: k pods of k/2 edge and k/2 aggregation
 // switches, (k/2)^2 core switches, k^3/4 hosts), with oversubscription at the leaf; and
 // rail-optimized fabrics (NIC i of every node on rail i's leaf switches, rails joined by
-// spines, as NVIDIA's DGX SuperPOD reference architecture).
+// spines, as NVIDIA's DGX SuperPOD reference architecture); multi-plane fabrics (a fat tree
+// per plane, each NIC with a port on each: Alibaba HPN); pods of a given size with
+// oversubscription above them (Llama 3).
 
 #include <optional>
 #include <string>

@@ -14,6 +14,18 @@ std::string_view to_string(VertexKind k) {
   return "?";
 }
 
+int tier_of(VertexKind k) {
+  switch (k) {
+    case VertexKind::gpu: return 0;
+    case VertexKind::nvswitch: return 1;
+    case VertexKind::nic: return 1;
+    case VertexKind::leaf: return 2;
+    case VertexKind::spine: return 3;
+    case VertexKind::core: return 4;
+  }
+  return 5;
+}
+
 std::string_view to_string(LinkTier t) {
   switch (t) {
     case LinkTier::nvlink: return "nvlink";

@@ -19,7 +19,12 @@ struct Vertex {
   std::int64_t index = 0;  // among vertices of its kind
   std::int64_t node = -1;  // GPUs, NVSwitches, NICs: the node they are in
   std::int64_t group = -1; // switches: the pod (3-tier) or rail they belong to
+  std::int64_t plane = -1; // switches of a multi-plane fabric: their plane
 };
+
+// Tier of a vertex kind, counted from the GPUs: every shortest path between two GPUs climbs
+// tiers to a turning point and comes down (up*/down*), which the router relies on.
+int tier_of(VertexKind k);
 
 // Tiers of links, for the bill of materials and per-tier analysis.
 enum class LinkTier { nvlink, nic_to_leaf, leaf_to_spine, spine_to_core, gpu_to_nic };
