@@ -35,6 +35,7 @@ void add_topology_command(CLI::App& app, Io& io) {
     const auto& t = *built.topology;
     const auto bom = topology::bill_of_materials(t);
     const double bisection = topology::bisection_gbytes_per_s(t);
+    const std::int64_t diameter = topology::diameter_hops(t);
     const auto layout = plan::RankLayout::from_plan(loaded.plan.parallelism);
     nlohmann::json groups = nlohmann::json::object();
     topology::Router router(t);
@@ -62,6 +63,7 @@ void add_topology_command(CLI::App& app, Io& io) {
                                {"cables", bom.cables},
                                {"transceivers", bom.transceivers},
                                {"bisection_gbytes_per_s", bisection},
+                               {"diameter_hops", diameter},
                                {"groups", groups}}
                     .dump(2)
              << '\n';
@@ -74,7 +76,8 @@ void add_topology_command(CLI::App& app, Io& io) {
     for (const auto& [tier, n] : bom.links) io.out << ' ' << n << ' ' << tier;
     io.out << "\ncables " << bom.cables << ", transceivers " << bom.transceivers << " (scale-out links assumed optical)\n";
     char buf[200];
-    std::snprintf(buf, sizeof buf, "bisection bandwidth %.1f TB/s one way\n", bisection / 1e3);
+    std::snprintf(buf, sizeof buf, "bisection bandwidth %.1f TB/s one way; diameter %lld hops GPU to GPU\n", bisection / 1e3,
+                  static_cast<long long>(diameter));
     io.out << buf << "groups (group 0, first member to the farthest): \n";
     for (const auto& [g, v] : groups.items()) {
       std::snprintf(buf, sizeof buf, "  %-10s size %6lld  hops %lld  bottleneck %.1f GB/s\n", g.c_str(),

@@ -39,6 +39,18 @@ double bisection_gbytes_per_s(const Topology& t) {
   return std::isfinite(best) ? best : 0;
 }
 
+std::int64_t diameter_hops(const Topology& t) {
+  Router router(t);
+  std::int64_t worst = 0;
+  const auto n = static_cast<std::int64_t>(t.gpus.size());
+  for (std::int64_t from : {std::int64_t{0}, n - 1}) {
+    if (from < 0) continue;
+    router.set_source(from);
+    for (std::int64_t g = 0; g < n; ++g) worst = std::max(worst, router.info_from_source(g).hops);
+  }
+  return worst;
+}
+
 GroupPath group_path(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group, std::int64_t index) {
   Router router(t);
   return group_path(router, layout, group, index);

@@ -25,6 +25,11 @@ BillOfMaterials bill_of_materials(const Topology& t);
 // tier's aggregate up-link capacity over two (at the NICs, half the NICs' bandwidth).
 double bisection_gbytes_per_s(const Topology& t);
 
+// The most hops between two GPUs: the larger eccentricity of the first and the last GPU (the
+// diameter of these fabrics, which look the same from every node but a partly filled last
+// pod or leaf). One route query per GPU, twice.
+std::int64_t diameter_hops(const Topology& t);
+
 struct GroupPath {
   std::int64_t hops = 0;                 // links from the group's first member to its farthest
   double bottleneck_gbytes_per_s = 0;   // the slowest link on the widest such path

@@ -158,6 +158,13 @@ TEST(Router, AnEvenSpreadConservesTheFlow) {
   }
 }
 
+TEST(Analysis, DiameterIsTwiceTheHighestTierClimbed) {
+  // Host - NIC - edge - aggregation - core and down again: 8 hops in a k-ary tree.
+  EXPECT_EQ(diameter_hops(build_k_ary_fat_tree(4, 50, 1)), 8);
+  EXPECT_EQ(diameter_hops(fabric("topology: {tiers: 2, switch_radix: 16}", 128)), 6);
+  EXPECT_EQ(diameter_hops(fabric("topology: {kind: single_node}", 8)), 2);
+}
+
 TEST(MultiPlane, EveryNicHasAPortOnEachPlaneAtHalfItsBandwidth) {
   // 16 nodes x 8 NICs of 400 Gb/s, two planes of leaf/spine with radix 16 (8 down, 8 up).
   const Topology one = fabric("topology: {tiers: 2, switch_radix: 16}", 128);
