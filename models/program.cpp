@@ -1,0 +1,499 @@
+#include "models/program.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <memory>
+#include <cmath>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+#include "models/memory.hpp"
+#include "models/params.hpp"
+#include "plan/derived.hpp"
+
+namespace meshwork::models {
+namespace {
+
+double d(std::int64_t v) { return static_cast<double>(v); }
+std::int32_t i32(std::int64_t v) { return static_cast<std::int32_t>(v); }
+
+// Adam's step streams, per parameter it owns: fp32 master weight, m, v read and written (24
+// bytes), the gradient read (4) and the 16-bit weight written (2). The estimate uses the same.
+constexpr double kOptimizerBytesPerParam = 30;
+
+// Builds one stage's instruction list.
+class StageLowering {
+ public:
+  StageLowering(const plan::Plan& p, Program& prog, std::int64_t stage, const plan::DerivedFigures& derived)
+      : p_(p), prog_(prog), stage_(stage), derived_(derived) {
+    const auto& par = p.parallelism;
+    t_ = d(par.tensor_model_parallel_size);
+    e_ = p.training.precision == plan::Precision::fp32 ? 4 : 2;
+    tokens_ = d(p.training.micro_batch_size) * d(p.model.seq_length) / d(par.context_parallel_size);
+    dense_ = layer_ops(p, false);
+    if (p.model.is_moe()) moe_ = layer_ops(p, true);
+    first_ = first_stage_ops(p);
+    last_ = last_stage_ops(p);
+    counts_ = count_params(p.model);
+  }
+
+  StageProgram run() {
+    StageProgram sp;
+    sp.stage = stage_;
+    sp.ranks = p_.cluster.num_gpus / prog_.stages;
+    sp.schedule = stage_schedule(prog_.schedule, prog_.stages, stage_, prog_.microbatches, prog_.chunks);
+    out_ = &sp.instrs;
+    // The last item that produces weight gradients of each chunk: DP reduces after it.
+    std::vector<std::int64_t> last_grad_item(static_cast<std::size_t>(prog_.chunks), -1);
+    for (std::size_t i = 0; i < sp.schedule.size(); ++i) {
+      const Pass ps = sp.schedule[i].pass;
+      if (ps == Pass::backward || ps == Pass::backward_weight) last_grad_item[static_cast<std::size_t>(sp.schedule[i].chunk)] = static_cast<std::int64_t>(i);
+    }
+    for (std::size_t i = 0; i < sp.schedule.size(); ++i) {
+      item_ = i32(static_cast<std::int64_t>(i));
+      const ScheduleItem& it = sp.schedule[i];
+      const bool reduce = last_grad_item[static_cast<std::size_t>(it.chunk)] == static_cast<std::int64_t>(i);
+      switch (it.pass) {
+        case Pass::forward: forward(it); break;
+        case Pass::backward:
+        case Pass::backward_input: backward(it, it.pass == Pass::backward, reduce); break;
+        case Pass::backward_weight: weight(it, reduce); break;
+      }
+    }
+    optimizer();
+    return sp;
+  }
+
+ private:
+  // Layers of chunk c of this stage, as global indices. Interleaved: virtual stage c p + s
+  // holds the c-th slice (Megatron's layer assignment); otherwise the stage's own range.
+  std::pair<std::int64_t, std::int64_t> layers(std::int64_t chunk) const {
+    const auto& lps = derived_.layers_per_stage;
+    if (prog_.chunks > 1) {
+      const std::int64_t per = lps[static_cast<std::size_t>(stage_)] / prog_.chunks;
+      const std::int64_t first = (chunk * prog_.stages + stage_) * per;
+      return {first, first + per};
+    }
+    std::int64_t first = 0;
+    for (std::int64_t s = 0; s < stage_; ++s) first += lps[static_cast<std::size_t>(s)];
+    return {first, first + lps[static_cast<std::size_t>(stage_)]};
+  }
+  bool first_virtual(std::int64_t chunk) const { return stage_ == 0 && chunk == 0; }
+  bool last_virtual(std::int64_t chunk) const { return stage_ == prog_.stages - 1 && chunk == prog_.chunks - 1; }
+  // Matches a send with its receive: micro-batch, the receiver's chunk, direction.
+  std::int32_t tag(std::int64_t mb, std::int64_t receiver_chunk, bool gradient) const {
+    return i32((mb * prog_.chunks + receiver_chunk) * 2 + (gradient ? 1 : 0));
+  }
+
+  std::int32_t intern(const std::string& name) {
+    auto [it, added] = ids_.try_emplace(name, i32(static_cast<std::int64_t>(prog_.names.size())));
+    if (added) prog_.names.push_back(name);
+    return it->second;
+  }
+  std::int32_t last_index() const { return i32(static_cast<std::int64_t>(out_->size()) - 1); }
+
+  void compute(const Op& op, OpPhase phase, std::int64_t layer) {
+    Instr in;
+    in.kind = InstrKind::compute;
+    in.stream = Stream::compute;
+    in.op = op.kind;
+    in.phase = phase;
+    in.name = intern(op.name);
+    in.item = item_;
+    in.layer = i32(layer);
+    in.flops = op.flops;
+    in.bytes = op.bytes;
+    in.after = blocking_;
+    blocking_ = -1;
+    out_->push_back(in);
+    last_compute_ = last_index();
+  }
+  // A collective on `stream` of `bytes` per rank; blocking ones hold the next compute.
+  void collective(Stream stream, Collective c, plan::GroupKind g, double bytes, std::int64_t layer, bool blocking,
+                  const char* what) {
+    Instr in;
+    in.kind = InstrKind::collective;
+    in.stream = stream;
+    in.collective = c;
+    in.group = g;
+    in.name = intern(std::string(what) + "_" + std::string(to_string(c)));
+    in.item = item_;
+    in.layer = i32(layer);
+    in.bytes = bytes;
+    in.after = last_compute_;
+    out_->push_back(in);
+    if (blocking) blocking_ = last_index();
+  }
+  void p2p(InstrKind kind, std::int64_t peer, std::int32_t tg, const char* what) {
+    Instr in;
+    in.kind = kind;
+    in.stream = Stream::pp;
+    in.name = intern(what);
+    in.item = item_;
+    in.peer_stage = i32(peer);
+    in.tag = tg;
+    in.bytes = tokens_ * d(p_.model.hidden_size) * e_ / t_;  // scattered over TP (NAR21 §4.1)
+    in.after = kind == InstrKind::send ? last_compute_ : -1;
+    out_->push_back(in);
+    if (kind == InstrKind::recv) blocking_ = last_index();
+  }
+
+  bool moe_layer(std::int64_t layer) const { return is_moe_layer(p_.model, layer); }
+  const std::vector<Op>& ops_of(std::int64_t layer) const { return moe_layer(layer) ? moe_ : dense_; }
+
+  // Communication that Megatron issues around an op of a layer, before (`before`) or after it,
+  // in the direction of the pass: TP's f/g operators at the norms and residuals (all-gather
+  // and reduce-scatter with sequence parallelism, all-reduce without), EP's dispatch after the
+  // router and combine before the residual, CP's ring before attention.
+  void around(const Op& op, std::int64_t layer, bool forward, bool before) {
+    const auto& par = p_.parallelism;
+    const double tp_bytes = tokens_ * d(p_.model.hidden_size) * e_;
+    const bool sp = par.sequence_parallel;
+    const bool is_norm = op.name == "input_norm" || op.name == "mlp_norm";
+    const bool is_residual = op.name == "attention_residual" || op.name == "mlp_residual";
+    if (t_ > 1) {
+      // Forward: after a norm (SP: gather the sequence), before a residual (reduce). Backward
+      // runs the mirror image: before a residual's backward (SP: gather), after a norm's
+      // backward position, i.e. before the norm in reverse order (reduce).
+      if (forward && !before && is_norm && sp) collective(Stream::tp, Collective::all_gather, plan::GroupKind::tp, tp_bytes, layer, true, "tp");
+      if (forward && before && is_residual) collective(Stream::tp, sp ? Collective::reduce_scatter : Collective::all_reduce, plan::GroupKind::tp, tp_bytes, layer, true, "tp");
+      if (!forward && !before && is_residual && sp) collective(Stream::tp, Collective::all_gather, plan::GroupKind::tp, tp_bytes, layer, true, "tp");
+      if (!forward && before && is_norm) collective(Stream::tp, sp ? Collective::reduce_scatter : Collective::all_reduce, plan::GroupKind::tp, tp_bytes, layer, true, "tp");
+    }
+    if (par.expert_model_parallel_size > 1 && moe_layer(layer)) {
+      const double tokens = sp ? tokens_ / t_ : tokens_;
+      const double routed = tokens * d(p_.model.moe.moe_router_topk) * d(p_.model.hidden_size) * e_;
+      if (forward && !before && op.name == "router") collective(Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, layer, true, "ep_dispatch");
+      if (forward && before && op.name == "mlp_residual") collective(Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, layer, true, "ep_combine");
+      if (!forward && !before && op.name == "mlp_residual") collective(Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, layer, true, "ep_combine");
+      if (!forward && before && op.name == "router") collective(Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, layer, true, "ep_dispatch");
+    }
+    if (par.context_parallel_size > 1 && before && op.name == "attention") {
+      // Ring attention passes K and V around the CP ring: (cp - 1) blocks forward, twice that
+      // backward (K, V and their gradients).
+      const double kv = 2 * tokens_ * d(p_.model.num_query_groups) * d(p_.model.kv_channels) / t_ * e_;
+      collective(Stream::cp, Collective::ring_exchange, plan::GroupKind::cp, (forward ? 1 : 2) * d(par.context_parallel_size - 1) * kv,
+                 layer, true, "cp");
+    }
+  }
+
+  void forward_layers(std::int64_t chunk, OpPhase phase) {
+    const auto [lo, hi] = layers(chunk);
+    for (std::int64_t l = lo; l < hi; ++l) {
+      if (p_.parallelism.zero_stage == 3) gather_params(l);
+      for (const Op& op : ops_of(l)) {
+        if (op.phase != phase) continue;
+        around(op, l, true, true);
+        compute(op, phase, l);
+        around(op, l, true, false);
+      }
+    }
+  }
+
+  void forward(const ScheduleItem& it) {
+    const std::int64_t c = it.chunk;
+    if (!first_virtual(c)) p2p(InstrKind::recv, stage_ == 0 ? prog_.stages - 1 : stage_ - 1, tag(it.microbatch, c, false), "recv_activation");
+    if (first_virtual(c)) {
+      for (const Op& op : first_) if (op.phase == OpPhase::forward) compute(op, OpPhase::forward, -1);
+    }
+    forward_layers(c, OpPhase::forward);
+    if (last_virtual(c)) {
+      for (const Op& op : last_) if (op.phase == OpPhase::forward) compute(op, OpPhase::forward, -1);
+    } else {
+      const bool wrap = stage_ == prog_.stages - 1;
+      p2p(InstrKind::send, wrap ? 0 : stage_ + 1, tag(it.microbatch, wrap ? c + 1 : c, false), "send_activation");
+    }
+  }
+
+  // Backward of the ops of one list in reverse; with `weights` each op's weight gradient
+  // follows its input gradient.
+  void backward_ops(const std::vector<Op>& ops, std::int64_t layer, bool weights) {
+    for (auto op = ops.rbegin(); op != ops.rend(); ++op) {
+      if (op->phase == OpPhase::backward_input) {
+        around(*op, layer, false, true);
+        compute(*op, OpPhase::backward_input, layer);
+        around(*op, layer, false, false);
+      }
+      if (weights && op->phase == OpPhase::backward_weight) compute(*op, OpPhase::backward_weight, layer);
+    }
+  }
+
+  void backward(const ScheduleItem& it, bool weights, bool reduce) {
+    const std::int64_t c = it.chunk;
+    if (!last_virtual(c)) {
+      const bool wrap = stage_ == prog_.stages - 1;
+      p2p(InstrKind::recv, wrap ? 0 : stage_ + 1, tag(it.microbatch, c, true), "recv_gradient");
+    }
+    if (last_virtual(c)) backward_ops(last_, -1, weights);
+    const auto [lo, hi] = layers(c);
+    // Recomputation repeats the forward (or part of it) of the chunk's layers first.
+    bool recompute = false;
+    for (const Op& op : dense_) recompute = recompute || op.phase == OpPhase::recompute;
+    if (recompute) forward_layers(c, OpPhase::recompute);
+    for (std::int64_t l = hi - 1; l >= lo; --l) {
+      if (p_.parallelism.zero_stage == 3) gather_params(l);
+      backward_ops(ops_of(l), l, weights);
+      if (weights && reduce) reduce_grads(l);
+    }
+    if (first_virtual(c)) {
+      backward_ops(first_, -1, weights);
+    } else {
+      const bool wrap = stage_ == 0;
+      p2p(InstrKind::send, wrap ? prog_.stages - 1 : stage_ - 1, tag(it.microbatch, wrap ? c - 1 : c, true), "send_gradient");
+    }
+  }
+
+  void weight(const ScheduleItem& it, bool reduce) {
+    const std::int64_t c = it.chunk;
+    auto weights_of = [&](const std::vector<Op>& ops, std::int64_t layer) {
+      for (auto op = ops.rbegin(); op != ops.rend(); ++op) {
+        if (op->phase == OpPhase::backward_weight) compute(*op, OpPhase::backward_weight, layer);
+      }
+    };
+    if (last_virtual(c)) weights_of(last_, -1);
+    const auto [lo, hi] = layers(c);
+    for (std::int64_t l = hi - 1; l >= lo; --l) {
+      weights_of(ops_of(l), l);
+      if (reduce) reduce_grads(l);
+    }
+    if (first_virtual(c)) weights_of(first_, -1);
+  }
+
+  double layer_params(std::int64_t l) const {
+    const auto& lp = counts_.layer;
+    return moe_layer(l) ? (lp.attention + lp.norms + lp.router + lp.shared_expert) / t_ +
+                              lp.experts / (t_ * d(p_.parallelism.expert_model_parallel_size))
+                        : counts_.dense_layer() / t_;
+  }
+  // DP: one bucket per layer, reduced as soon as its last gradient is done (Megatron-core's
+  // DDP with overlap_grad_reduce; bucket = layer here). ZeRO >= 1 reduce-scatters.
+  void reduce_grads(std::int64_t l) {
+    if (p_.parallelism.data_parallel_size <= 1) return;
+    const double bytes = layer_params(l) * gradient_bytes(p_.training.precision);
+    collective(Stream::dp, p_.parallelism.zero_stage >= 1 ? Collective::reduce_scatter : Collective::all_reduce, plan::GroupKind::dp_cp, bytes, l,
+               false, "dp_grad");
+  }
+  // ZeRO-3: a layer's parameters gathered before each use (Rajbhandari et al. 2020 §5.3).
+  void gather_params(std::int64_t l) {
+    if (p_.parallelism.data_parallel_size <= 1) return;
+    collective(Stream::dp, Collective::all_gather, plan::GroupKind::dp_cp, layer_params(l) * e_, l, true, "dp_param");
+  }
+
+  void optimizer() {
+    item_ = -1;
+    double params = 0;
+    for (std::int64_t c = 0; c < prog_.chunks; ++c) {
+      const auto [lo, hi] = layers(c);
+      for (std::int64_t l = lo; l < hi; ++l) params += layer_params(l);
+    }
+    if (stage_ == 0) params += (counts_.embedding + counts_.position) / t_;
+    if (stage_ == prog_.stages - 1) params += (counts_.lm_head > 0 ? counts_.lm_head : (prog_.stages > 1 ? counts_.embedding : 0)) / t_;
+    const bool sharded = p_.parallelism.zero_stage >= 1;
+    const double owned = sharded ? params / d(std::max<std::int64_t>(1, p_.parallelism.data_parallel_size)) : params;
+    Op step{"optimizer_step", OpKind::optimizer, OpPhase::forward, 0, owned * kOptimizerBytesPerParam, {}};
+    compute(step, OpPhase::forward, -1);
+    // The distributed optimizer gathers the updated 16-bit parameters (ZeRO 1 and 2).
+    if (sharded && p_.parallelism.zero_stage < 3 && p_.parallelism.data_parallel_size > 1) {
+      collective(Stream::dp, Collective::all_gather, plan::GroupKind::dp_cp, params * e_, -1, true, "dp_param");
+    }
+  }
+
+  const plan::Plan& p_;
+  Program& prog_;
+  std::int64_t stage_;
+  const plan::DerivedFigures& derived_;
+  double t_ = 1, e_ = 2, tokens_ = 0;
+  std::vector<Op> dense_, moe_, first_, last_;
+  ParamCounts counts_;
+  std::vector<Instr>* out_ = nullptr;
+  std::unordered_map<std::string, std::int32_t> ids_;
+  std::int32_t item_ = -1, blocking_ = -1, last_compute_ = -1;
+};
+
+}  // namespace
+
+LowerResult lower(const plan::Plan& p) {
+  LowerResult out;
+  const auto& par = p.parallelism;
+  const plan::DerivedFigures derived = plan::derive(p);
+  Program prog;
+  prog.schedule = par.pipeline_schedule;
+  prog.stages = par.pipeline_model_parallel_size;
+  prog.chunks = par.pipeline_schedule == plan::PipelineSchedule::interleaved ? par.virtual_pipeline_model_parallel_size : 1;
+  prog.microbatches = derived.micro_batches_per_step;
+  if (prog.microbatches < 1 || static_cast<std::int64_t>(derived.layers_per_stage.size()) != prog.stages) {
+    out.error = "the plan has no micro-batches or stages to lower (validate it first)";
+    return out;
+  }
+  if (prog.chunks > 1 && prog.microbatches % prog.stages != 0) {
+    // Megatron-LM's interleaved schedule requires it too.
+    out.error = "parallelism.virtual_pipeline_model_parallel_size: the interleaved schedule needs micro-batches per step (" +
+                std::to_string(prog.microbatches) + ") to be a multiple of the pipeline stages (" + std::to_string(prog.stages) + ")";
+    return out;
+  }
+  for (std::int64_t s = 0; s < prog.stages; ++s) {
+    StageLowering lowering(p, prog, s, derived);
+    prog.classes.push_back(lowering.run());
+  }
+  out.program = std::move(prog);
+  return out;
+}
+
+RankView for_rank(const Program& program, const plan::RankLayout& layout, std::int64_t rank) {
+  RankView v;
+  v.rank = rank;
+  const plan::MeshCoord c = layout.coord(rank);
+  v.stage = &program.classes[static_cast<std::size_t>(c.pp)];
+  if (program.stages > 1) {
+    plan::MeshCoord prev = c, next = c;
+    prev.pp = (c.pp + program.stages - 1) % program.stages;
+    next.pp = (c.pp + 1) % program.stages;
+    v.prev_rank = layout.rank(prev);
+    v.next_rank = layout.rank(next);
+  }
+  for (auto g : plan::kAllGroupKinds) {
+    if (layout.group_size(g) > 1) v.groups.emplace_back(g, layout.group_index(g, rank));
+  }
+  return v;
+}
+
+ReplayResult replay(const Program& program, const std::function<double(const StageProgram&, const Instr&)>& duration) {
+  ReplayResult r;
+  const std::size_t n = program.classes.size();
+  r.busy_s.assign(n, 0);
+  r.idle_s.assign(n, 0);
+  std::vector<std::size_t> next(n, 0);
+  std::vector<std::vector<double>> end(n);
+  std::vector<std::array<double, 6>> stream_free(n, std::array<double, 6>{});
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int32_t>, double> sent;  // (from, to, tag) -> time
+  for (std::size_t s = 0; s < n; ++s) end[s].assign(program.classes[s].instrs.size(), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (std::size_t s = 0; s < n; ++s) {
+      const StageProgram& sp = program.classes[s];
+      while (next[s] < sp.instrs.size()) {
+        const Instr& in = sp.instrs[next[s]];
+        double start = stream_free[s][static_cast<std::size_t>(in.stream)];
+        if (in.after >= 0) start = std::max(start, end[s][static_cast<std::size_t>(in.after)]);
+        if (in.kind == InstrKind::recv) {
+          const auto it = sent.find({in.peer_stage, sp.stage, in.tag});
+          if (it == sent.end()) break;  // its send has not run yet
+          start = std::max(start, it->second);
+        }
+        const double dt = duration(sp, in);
+        const double finish = start + dt;
+        end[s][next[s]] = finish;
+        stream_free[s][static_cast<std::size_t>(in.stream)] = finish;
+        if (in.kind == InstrKind::send) sent[{sp.stage, in.peer_stage, in.tag}] = finish;
+        if (in.kind == InstrKind::compute) r.busy_s[s] += dt;
+        r.makespan_s = std::max(r.makespan_s, finish);
+        ++next[s];
+        progress = true;
+      }
+    }
+  }
+  for (std::size_t s = 0; s < n; ++s) {
+    if (next[s] < program.classes[s].instrs.size()) {
+      const Instr& in = program.classes[s].instrs[next[s]];
+      r.error = "deadlock: stage " + std::to_string(s) + " waits at instruction " + std::to_string(next[s]) + " (" +
+                program.name(in) + ", tag " + std::to_string(in.tag) + ") for a send that never comes";
+      return r;
+    }
+  }
+  double ideal = 0;
+  for (std::size_t s = 0; s < n; ++s) {
+    r.idle_s[s] = r.makespan_s - r.busy_s[s];
+    ideal = std::max(ideal, r.busy_s[s]);
+  }
+  r.bubble_fraction = ideal > 0 ? (r.makespan_s - ideal) / ideal : 0;
+  return r;
+}
+
+std::function<double(const StageProgram&, const Instr&)> unit_item_durations(const Program& program) {
+  // Compute instructions per (stage, item), to share each item's time among them.
+  auto counts = std::make_shared<std::vector<std::vector<double>>>();
+  for (const auto& sp : program.classes) {
+    std::vector<double> c(sp.schedule.size(), 0);
+    for (const auto& in : sp.instrs) {
+      if (in.kind == InstrKind::compute && in.item >= 0) c[static_cast<std::size_t>(in.item)] += 1;
+    }
+    counts->push_back(std::move(c));
+  }
+  const double v = static_cast<double>(program.chunks);
+  return [counts, v](const StageProgram& sp, const Instr& in) {
+    if (in.kind != InstrKind::compute || in.item < 0) return 0.0;
+    const ScheduleItem& it = sp.schedule[static_cast<std::size_t>(in.item)];
+    const double units = it.pass == Pass::backward ? 2 : 1;
+    return units / v / (*counts)[static_cast<std::size_t>(sp.stage)][static_cast<std::size_t>(in.item)];
+  };
+}
+
+CheckResult check(const Program& program, double expected_flops) {
+  CheckResult r;
+  // Sends and receives pair up one to one.
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int32_t>, std::pair<int, double>> sends, recvs;
+  for (const auto& sp : program.classes) {
+    for (std::size_t i = 0; i < sp.instrs.size(); ++i) {
+      const Instr& in = sp.instrs[i];
+      if (in.after >= static_cast<std::int32_t>(i)) {
+        r.errors.push_back("stage " + std::to_string(sp.stage) + " instruction " + std::to_string(i) + " (" + program.name(in) +
+                           ") waits for a later instruction " + std::to_string(in.after));
+      }
+      if (in.kind == InstrKind::send) {
+        auto& s = sends[{sp.stage, in.peer_stage, in.tag}];
+        ++s.first;
+        s.second = in.bytes;
+      }
+      if (in.kind == InstrKind::recv) {
+        auto& s = recvs[{in.peer_stage, sp.stage, in.tag}];
+        ++s.first;
+        s.second = in.bytes;
+      }
+      if (in.kind == InstrKind::compute) r.flops += in.flops * static_cast<double>(sp.ranks);
+    }
+  }
+  auto describe = [](const std::tuple<std::int64_t, std::int64_t, std::int32_t>& k) {
+    return "stage " + std::to_string(std::get<0>(k)) + " -> stage " + std::to_string(std::get<1>(k)) + " tag " + std::to_string(std::get<2>(k));
+  };
+  for (const auto& [k, v] : sends) {
+    const auto it = recvs.find(k);
+    if (it == recvs.end()) r.errors.push_back("send " + describe(k) + " has no receive");
+    else if (it->second.first != v.first) r.errors.push_back("send " + describe(k) + " is sent " + std::to_string(v.first) + " times, received " + std::to_string(it->second.first));
+    else if (it->second.second != v.second) r.errors.push_back("send " + describe(k) + " and its receive disagree on bytes");
+  }
+  for (const auto& [k, v] : recvs) {
+    if (!sends.count(k)) r.errors.push_back("receive " + describe(k) + " has no send");
+  }
+  // Micro-batches in flight: forward done, backward (input gradient) not yet.
+  for (const auto& sp : program.classes) {
+    std::int64_t in_flight = 0, worst = 0;
+    for (const auto& it : sp.schedule) {
+      if (it.pass == Pass::forward) worst = std::max(worst, ++in_flight);
+      if (it.pass == Pass::backward || it.pass == Pass::backward_input) --in_flight;
+      if (in_flight < 0) {
+        r.errors.push_back("stage " + std::to_string(sp.stage) + " runs a backward of micro-batch " + std::to_string(it.microbatch) + " before its forward");
+        break;
+      }
+    }
+    r.max_in_flight.push_back(worst);
+    const std::int64_t bound = in_flight_bound(program, sp.stage);
+    if (worst > bound) {
+      r.errors.push_back("stage " + std::to_string(sp.stage) + " holds " + std::to_string(worst) + " micro-batches in flight; the " +
+                         std::string(plan::to_string(program.schedule)) + " schedule allows " + std::to_string(bound));
+    }
+  }
+  if (r.errors.empty()) {
+    const ReplayResult rep = replay(program, unit_item_durations(program));
+    if (!rep.error.empty()) r.errors.push_back(rep.error);
+  }
+  if (expected_flops > 0 && std::abs(r.flops - expected_flops) > 1e-9 * expected_flops) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "the Program's FLOPs %.6e differ from the cost model's %.6e", r.flops, expected_flops);
+    r.errors.emplace_back(buf);
+  }
+  return r;
+}
+
+}  // namespace meshwork::models

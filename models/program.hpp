@@ -1,0 +1,134 @@
+#pragma once
+// The Program (../shared/DESIGN.md): a plan lowered to what every rank does, in order. The
+// simulator times it and the executor runs it, instruction for instruction, so that predicted
+// and measured can be compared op by op.
+//
+// Ranks of one pipeline stage run the same instructions (TP, CP, EP and DP are symmetric), so
+// the Program holds one instruction list per stage: a rank class, with its multiplicity. A
+// rank's own peers and group ids come from plan::RankLayout on demand (for_rank()), so a
+// 16K-GPU plan costs stages x instructions per stage, not ranks.
+//
+// Order and dependencies. Instructions of a rank run in list order on their stream; an
+// instruction also waits for `after` (an earlier instruction of the same rank) and a receive
+// for its matching send on the peer stage. Compute waits for the blocking collectives before
+// it (TP, CP, EP); DP collectives and sends run in the background, as frameworks issue them.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/op_table.hpp"
+#include "plan/plan.hpp"
+#include "plan/rank_layout.hpp"
+
+namespace meshwork::models {
+
+enum class Stream : std::uint8_t { compute, tp, cp, ep, dp, pp };
+enum class InstrKind : std::uint8_t { compute, collective, send, recv };
+enum class Collective : std::uint8_t { none, all_reduce, reduce_scatter, all_gather, all_to_all, ring_exchange };
+// What a schedule item does with one micro-batch of one model chunk. `backward` is the whole
+// backward pass; zero-bubble schedules split it into input-gradient and weight-gradient parts.
+enum class Pass : std::uint8_t { forward, backward, backward_input, backward_weight };
+
+std::string_view to_string(Stream s);
+std::string_view to_string(InstrKind k);
+std::string_view to_string(Collective c);
+std::string_view to_string(Pass p);
+
+struct ScheduleItem {
+  Pass pass = Pass::forward;
+  std::int32_t microbatch = 0;
+  std::int32_t chunk = 0;  // model chunk (virtual stage) of this stage
+  bool operator==(const ScheduleItem&) const = default;
+};
+
+struct Instr {
+  InstrKind kind = InstrKind::compute;
+  Stream stream = Stream::compute;
+  OpKind op = OpKind::gemm;          // compute
+  OpPhase phase = OpPhase::forward;  // compute
+  Collective collective = Collective::none;
+  plan::GroupKind group = plan::GroupKind::tp;  // collectives
+  std::int32_t name = 0;        // index into Program::names: "qkv", "tp_all_reduce", ...
+  std::int32_t item = -1;       // index into the stage's schedule; -1 for the optimizer step
+  std::int32_t layer = -1;      // global layer index; -1 outside the layers
+  std::int32_t peer_stage = -1; // send / recv
+  std::int32_t tag = -1;        // send / recv: matches one send with one receive
+  std::int32_t after = -1;      // an earlier instruction of this rank to wait for
+  double flops = 0;
+  double bytes = 0;             // HBM traffic (compute) or payload per rank (communication)
+};
+
+struct StageProgram {
+  std::int64_t stage = 0;
+  std::int64_t ranks = 0;  // multiplicity: ranks that run this list
+  std::vector<ScheduleItem> schedule;
+  std::vector<Instr> instrs;
+};
+
+struct Program {
+  plan::PipelineSchedule schedule = plan::PipelineSchedule::one_f_one_b;
+  std::int64_t stages = 1;
+  std::int64_t chunks = 1;        // virtual stages per stage
+  std::int64_t microbatches = 1;  // per step, per pipeline
+  std::vector<std::string> names;
+  std::vector<StageProgram> classes;  // one per pipeline stage
+
+  [[nodiscard]] const std::string& name(const Instr& i) const { return names[static_cast<std::size_t>(i.name)]; }
+};
+
+struct LowerResult {
+  std::optional<Program> program;
+  std::string error;  // why the plan cannot be lowered
+};
+
+// The per-stage order of forward and backward passes, as the published schedule functions
+// order them (schedules.cpp cites each).
+std::vector<ScheduleItem> stage_schedule(plan::PipelineSchedule schedule, std::int64_t stages, std::int64_t stage,
+                                         std::int64_t microbatches, std::int64_t chunks);
+
+// Lowers a validated plan.
+LowerResult lower(const plan::Plan& plan);
+
+// A rank's concrete view: its stage's instructions with the rank's peers and group ids.
+struct RankView {
+  std::int64_t rank = 0;
+  const StageProgram* stage = nullptr;
+  std::int64_t prev_rank = -1, next_rank = -1;  // pipeline neighbours (same TP/CP/DP coordinates)
+  std::vector<std::pair<plan::GroupKind, std::int64_t>> groups;  // group index of each kind with >1 member
+};
+RankView for_rank(const Program& program, const plan::RankLayout& layout, std::int64_t rank);
+
+// The zero-communication-cost replay: every instruction takes `duration(stage, instr)` seconds
+// (communication usually 0), streams in order, receives after their sends. Per stage: busy and
+// idle compute time; the bubble fraction as the papers define it, (makespan - ideal) / ideal
+// with ideal the busiest stage's compute. Fails (error set) on a deadlock.
+struct ReplayResult {
+  double makespan_s = 0;
+  std::vector<double> busy_s, idle_s;
+  double bubble_fraction = 0;
+  std::string error;
+};
+ReplayResult replay(const Program& program, const std::function<double(const StageProgram&, const Instr&)>& duration);
+// Durations that make each forward, backward-input and weight-gradient item of one chunk take
+// 1 / chunks (a whole backward 2 / chunks) and communication nothing: the papers' T_F = T_B = T_W.
+std::function<double(const StageProgram&, const Instr&)> unit_item_durations(const Program& program);
+
+// The checker: every send has exactly one receive (same tag, bytes, peer) and the reverse; no
+// instruction waits on a later one; the replay finishes (no deadlock); the micro-batches in
+// flight on each stage stay within the schedule's bound; and, when `expected_flops` > 0, the
+// FLOPs of all instructions times their multiplicity equal it (relative 1e-9).
+struct CheckResult {
+  std::vector<std::string> errors;
+  std::vector<std::int64_t> max_in_flight;  // per stage
+  double flops = 0;
+  [[nodiscard]] bool ok() const { return errors.empty(); }
+};
+CheckResult check(const Program& program, double expected_flops = 0);
+// The schedule's bound on micro-batches in flight (forward done, backward not) on a stage:
+// GPipe m, 1F1B p - stage, interleaved Megatron's warm-up count + 1, ZB-H1 as 1F1B.
+std::int64_t in_flight_bound(const Program& program, std::int64_t stage);
+
+}  // namespace meshwork::models

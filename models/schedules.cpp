@@ -1,0 +1,178 @@
+// Per-stage orders of the pipeline schedules. Each follows its published schedule function;
+// micro-batches and stages count from 0.
+#include <algorithm>
+
+#include "models/program.hpp"
+
+namespace meshwork::models {
+namespace {
+
+using Items = std::vector<ScheduleItem>;
+std::int32_t i32(std::int64_t v) { return static_cast<std::int32_t>(v); }
+
+// GPipe (Huang et al. 2019, §2.2): every forward, then every backward.
+Items gpipe(std::int64_t m) {
+  Items out;
+  for (std::int64_t k = 0; k < m; ++k) out.push_back({Pass::forward, i32(k), 0});
+  for (std::int64_t k = 0; k < m; ++k) out.push_back({Pass::backward, i32(k), 0});
+  return out;
+}
+
+// 1F1B, as Megatron-LM's forward_backward_pipelining_without_interleaving
+// (megatron/core/pipeline_parallel/schedules.py): p - s - 1 warm-up forwards, then one forward
+// and one backward in turn, then the cool-down backwards.
+Items one_f_one_b(std::int64_t p, std::int64_t s, std::int64_t m) {
+  const std::int64_t warmup = std::min(p - s - 1, m);
+  Items out;
+  for (std::int64_t k = 0; k < warmup; ++k) out.push_back({Pass::forward, i32(k), 0});
+  for (std::int64_t k = 0; k < m - warmup; ++k) {
+    out.push_back({Pass::forward, i32(warmup + k), 0});
+    out.push_back({Pass::backward, i32(k), 0});
+  }
+  for (std::int64_t k = m - warmup; k < m; ++k) out.push_back({Pass::backward, i32(k), 0});
+  return out;
+}
+
+// Interleaved 1F1B, as Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th
+// forward of a stage is micro-batch (k / (p v)) p + k % p of chunk (k % (p v)) / p; backwards
+// run the chunks in reverse; (p - s - 1) 2 + (v - 1) p warm-up forwards (all of them when
+// m = p), then one forward and one backward in turn.
+Items interleaved(std::int64_t p, std::int64_t s, std::int64_t m, std::int64_t v) {
+  const std::int64_t total = m * v;
+  std::int64_t warmup = m == p ? total : std::min(total, (p - s - 1) * 2 + (v - 1) * p);
+  auto item = [&](std::int64_t k, bool forward) {
+    const std::int64_t in_group = k % (p * v);
+    std::int64_t chunk = in_group / p;
+    if (!forward) chunk = v - 1 - chunk;
+    const std::int64_t mb = (k / (p * v)) * p + k % p;
+    return ScheduleItem{forward ? Pass::forward : Pass::backward, i32(mb), i32(chunk)};
+  };
+  Items out;
+  for (std::int64_t k = 0; k < warmup; ++k) out.push_back(item(k, true));
+  for (std::int64_t k = 0; k < total - warmup; ++k) {
+    out.push_back(item(warmup + k, true));
+    out.push_back(item(k, false));
+  }
+  for (std::int64_t k = total - warmup; k < total; ++k) out.push_back(item(k, false));
+  return out;
+}
+
+// Zero bubble (Qi et al. 2023, arXiv:2401.10241): the backward split into input-gradient (B)
+// and weight-gradient (W) passes. The order is built as the paper builds its schedules, by
+// playing the pipeline with T_F = T_B = T_W and letting each stage, when free, run a B if one
+// is ready, else a F if fewer than p - s forwards wait for their B (1F1B's bound), else a
+// pending W: the W's fill what would be 1F1B's bubble, which shrinks to (p - 1) / (3 m).
+Items zero_bubble(std::int64_t p, std::int64_t s, std::int64_t m) {
+  constexpr std::int64_t kNever = -1;
+  std::vector<std::vector<std::int64_t>> f_end(static_cast<std::size_t>(p), std::vector<std::int64_t>(static_cast<std::size_t>(m), kNever));
+  auto b_end = f_end;
+  std::vector<std::int64_t> nf(static_cast<std::size_t>(p), 0), nb = nf, nw = nf;
+  std::vector<Items> orders(static_cast<std::size_t>(p));
+  auto done = [](std::int64_t end, std::int64_t t) { return end != kNever && end <= t; };
+  for (std::int64_t t = 0;; ++t) {
+    bool left = false;
+    for (std::int64_t st = 0; st < p; ++st) {
+      const auto i = static_cast<std::size_t>(st);
+      if (nw[i] < m) left = true;
+      // One unit per pass: a stage is free at t if it ran fewer than t passes... tracked below.
+      const auto& o = orders[i];
+      if (static_cast<std::int64_t>(o.size()) > t) continue;
+      const std::int64_t b = nb[i], f = nf[i];
+      const bool b_ready = b < m && (st == p - 1 ? done(f_end[i][static_cast<std::size_t>(b)], t)
+                                                 : done(b_end[i + 1][static_cast<std::size_t>(b)], t));
+      const bool f_ready = f < m && f - b < p - st && (st == 0 || done(f_end[i - 1][static_cast<std::size_t>(f)], t));
+      if (b_ready) {
+        b_end[i][static_cast<std::size_t>(b)] = t + 1;
+        orders[i].push_back({Pass::backward_input, i32(b), 0});
+        ++nb[i];
+      } else if (f_ready) {
+        f_end[i][static_cast<std::size_t>(f)] = t + 1;
+        orders[i].push_back({Pass::forward, i32(f), 0});
+        ++nf[i];
+      } else if (nw[i] < nb[i]) {
+        orders[i].push_back({Pass::backward_weight, i32(nw[i]), 0});
+        ++nw[i];
+      } else {
+        // Idle this unit: a placeholder keeps the stage's clock; dropped below.
+        orders[i].push_back({Pass::forward, -1, 0});
+      }
+    }
+    if (!left) break;
+  }
+  Items out;
+  for (const auto& it : orders[static_cast<std::size_t>(s)]) {
+    if (it.microbatch >= 0) out.push_back(it);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<ScheduleItem> stage_schedule(plan::PipelineSchedule schedule, std::int64_t stages, std::int64_t stage,
+                                         std::int64_t microbatches, std::int64_t chunks) {
+  switch (schedule) {
+    case plan::PipelineSchedule::gpipe: return gpipe(microbatches);
+    case plan::PipelineSchedule::one_f_one_b: return one_f_one_b(stages, stage, microbatches);
+    case plan::PipelineSchedule::interleaved: return interleaved(stages, stage, microbatches, chunks);
+    case plan::PipelineSchedule::zero_bubble: return zero_bubble(stages, stage, microbatches);
+  }
+  return {};
+}
+
+std::int64_t in_flight_bound(const Program& program, std::int64_t stage) {
+  const std::int64_t p = program.stages, m = program.microbatches, v = program.chunks;
+  switch (program.schedule) {
+    case plan::PipelineSchedule::gpipe: return m;
+    case plan::PipelineSchedule::one_f_one_b:
+    case plan::PipelineSchedule::zero_bubble: return std::min(m, p - stage);
+    case plan::PipelineSchedule::interleaved:
+      return m == p ? m * v : std::min(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1);
+  }
+  return m;
+}
+
+std::string_view to_string(Stream s) {
+  switch (s) {
+    case Stream::compute: return "compute";
+    case Stream::tp: return "tp";
+    case Stream::cp: return "cp";
+    case Stream::ep: return "ep";
+    case Stream::dp: return "dp";
+    case Stream::pp: return "pp";
+  }
+  return "?";
+}
+
+std::string_view to_string(InstrKind k) {
+  switch (k) {
+    case InstrKind::compute: return "compute";
+    case InstrKind::collective: return "collective";
+    case InstrKind::send: return "send";
+    case InstrKind::recv: return "recv";
+  }
+  return "?";
+}
+
+std::string_view to_string(Collective c) {
+  switch (c) {
+    case Collective::none: return "none";
+    case Collective::all_reduce: return "all_reduce";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::all_gather: return "all_gather";
+    case Collective::all_to_all: return "all_to_all";
+    case Collective::ring_exchange: return "ring_exchange";
+  }
+  return "?";
+}
+
+std::string_view to_string(Pass p) {
+  switch (p) {
+    case Pass::forward: return "F";
+    case Pass::backward: return "B";
+    case Pass::backward_input: return "B_input";
+    case Pass::backward_weight: return "W";
+  }
+  return "?";
+}
+
+}  // namespace meshwork::models

@@ -1,0 +1,158 @@
+// The Program: per-stage orders against the published schedule functions, the zero-cost
+// replay's bubbles against the papers' formulas, the checker against broken Programs, and
+// the FLOPs of a lowered step against the cost model.
+#include <gtest/gtest.h>
+
+#include "models/flops.hpp"
+#include "models/program.hpp"
+#include "plan/plan_io.hpp"
+
+namespace meshwork::models {
+namespace {
+
+using plan::PipelineSchedule;
+
+std::string items(const std::vector<ScheduleItem>& s) {
+  std::string out;
+  for (const auto& it : s) {
+    if (!out.empty()) out += ' ';
+    out += std::string(to_string(it.pass)) + std::to_string(it.microbatch);
+    if (it.chunk > 0) out += "." + std::to_string(it.chunk);
+  }
+  return out;
+}
+
+TEST(Schedules, OneFOneBAsMegatronOrdersIt) {
+  // p = 4, m = 8: stage s runs p - s - 1 warm-up forwards.
+  EXPECT_EQ(items(stage_schedule(PipelineSchedule::one_f_one_b, 4, 0, 8, 1)),
+            "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");
+  EXPECT_EQ(items(stage_schedule(PipelineSchedule::one_f_one_b, 4, 3, 8, 1)),
+            "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7");
+  for (int s = 0; s < 4; ++s) {
+    const auto order = stage_schedule(PipelineSchedule::one_f_one_b, 4, s, 8, 1);
+    int warmup = 0;
+    while (order[static_cast<std::size_t>(warmup)].pass == Pass::forward) ++warmup;
+    EXPECT_EQ(warmup - 1, 4 - s - 1) << s;  // the warm-up, then the steady state's first forward
+  }
+  EXPECT_EQ(items(stage_schedule(PipelineSchedule::gpipe, 2, 0, 3, 1)), "F0 F1 F2 B0 B1 B2");
+}
+
+TEST(Schedules, InterleavedAsMegatronOrdersIt) {
+  // p = 4, v = 2, m = 8. Stage 0: (p - 1) 2 + (v - 1) p = 10 warm-up forwards: micro-batches
+  // 0-3 of chunk 0, 0-3 of chunk 1, then 4-5 of chunk 0; backwards start with chunk 1.
+  EXPECT_EQ(items(stage_schedule(PipelineSchedule::interleaved, 4, 0, 8, 2)),
+            "F0 F1 F2 F3 F0.1 F1.1 F2.1 F3.1 F4 F5 F6 B0.1 F7 B1.1 F4.1 B2.1 F5.1 B3.1 F6.1 B0 F7.1 B1 B2 B3 B4.1 B5.1 "
+            "B6.1 B7.1 B4 B5 B6 B7");
+  // The last stage: 4 warm-up forwards.
+  const auto last = stage_schedule(PipelineSchedule::interleaved, 4, 3, 8, 2);
+  EXPECT_EQ(items({last.begin(), last.begin() + 6}), "F0 F1 F2 F3 F0.1 B0.1");
+}
+
+plan::Plan tiny(const std::string& schedule, std::int64_t pp, std::int64_t vpp, std::int64_t m, const std::string& extra = "") {
+  auto r = plan::load_plan_text("model: {preset: tiny, num_layers: 8}\ntraining: {global_batch_size: " + std::to_string(m) +
+                                    ", micro_batch_size: 1, precision: bf16}\nparallelism: {pp: " + std::to_string(pp) + ", vpp: " +
+                                    std::to_string(vpp) + ", pipeline_schedule: " + schedule + extra + "}\n" +
+                                    "cluster: {gpu: h100-sxm, num_gpus: " + std::to_string(pp) + ", gpus_per_node: " + std::to_string(pp) + "}\n",
+                                plan::Format::yaml);
+  EXPECT_TRUE(r.ok()) << (r.diagnostics.empty() ? "" : r.diagnostics.items().front().message);
+  return r.plan;
+}
+
+Program lowered(const plan::Plan& p) {
+  auto r = lower(p);
+  EXPECT_TRUE(r.program) << r.error;
+  return *r.program;
+}
+
+TEST(Replay, BubblesAreThePapersFormulas) {
+  // Equal forward, input-gradient and weight-gradient times, no communication cost.
+  const struct {
+    const char* schedule;
+    std::int64_t vpp;
+    double bubble;
+  } cases[] = {{"gpipe", 1, 3.0 / 8}, {"1f1b", 1, 3.0 / 8}, {"interleaved", 2, 3.0 / 16}, {"zero_bubble", 1, 3.0 / 24}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.schedule);
+    const Program prog = lowered(tiny(c.schedule, 4, c.vpp, 8));
+    const ReplayResult r = replay(prog, unit_item_durations(prog));
+    ASSERT_TRUE(r.error.empty()) << r.error;
+    EXPECT_NEAR(r.bubble_fraction, c.bubble, 1e-12);
+  }
+}
+
+TEST(Checker, ALoweredStepIsConsistentAndHasTheCostModelsFlops) {
+  for (const char* schedule : {"gpipe", "1f1b", "interleaved", "zero_bubble"}) {
+    SCOPED_TRACE(schedule);
+    const plan::Plan p = tiny(schedule, 4, std::string(schedule) == "interleaved" ? 2 : 1, 8);
+    const Program prog = lowered(p);
+    const CheckResult c = check(prog, step_flops(p).hardware);
+    EXPECT_TRUE(c.ok()) << (c.errors.empty() ? "" : c.errors.front());
+    for (std::int64_t s = 0; s < prog.stages; ++s) EXPECT_LE(c.max_in_flight[static_cast<std::size_t>(s)], in_flight_bound(prog, s));
+  }
+}
+
+TEST(Checker, FlopsMatchWithTensorSequenceAndDataParallelismAndRecompute) {
+  auto r = plan::load_plan_text("model: gpt3-175b\ntraining: {global_batch_size: 64, recompute: full, precision: bf16}\n"
+                                "parallelism: {tp: 8, sp: true, pp: 8, vpp: 3, pipeline_schedule: interleaved, dp: 2, zero_stage: 1}\n"
+                                "cluster: {gpu: h100-sxm}\n",
+                                plan::Format::yaml);
+  ASSERT_TRUE(r.ok());
+  const Program prog = lowered(r.plan);
+  const CheckResult c = check(prog, step_flops(r.plan).hardware);
+  EXPECT_TRUE(c.ok()) << (c.errors.empty() ? "" : c.errors.front());
+}
+
+TEST(Checker, RejectsAMisorderedProgramAndAMissingReceive) {
+  const Program good = lowered(tiny("1f1b", 4, 1, 8));
+  // Stage 1 runs its first receive of a gradient before any forward: it waits for stage 2,
+  // which waits for stage 1's activation: a deadlock.
+  Program misordered = good;
+  auto& instrs = misordered.classes[1].instrs;
+  const auto grad = std::find_if(instrs.begin(), instrs.end(), [&](const Instr& i) { return misordered.name(i) == "recv_gradient"; });
+  ASSERT_NE(grad, instrs.end());
+  const Instr moved = *grad;
+  instrs.erase(grad);
+  for (auto& i : instrs) i.after = -1;  // keep `after` from pointing forward after the move
+  instrs.insert(instrs.begin(), moved);
+  const CheckResult bad = check(misordered);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.errors.front().find("deadlock"), std::string::npos) << bad.errors.front();
+
+  Program missing = good;
+  auto& two = missing.classes[2].instrs;
+  two.erase(std::find_if(two.begin(), two.end(), [&](const Instr& i) { return i.kind == InstrKind::recv; }));
+  for (auto& i : two) i.after = -1;
+  const CheckResult lost = check(missing);
+  ASSERT_FALSE(lost.ok());
+  EXPECT_NE(lost.errors.front().find("has no receive"), std::string::npos) << lost.errors.front();
+
+  // A schedule that keeps more micro-batches in flight than 1F1B allows.
+  Program greedy = good;
+  greedy.classes[3].schedule = stage_schedule(PipelineSchedule::gpipe, 4, 3, 8, 1);
+  const CheckResult memory = check(greedy);
+  ASSERT_FALSE(memory.ok());
+  EXPECT_NE(memory.errors.front().find("in flight"), std::string::npos) << memory.errors.front();
+}
+
+TEST(Program, RanksOfAStageShareOneListAndKnowTheirNeighbours) {
+  auto r = plan::load_plan_text("model: gpt3-175b\ntraining: {global_batch_size: 64, precision: bf16}\n"
+                                "parallelism: {tp: 8, sp: true, pp: 8, dp: 4}\ncluster: {gpu: h100-sxm}\n",
+                                plan::Format::yaml);
+  ASSERT_TRUE(r.ok());
+  const Program prog = lowered(r.plan);
+  ASSERT_EQ(prog.classes.size(), 8u);
+  for (const auto& c : prog.classes) EXPECT_EQ(c.ranks, 32);
+  const auto layout = plan::RankLayout::from_plan(r.plan.parallelism);
+  const RankView v = for_rank(prog, layout, 40);  // TP 8 x DP 4 = 32 ranks per stage: stage 1
+  EXPECT_EQ(v.stage->stage, 1);
+  EXPECT_EQ(v.prev_rank, 8);
+  EXPECT_EQ(v.next_rank, 72);
+  // TP all-reduces: with SP, a reduce-scatter and an all-gather per block and direction.
+  std::int64_t tp = 0;
+  for (const auto& i : v.stage->instrs) tp += i.stream == Stream::tp ? 1 : 0;
+  const std::int64_t layers = 96 / 8, m = 64 / 4;
+  EXPECT_EQ(tp, m * layers * 2 /*blocks*/ * 2 /*RS + AG*/ * 2 /*forward, backward*/);
+}
+
+}  // namespace
+}  // namespace meshwork::models
