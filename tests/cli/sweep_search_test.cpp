@@ -201,3 +201,34 @@ TEST(Search, TriesUnevenFirstAndLastStages) {
 
 }  // namespace
 }  // namespace meshwork::cli
+
+namespace meshwork::cli {
+namespace {
+
+TEST(Program, SummaryChecksTheLoweredStep) {
+  const Outcome r = meshwork({"program", "--json", (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["stages"], 8);
+  EXPECT_EQ(j["classes"].size(), 8u);
+  EXPECT_EQ(j["classes"][0]["ranks"], 128);
+  EXPECT_TRUE(j["check"]["ok"].get<bool>());
+  // Interleaved, p = 8, v = 2, m = 96: (p - 1) / (v m).
+  EXPECT_NEAR(j["unit_replay_bubble_fraction"].get<double>(), 7.0 / 192, 1e-12);
+}
+
+TEST(Program, ARanksStreamAndAnOutOfRangeRank) {
+  const std::string plan = (kSource / "scenarios/cpu/tiny-dense-cpu.yaml").string();
+  const Outcome r = meshwork({"program", "--rank", "1", "--json", plan});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["rank"], 1);
+  ASSERT_FALSE(j["ops"].empty());
+  EXPECT_EQ(j["ops"][0]["stream"], "compute");
+  const Outcome bad = meshwork({"program", "--rank", "100000", plan});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("outside the plan's"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace meshwork::cli
