@@ -359,7 +359,8 @@ RankView for_rank(const Program& program, const plan::RankLayout& layout, std::i
   return v;
 }
 
-ReplayResult replay(const Program& program, const std::function<double(const StageProgram&, const Instr&)>& duration) {
+ReplayResult replay(const Program& program, const std::function<double(const StageProgram&, const Instr&)>& duration,
+                    ProgramConsumer* consumer) {
   ReplayResult r;
   const std::size_t n = program.classes.size();
   r.busy_s.assign(n, 0);
@@ -388,6 +389,7 @@ ReplayResult replay(const Program& program, const std::function<double(const Sta
         stream_free[s][static_cast<std::size_t>(in.stream)] = finish;
         if (in.kind == InstrKind::send) sent[{sp.stage, in.peer_stage, in.tag}] = finish;
         if (in.kind == InstrKind::compute) r.busy_s[s] += dt;
+        if (consumer != nullptr) consumer->on(sp, next[s], in, start, finish);
         r.makespan_s = std::max(r.makespan_s, finish);
         ++next[s];
         progress = true;

@@ -111,7 +111,28 @@ struct ReplayResult {
   double bubble_fraction = 0;
   std::string error;
 };
-ReplayResult replay(const Program& program, const std::function<double(const StageProgram&, const Instr&)>& duration);
+// What the simulator and the executor are handed: each instruction once, in an order that
+// respects streams, `after` and receives, with the replay's start and end times.
+class ProgramConsumer {
+ public:
+  virtual ~ProgramConsumer() = default;
+  virtual void on(const StageProgram& stage, std::size_t index, const Instr& instr, double start_s, double end_s) = 0;
+};
+// A consumer that records what it is handed, for the simulator's and executor's tests.
+class RecordingConsumer : public ProgramConsumer {
+ public:
+  struct Event {
+    std::int64_t stage = 0;
+    std::size_t index = 0;
+    double start_s = 0, end_s = 0;
+  };
+  std::vector<Event> events;
+  void on(const StageProgram& stage, std::size_t index, const Instr&, double start_s, double end_s) override {
+    events.push_back({stage.stage, index, start_s, end_s});
+  }
+};
+ReplayResult replay(const Program& program, const std::function<double(const StageProgram&, const Instr&)>& duration,
+                    ProgramConsumer* consumer = nullptr);
 // Durations that make each forward, backward-input and weight-gradient item of one chunk take
 // 1 / chunks (a whole backward 2 / chunks) and communication nothing: the papers' T_F = T_B = T_W.
 std::function<double(const StageProgram&, const Instr&)> unit_item_durations(const Program& program);

@@ -3,6 +3,9 @@
 // the FLOPs of a lowered step against the cost model.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <tuple>
+
 #include "models/flops.hpp"
 #include "models/program.hpp"
 #include "plan/plan_io.hpp"
@@ -132,6 +135,30 @@ TEST(Checker, RejectsAMisorderedProgramAndAMissingReceive) {
   const CheckResult memory = check(greedy);
   ASSERT_FALSE(memory.ok());
   EXPECT_NE(memory.errors.front().find("in flight"), std::string::npos) << memory.errors.front();
+}
+
+TEST(Program, AConsumerIsHandedEveryInstructionOnceInAnExecutableOrder) {
+  const Program prog = lowered(tiny("interleaved", 4, 2, 8));
+  RecordingConsumer rec;
+  const ReplayResult r = replay(prog, unit_item_durations(prog), &rec);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  std::size_t total = 0;
+  for (const auto& c : prog.classes) total += c.instrs.size();
+  ASSERT_EQ(rec.events.size(), total);
+  // Per stage in list order; every receive starts no earlier than its send ended.
+  std::vector<std::size_t> next(prog.classes.size(), 0);
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int32_t>, double> sent;
+  for (const auto& e : rec.events) {
+    const auto s = static_cast<std::size_t>(e.stage);
+    EXPECT_EQ(e.index, next[s]++);
+    const Instr& in = prog.classes[s].instrs[e.index];
+    if (in.kind == InstrKind::send) sent[{e.stage, in.peer_stage, in.tag}] = e.end_s;
+    if (in.kind == InstrKind::recv) {
+      const auto it = sent.find({in.peer_stage, e.stage, in.tag});
+      ASSERT_NE(it, sent.end());
+      EXPECT_GE(e.start_s, it->second);
+    }
+  }
 }
 
 TEST(Program, RanksOfAStageShareOneListAndKnowTheirNeighbours) {
