@@ -12,6 +12,7 @@
 #include "models/memory.hpp"
 #include "models/params.hpp"
 #include "plan/derived.hpp"
+#include "plan/validate.hpp"
 
 namespace meshwork::models {
 namespace {
@@ -37,6 +38,7 @@ class StageLowering {
     first_ = first_stage_ops(p);
     last_ = last_stage_ops(p);
     counts_ = count_params(p.model);
+    chunks_ = plan::layers_per_chunk(p);
   }
 
   StageProgram run() {
@@ -69,16 +71,14 @@ class StageLowering {
  private:
   // Layers of chunk c of this stage, as global indices. Interleaved: virtual stage c p + s
   // holds the c-th slice (Megatron's layer assignment); otherwise the stage's own range.
+  // Layers of chunk c of this stage, as global indices: virtual stage c p + s holds the
+  // (c p + s)-th slice of the model (Megatron's assignment; one chunk without interleaving).
   std::pair<std::int64_t, std::int64_t> layers(std::int64_t chunk) const {
-    const auto& lps = derived_.layers_per_stage;
-    if (prog_.chunks > 1) {
-      const std::int64_t per = lps[static_cast<std::size_t>(stage_)] / prog_.chunks;
-      const std::int64_t first = (chunk * prog_.stages + stage_) * per;
-      return {first, first + per};
-    }
+    const auto& lpc = chunks_;
+    const std::int64_t p = prog_.stages;
     std::int64_t first = 0;
-    for (std::int64_t s = 0; s < stage_; ++s) first += lps[static_cast<std::size_t>(s)];
-    return {first, first + lps[static_cast<std::size_t>(stage_)]};
+    for (std::int64_t vs = 0; vs < chunk * p + stage_; ++vs) first += lpc[static_cast<std::size_t>(vs % p)][static_cast<std::size_t>(vs / p)];
+    return {first, first + lpc[static_cast<std::size_t>(stage_)][static_cast<std::size_t>(chunk)]};
   }
   bool first_virtual(std::int64_t chunk) const { return stage_ == 0 && chunk == 0; }
   bool last_virtual(std::int64_t chunk) const { return stage_ == prog_.stages - 1 && chunk == prog_.chunks - 1; }
@@ -307,6 +307,7 @@ class StageLowering {
   double t_ = 1, e_ = 2, tokens_ = 0;
   std::vector<Op> dense_, moe_, first_, last_;
   ParamCounts counts_;
+  std::vector<std::vector<std::int64_t>> chunks_;  // layers per [stage][chunk]
   std::vector<Instr>* out_ = nullptr;
   std::unordered_map<std::string, std::int32_t> ids_;
   std::int32_t item_ = -1, blocking_ = -1, last_compute_ = -1;

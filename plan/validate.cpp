@@ -1,5 +1,7 @@
 #include "plan/validate.hpp"
 
+#include <algorithm>
+
 #include <cmath>
 #include <set>
 #include <string>
@@ -416,13 +418,53 @@ std::optional<std::vector<std::int64_t>> layers_per_stage(const Plan& plan, Diag
   if (first > 0) out.front() = first;
   if (last > 0) out.back() = last;
   if (vpp > 1) {
-    for (std::size_t s = 0; s < out.size(); ++s) {
-      if (out[s] % vpp != 0) {
+    if (middle > 0) {
+      // Interleaving with uneven ends (Llama 3, arXiv:2407.21783 §3.3.2): every model chunk of
+      // the middle stages holds mid / vpp layers; the first stage's first chunk and the last
+      // stage's last chunk hold what is left (layers_per_chunk()).
+      const std::int64_t mid = out[first > 0 ? 1 : 0];
+      if (mid % vpp != 0) {
         return fail("parallelism.virtual_pipeline_model_parallel_size",
-                    "stage " + str(static_cast<std::int64_t>(s)) + " has " + str(out[s]) +
-                        " layers, which do not split into " + str(vpp) + " model chunks");
+                    "the middle stages have " + str(mid) + " layers, which do not split into " + str(vpp) + " model chunks");
+      }
+      const std::int64_t chunk = mid / vpp;
+      for (const auto& [n, path] : {std::pair{first, "parallelism.decoder_first_pipeline_num_layers"},
+                                    std::pair{last, "parallelism.decoder_last_pipeline_num_layers"}}) {
+        if (n > 0 && (n - (vpp - 1) * chunk < 1 || n - (vpp - 1) * chunk > chunk)) {
+          return fail(path, str(n) + " layers do not make " + str(vpp - 1) + " model chunks of " + str(chunk) +
+                                " (as the middle stages' chunks) and one of 1 to " + str(chunk));
+        }
+      }
+    } else {
+      for (std::size_t s = 0; s < out.size(); ++s) {
+        if (out[s] % vpp != 0) {
+          return fail("parallelism.virtual_pipeline_model_parallel_size",
+                      "stage " + str(static_cast<std::int64_t>(s)) + " has " + str(out[s]) +
+                          " layers, which do not split into " + str(vpp) + " model chunks");
+        }
       }
     }
+  }
+  return out;
+}
+
+std::vector<std::vector<std::int64_t>> layers_per_chunk(const Plan& plan) {
+  const auto stages = layers_per_stage(plan);
+  if (!stages) return {};
+  const std::int64_t vpp = std::max<std::int64_t>(1, plan.parallelism.virtual_pipeline_model_parallel_size);
+  const auto pp = static_cast<std::int64_t>(stages->size());
+  // The chunk size of a middle stage (all stages when none is uneven).
+  const std::int64_t middle = (*stages)[pp > 2 ? 1 : 0] / vpp;
+  std::vector<std::vector<std::int64_t>> out;
+  for (std::int64_t s = 0; s < pp; ++s) {
+    const std::int64_t n = (*stages)[static_cast<std::size_t>(s)];
+    std::vector<std::int64_t> chunks(static_cast<std::size_t>(vpp), n / vpp);
+    if (n % vpp != 0 || (pp > 2 && n != middle * vpp)) {
+      // An uneven end: the first stage's first chunk or the last stage's last chunk differs.
+      std::fill(chunks.begin(), chunks.end(), middle);
+      chunks[s == 0 ? 0 : chunks.size() - 1] = n - (vpp - 1) * middle;
+    }
+    out.push_back(std::move(chunks));
   }
   return out;
 }

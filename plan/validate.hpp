@@ -30,6 +30,10 @@ Diagnostics validate(const Plan& plan);
 // Layers of each pipeline stage (uneven first/last stages as Megatron's
 // decoder_first/last_pipeline_num_layers); nullopt with a diagnostic when they do not fit.
 std::optional<std::vector<std::int64_t>> layers_per_stage(const Plan& plan, Diagnostics* diags = nullptr);
+// Layers of each model chunk of each stage, [stage][chunk]; empty when the stages are invalid.
+// Evenly split, except interleaving with uneven ends: the first stage's first chunk and the
+// last stage's last chunk hold fewer (Llama 3).
+std::vector<std::vector<std::int64_t>> layers_per_chunk(const Plan& plan);
 
 // The GPU's dense peak for a training precision, TFLOP/s (0 when it has none).
 double peak_tflops(const GpuSpec& gpu, Precision precision);

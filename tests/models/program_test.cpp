@@ -9,6 +9,7 @@
 #include "models/flops.hpp"
 #include "models/program.hpp"
 #include "plan/plan_io.hpp"
+#include "plan/validate.hpp"
 
 namespace meshwork::models {
 namespace {
@@ -103,6 +104,34 @@ TEST(Checker, FlopsMatchWithTensorSequenceAndDataParallelismAndRecompute) {
   const Program prog = lowered(r.plan);
   const CheckResult c = check(prog, step_flops(r.plan).hardware);
   EXPECT_TRUE(c.ok()) << (c.errors.empty() ? "" : c.errors.front());
+}
+
+TEST(Program, InterleavingWithUnevenEndsAsLlama3) {
+  // 14 layers on 4 stages x 2 chunks: middle stages 2 + 2, the first stage's first chunk and
+  // the last stage's last chunk one layer each (3 + 4 + 4 + 3 per stage).
+  auto r = plan::load_plan_text("model: {preset: tiny, num_layers: 14}\ntraining: {global_batch_size: 8, precision: bf16}\n"
+                                "parallelism: {pp: 4, vpp: 2, pipeline_schedule: interleaved, decoder_first_pipeline_num_layers: 3, "
+                                "decoder_last_pipeline_num_layers: 3}\ncluster: {gpu: h100-sxm, num_gpus: 4, gpus_per_node: 4}\n",
+                                plan::Format::yaml);
+  ASSERT_TRUE(r.ok()) << r.diagnostics.items().front().message;
+  EXPECT_EQ(plan::layers_per_chunk(r.plan), (std::vector<std::vector<std::int64_t>>{{1, 2}, {2, 2}, {2, 2}, {2, 1}}));
+  const Program prog = lowered(r.plan);
+  const CheckResult c = check(prog, step_flops(r.plan).hardware);
+  EXPECT_TRUE(c.ok()) << (c.errors.empty() ? "" : c.errors.front());
+  // Every layer is lowered exactly once per micro-batch's forward.
+  std::vector<int> seen(14, 0);
+  for (const auto& sp : prog.classes) {
+    for (const auto& in : sp.instrs) {
+      if (in.kind == InstrKind::compute && in.phase == OpPhase::forward && in.layer >= 0 && prog.name(in) == "qkv") ++seen[static_cast<std::size_t>(in.layer)];
+    }
+  }
+  for (int n : seen) EXPECT_EQ(n, 8);
+  // A split that leaves the first chunk empty is refused, naming the field.
+  auto bad = plan::load_plan_text("model: {preset: tiny, num_layers: 12}\ntraining: {global_batch_size: 8}\n"
+                                  "parallelism: {pp: 4, vpp: 2, pipeline_schedule: interleaved, decoder_first_pipeline_num_layers: 2, "
+                                  "decoder_last_pipeline_num_layers: 2}\ncluster: {gpu: h100-sxm, num_gpus: 4, gpus_per_node: 4}\n",
+                                  plan::Format::yaml);
+  EXPECT_NE(bad.diagnostics.find("parallelism.decoder_first_pipeline_num_layers"), nullptr);
 }
 
 TEST(Checker, RejectsAMisorderedProgramAndAMissingReceive) {
