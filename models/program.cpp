@@ -237,6 +237,10 @@ class StageLowering {
       backward_ops(ops_of(l), l, weights);
       if (weights && reduce) reduce_grads(l);
     }
+    if (weights && reduce) {
+      pending_params_ += end_params(c);
+      flush_grads(lo);
+    }
     if (first_virtual(c)) {
       backward_ops(first_, -1, weights);
     } else {
@@ -258,6 +262,10 @@ class StageLowering {
       weights_of(ops_of(l), l);
       if (reduce) reduce_grads(l);
     }
+    if (reduce) {
+      pending_params_ += end_params(c);
+      flush_grads(lo);
+    }
     if (first_virtual(c)) weights_of(first_, -1);
   }
 
@@ -267,18 +275,37 @@ class StageLowering {
                               lp.experts / (t_ * d(p_.parallelism.expert_model_parallel_size))
                         : counts_.dense_layer() / t_;
   }
-  // DP: one bucket per layer, reduced as soon as its last gradient is done (Megatron-core's
-  // DDP with overlap_grad_reduce; bucket = layer here). ZeRO >= 1 reduce-scatters.
+  // DP: gradients reduced in buckets as the last micro-batch's backward proceeds
+  // (Megatron-core's DistributedDataParallel with overlap_grad_reduce): layers join the open
+  // bucket, which is reduced once it holds bucket_size parameters, by default
+  // max(40M, 1M x DP) (megatron/core/distributed/distributed_data_parallel.py); the last
+  // bucket of a chunk when its backward ends. ZeRO >= 1 reduce-scatters.
   void reduce_grads(std::int64_t l) {
     if (p_.parallelism.data_parallel_size <= 1) return;
-    const double bytes = layer_params(l) * gradient_bytes(p_.training.precision);
-    collective(Stream::dp, p_.parallelism.zero_stage >= 1 ? Collective::reduce_scatter : Collective::all_reduce, plan::GroupKind::dp_cp, bytes, l,
-               false, "dp_grad");
+    pending_params_ += layer_params(l);
+    const double bucket = std::max(40e6, 1e6 * d(p_.parallelism.data_parallel_size));
+    if (pending_params_ >= bucket) flush_grads(l);
+  }
+  void flush_grads(std::int64_t l) {
+    if (p_.parallelism.data_parallel_size <= 1) pending_params_ = 0;
+    if (pending_params_ <= 0) return;
+    collective(Stream::dp, p_.parallelism.zero_stage >= 1 ? Collective::reduce_scatter : Collective::all_reduce, plan::GroupKind::dp_cp,
+               pending_params_ * gradient_bytes(p_.training.precision), l, false, "dp_grad");
+    pending_params_ = 0;
   }
   // ZeRO-3: a layer's parameters gathered before each use (Rajbhandari et al. 2020 §5.3).
   void gather_params(std::int64_t l) {
     if (p_.parallelism.data_parallel_size <= 1) return;
     collective(Stream::dp, Collective::all_gather, plan::GroupKind::dp_cp, layer_params(l) * e_, l, true, "dp_param");
+  }
+
+  // Parameters outside the layers on a chunk: the embedding (first virtual stage), the LM
+  // head or, tied, the embedding's copy (last virtual stage).
+  double end_params(std::int64_t chunk) const {
+    double n = 0;
+    if (first_virtual(chunk)) n += (counts_.embedding + counts_.position) / t_;
+    if (last_virtual(chunk)) n += (counts_.lm_head > 0 ? counts_.lm_head : (prog_.stages > 1 ? counts_.embedding : 0)) / t_;
+    return n;
   }
 
   void optimizer() {
@@ -288,8 +315,7 @@ class StageLowering {
       const auto [lo, hi] = layers(c);
       for (std::int64_t l = lo; l < hi; ++l) params += layer_params(l);
     }
-    if (stage_ == 0) params += (counts_.embedding + counts_.position) / t_;
-    if (stage_ == prog_.stages - 1) params += (counts_.lm_head > 0 ? counts_.lm_head : (prog_.stages > 1 ? counts_.embedding : 0)) / t_;
+    for (std::int64_t c = 0; c < prog_.chunks; ++c) params += end_params(c);
     const bool sharded = p_.parallelism.zero_stage >= 1;
     const double owned = sharded ? params / d(std::max<std::int64_t>(1, p_.parallelism.data_parallel_size)) : params;
     Op step{"optimizer_step", OpKind::optimizer, OpPhase::forward, 0, owned * kOptimizerBytesPerParam, {}};
@@ -311,6 +337,7 @@ class StageLowering {
   std::vector<Instr>* out_ = nullptr;
   std::unordered_map<std::string, std::int32_t> ids_;
   std::int32_t item_ = -1, blocking_ = -1, last_compute_ = -1;
+  double pending_params_ = 0;  // DP: parameters in the open gradient bucket
 };
 
 }  // namespace
@@ -469,18 +496,25 @@ CheckResult check(const Program& program, double expected_flops) {
   for (const auto& [k, v] : recvs) {
     if (!sends.count(k)) r.errors.push_back("receive " + describe(k) + " has no send");
   }
-  // Micro-batches in flight: forward done, backward (input gradient) not yet.
+  // Micro-batches in flight: forward done, backward (input gradient) not yet; with the
+  // backward split, also those whose weight gradient is not done (ZB-H1 keeps them within p).
   for (const auto& sp : program.classes) {
-    std::int64_t in_flight = 0, worst = 0;
+    std::int64_t in_flight = 0, worst = 0, awaiting_w = 0, worst_w = 0;
     for (const auto& it : sp.schedule) {
       if (it.pass == Pass::forward) worst = std::max(worst, ++in_flight);
       if (it.pass == Pass::backward || it.pass == Pass::backward_input) --in_flight;
+      if (it.pass == Pass::forward) worst_w = std::max(worst_w, ++awaiting_w);
+      if (it.pass == Pass::backward || it.pass == Pass::backward_weight) --awaiting_w;
       if (in_flight < 0) {
         r.errors.push_back("stage " + std::to_string(sp.stage) + " runs a backward of micro-batch " + std::to_string(it.microbatch) + " before its forward");
         break;
       }
     }
     r.max_in_flight.push_back(worst);
+    if (program.schedule == plan::PipelineSchedule::zero_bubble && worst_w > std::min(program.stages, program.microbatches)) {
+      r.errors.push_back("stage " + std::to_string(sp.stage) + " holds " + std::to_string(worst_w) +
+                         " micro-batches awaiting their weight gradients; ZB-H1 keeps 1F1B's peak of " + std::to_string(program.stages));
+    }
     const std::int64_t bound = in_flight_bound(program, sp.stage);
     if (worst > bound) {
       r.errors.push_back("stage " + std::to_string(sp.stage) + " holds " + std::to_string(worst) + " micro-batches in flight; the " +

@@ -57,51 +57,20 @@ Items interleaved(std::int64_t p, std::int64_t s, std::int64_t m, std::int64_t v
   return out;
 }
 
-// Zero bubble (Qi et al. 2023, arXiv:2401.10241): the backward split into input-gradient (B)
-// and weight-gradient (W) passes. The order is built as the paper builds its schedules, by
-// playing the pipeline with T_F = T_B = T_W and letting each stage, when free, run a B if one
-// is ready, else a F if fewer than p - s forwards wait for their B (1F1B's bound), else a
-// pending W: the W's fill what would be 1F1B's bubble, which shrinks to (p - 1) / (3 m).
+// ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR, arXiv:2401.10241, §3.1):
+// the backward split into input-gradient (B) and weight-gradient (W) passes. Stage s runs, for
+// x = 0 .. m + p - 2, the triple (F_x, B_(x - (p - 1 - s)), W_(x - (p - 1))), each pass only
+// when its micro-batch is in 0 .. m-1: p - 1 - s lone forwards, then (F, B) pairs, the steady
+// (F, B, W) triples, and a cool-down in which the deferred W's fill what would be 1F1B's
+// bubble. With T_F = T_B = T_W the bubble is (p - 1) / (3 m), and a stage holds at most
+// p - s forwards awaiting their B (1F1B's bound) and p awaiting their W.
 Items zero_bubble(std::int64_t p, std::int64_t s, std::int64_t m) {
-  constexpr std::int64_t kNever = -1;
-  std::vector<std::vector<std::int64_t>> f_end(static_cast<std::size_t>(p), std::vector<std::int64_t>(static_cast<std::size_t>(m), kNever));
-  auto b_end = f_end;
-  std::vector<std::int64_t> nf(static_cast<std::size_t>(p), 0), nb = nf, nw = nf;
-  std::vector<Items> orders(static_cast<std::size_t>(p));
-  auto done = [](std::int64_t end, std::int64_t t) { return end != kNever && end <= t; };
-  for (std::int64_t t = 0;; ++t) {
-    bool left = false;
-    for (std::int64_t st = 0; st < p; ++st) {
-      const auto i = static_cast<std::size_t>(st);
-      if (nw[i] < m) left = true;
-      // One unit per pass: a stage is free at t if it ran fewer than t passes... tracked below.
-      const auto& o = orders[i];
-      if (static_cast<std::int64_t>(o.size()) > t) continue;
-      const std::int64_t b = nb[i], f = nf[i];
-      const bool b_ready = b < m && (st == p - 1 ? done(f_end[i][static_cast<std::size_t>(b)], t)
-                                                 : done(b_end[i + 1][static_cast<std::size_t>(b)], t));
-      const bool f_ready = f < m && f - b < p - st && (st == 0 || done(f_end[i - 1][static_cast<std::size_t>(f)], t));
-      if (b_ready) {
-        b_end[i][static_cast<std::size_t>(b)] = t + 1;
-        orders[i].push_back({Pass::backward_input, i32(b), 0});
-        ++nb[i];
-      } else if (f_ready) {
-        f_end[i][static_cast<std::size_t>(f)] = t + 1;
-        orders[i].push_back({Pass::forward, i32(f), 0});
-        ++nf[i];
-      } else if (nw[i] < nb[i]) {
-        orders[i].push_back({Pass::backward_weight, i32(nw[i]), 0});
-        ++nw[i];
-      } else {
-        // Idle this unit: a placeholder keeps the stage's clock; dropped below.
-        orders[i].push_back({Pass::forward, -1, 0});
-      }
-    }
-    if (!left) break;
-  }
   Items out;
-  for (const auto& it : orders[static_cast<std::size_t>(s)]) {
-    if (it.microbatch >= 0) out.push_back(it);
+  for (std::int64_t x = 0; x < m + p - 1; ++x) {
+    const std::int64_t b = x - (p - 1 - s), w = x - (p - 1);
+    if (x < m) out.push_back({Pass::forward, i32(x), 0});
+    if (b >= 0 && b < m) out.push_back({Pass::backward_input, i32(b), 0});
+    if (w >= 0 && w < m) out.push_back({Pass::backward_weight, i32(w), 0});
   }
   return out;
 }

@@ -41,6 +41,14 @@ TEST(Schedules, OneFOneBAsMegatronOrdersIt) {
   EXPECT_EQ(items(stage_schedule(PipelineSchedule::gpipe, 2, 0, 3, 1)), "F0 F1 F2 B0 B1 B2");
 }
 
+TEST(Schedules, ZeroBubbleH1AsThePaperOrdersIt) {
+  // p = 4, m = 8 (Qi et al. 2024, Fig. 3): stage s runs (F_x, B_(x-(p-1-s)), W_(x-(p-1))).
+  EXPECT_EQ(items(stage_schedule(PipelineSchedule::zero_bubble, 4, 0, 8, 1)),
+            "F0 F1 F2 F3 B_input0 W0 F4 B_input1 W1 F5 B_input2 W2 F6 B_input3 W3 F7 B_input4 W4 B_input5 W5 B_input6 W6 B_input7 W7");
+  EXPECT_EQ(items(stage_schedule(PipelineSchedule::zero_bubble, 4, 3, 8, 1)),
+            "F0 B_input0 F1 B_input1 F2 B_input2 F3 B_input3 W0 F4 B_input4 W1 F5 B_input5 W2 F6 B_input6 W3 F7 B_input7 W4 W5 W6 W7");
+}
+
 TEST(Schedules, InterleavedAsMegatronOrdersIt) {
   // p = 4, v = 2, m = 8. Stage 0: (p - 1) 2 + (v - 1) p = 10 warm-up forwards: micro-batches
   // 0-3 of chunk 0, 0-3 of chunk 1, then 4-5 of chunk 0; backwards start with chunk 1.
@@ -208,6 +216,16 @@ TEST(Program, RanksOfAStageShareOneListAndKnowTheirNeighbours) {
   for (const auto& i : v.stage->instrs) tp += i.stream == Stream::tp ? 1 : 0;
   const std::int64_t layers = 96 / 8, m = 64 / 4;
   EXPECT_EQ(tp, m * layers * 2 /*blocks*/ * 2 /*RS + AG*/ * 2 /*forward, backward*/);
+  // DP: a layer (226M parameters per TP rank) fills a 40M bucket alone: one reduce-scatter each
+  // (ZeRO 1 by default), then the distributed optimizer's parameter all-gather.
+  std::int64_t dp = 0;
+  for (const auto& i : v.stage->instrs) dp += i.stream == Stream::dp && i.collective != Collective::all_gather ? 1 : 0;
+  EXPECT_EQ(dp, layers);
+  // Without data parallelism there is nothing to reduce.
+  const Program small = lowered(tiny("1f1b", 2, 1, 4));
+  for (const auto& c : small.classes) {
+    for (const auto& i : c.instrs) EXPECT_NE(i.stream, Stream::dp);
+  }
 }
 
 }  // namespace
