@@ -5,6 +5,7 @@
 
 #include "meshwork/version.hpp"
 #include "models/comm.hpp"
+#include "models/compute_time.hpp"
 #include "models/hardware.hpp"
 #include "models/memory.hpp"
 #include "models/op_table.hpp"
@@ -20,11 +21,6 @@ namespace {
 double d(std::int64_t v) { return static_cast<double>(v); }
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
-// FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward against ~87% for the
-// best GEMM (Dao 2023, arXiv:2307.08691 §4.1): 0.8 of a GEMM of the same size.
-constexpr double kFlashOverGemm = 0.8;
-// Decoder attention is causal: a flash kernel computes about half of the s x s blocks.
-constexpr double kCausalFlashFraction = 0.5;
 // Adam's step streams, per parameter it owns: fp32 master weight, m, v read and written
 // (24 bytes), the gradient read (4) and the 16-bit weight written (2).
 constexpr double kOptimizerBytesPerParam = 30;
@@ -46,33 +42,6 @@ double overlapped(double comm, double window) {
   if (window <= 0) return comm;
   return std::pow(std::pow(comm, kOverlapNorm) + std::pow(window, kOverlapNorm), 1 / kOverlapNorm) - window;
 }
-
-struct Timer {
-  const HardwareProfile& hw;
-  double peak_flops;
-  double hbm_bytes_per_s;
-  bool flash;
-
-  double operator()(const Op& op) const {
-    double t = hw.kernel_overhead_s;
-    switch (op.kind) {
-      case OpKind::gemm: t += op.flops / (peak_flops * gemm_efficiency(hw, op.flops / 2)); break;
-      case OpKind::attention: {
-        // Causal flash attention skips the masked half of the score blocks (Dao 2023 §3.1);
-        // the op's FLOPs stay the full matrix, as MFU counts them.
-        const double executed = flash ? op.flops * kCausalFlashFraction : op.flops;
-        const double compute = executed / (peak_flops * gemm_efficiency(hw, op.flops / 2) * (flash ? kFlashOverGemm : 1));
-        const double memory = op.bytes / hbm_bytes_per_s;
-        // Fused (flash) attention overlaps its memory traffic with its math; unfused attention
-        // runs batched GEMMs and separate softmax/dropout passes over the scores.
-        t += flash ? std::max(compute, memory) : compute + memory;
-        break;
-      }
-      default: t += op.bytes / hbm_bytes_per_s; break;
-    }
-    return t;
-  }
-};
 
 struct StageTimes {
   double forward_s = 0, backward_s = 0, recompute_s = 0;
@@ -108,7 +77,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const double pp = d(par.pipeline_model_parallel_size);
   const double v = d(par.virtual_pipeline_model_parallel_size);
 
-  Timer timer{hw, peak, p.cluster.gpu.hbm_gbytes_per_s * 1e9 * hw.memory_efficiency, p.training.flash_attention};
+  const ComputeTimer timer(p);
   const GroupNetwork tp_net = group_network(p, hw, plan::GroupKind::tp);
   const GroupNetwork cp_net = group_network(p, hw, plan::GroupKind::cp);
   const GroupNetwork ep_net = group_network(p, hw, plan::GroupKind::ep);
@@ -270,7 +239,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     double bytes_per_param = kOptimizerBytesPerParam;
     // Compression and its error feedback read and write an fp32 residual per parameter.
     if (par.gradient_compression != plan::GradientCompression::none) bytes_per_param += 12;
-    b.optimizer_s = (owned_dense + owned_expert) * bytes_per_param / timer.hbm_bytes_per_s;
+    b.optimizer_s = (owned_dense + owned_expert) * bytes_per_param / timer.hbm_bytes_per_s();
   }
 
   r.step_time_s = b.total();

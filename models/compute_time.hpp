@@ -1,0 +1,28 @@
+#pragma once
+// Time of one op on one GPU: a roofline with the achievable efficiencies of the GPU's
+// hardware profile (models/hardware.hpp). The estimate sums it over the per-op table; the
+// simulator times each compute instruction of the Program with it.
+
+#include "models/hardware.hpp"
+#include "models/op_table.hpp"
+#include "plan/plan.hpp"
+
+namespace meshwork::models {
+
+class ComputeTimer {
+ public:
+  explicit ComputeTimer(const plan::Plan& plan);
+  // Seconds for an op of `kind` doing `flops` and moving `bytes` through HBM.
+  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes) const;
+  [[nodiscard]] double operator()(const Op& op) const { return (*this)(op.kind, op.flops, op.bytes); }
+  [[nodiscard]] double hbm_bytes_per_s() const { return hbm_bytes_per_s_; }
+  [[nodiscard]] const HardwareProfile& hardware() const { return hw_; }
+
+ private:
+  HardwareProfile hw_;
+  double peak_flops_ = 0;
+  double hbm_bytes_per_s_ = 0;
+  bool flash_ = false;
+};
+
+}  // namespace meshwork::models
