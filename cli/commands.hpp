@@ -28,6 +28,7 @@ void add_sweep_command(CLI::App& app, Io& io);
 void add_search_command(CLI::App& app, Io& io);
 void add_topology_command(CLI::App& app, Io& io);
 void add_program_command(CLI::App& app, Io& io);
+void add_simulate_command(CLI::App& app, Io& io);
 
 // Runs `meshwork ARGS...` and returns its exit code: 0 success, 1 a plan with errors or a
 // failed command, 2 bad usage.

@@ -14,6 +14,7 @@ endfunction()
 meshwork_tristate(MESHWORK_WITH_CUDA "Build the CUDA/NCCL executor backend and kernels")
 meshwork_tristate(MESHWORK_WITH_QT "Build the Qt 6 GUI")
 meshwork_tristate(MESHWORK_WITH_MPI "Build the MPI parts of the CPU executor")
+meshwork_tristate(MESHWORK_WITH_SIMGRID "Build the discrete-event simulator (sim/)")
 option(MESHWORK_FUZZ "Build libFuzzer targets (needs clang)" OFF)
 
 # Resolves one optional dependency: sets MESHWORK_HAVE_<what> to TRUE or FALSE.
@@ -52,3 +53,12 @@ if(NOT MESHWORK_WITH_MPI STREQUAL "OFF")
   find_package(MPI QUIET COMPONENTS CXX)
 endif()
 meshwork_resolve(MESHWORK_WITH_MPI MPI MPI_CXX_FOUND)
+
+# Debian ships SimGrid's pkg-config file only (../shared/reference/simgrid-3.32-notes.md).
+if(NOT MESHWORK_WITH_SIMGRID STREQUAL "OFF")
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(SimGrid QUIET IMPORTED_TARGET simgrid>=3.32)
+  endif()
+endif()
+meshwork_resolve(MESHWORK_WITH_SIMGRID SIMGRID SimGrid_FOUND)

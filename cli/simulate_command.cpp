@@ -1,0 +1,103 @@
+// meshwork simulate PLAN [--json] [--explain] [--free-communication]: one training step played
+// out on the plan's fabric by the discrete-event simulator.
+#include <cstdio>
+#include <ostream>
+#include <unistd.h>
+
+#include "cli/commands.hpp"
+#include "plan/plan_io.hpp"
+#include "report/report_io.hpp"
+#ifdef MESHWORK_HAVE_SIMGRID
+#include "sim/simulate.hpp"
+#endif
+
+namespace meshwork::cli {
+
+void add_simulate_command(CLI::App& app, Io& io) {
+  auto* cmd = app.add_subcommand("simulate", "One training step simulated on the plan's fabric (SimGrid)");
+  auto file = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  auto explain = std::make_shared<bool>(false);
+  auto free_comm = std::make_shared<bool>(false);
+  cmd->add_option("PLAN", *file, "Plan file (YAML or JSON)")->required();
+  cmd->add_flag("--json", *json, "Print the Report as JSON");
+  cmd->add_flag("--explain", *explain, "Where the step's time went, largest first");
+  cmd->add_flag("--free-communication", *free_comm, "Make all communication free (compute and the schedule's bubble only)");
+  cmd->callback([=, &io] {
+    const auto loaded = plan::load_plan(*file);
+    print_diagnostics(io.err, loaded.diagnostics, *file);
+    if (!loaded.ok()) {
+      io.exit_code = 1;
+      return;
+    }
+#ifndef MESHWORK_HAVE_SIMGRID
+    io.err << "meshwork simulate: this build has no simulator (SimGrid was not found; scripts/install-deps installs it)\n";
+    io.exit_code = 1;
+#else
+    sim::SimulateOptions options;
+    options.free_communication = *free_comm;
+    const bool tty = ::isatty(STDERR_FILENO) != 0;
+    if (tty) {
+      options.progress = [&io](double f) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "\rsimulating: %3.0f%%", f * 100);
+        io.err << buf << std::flush;
+      };
+    }
+    const sim::SimulateResult r = sim::simulate(loaded.plan, options);
+    if (tty) io.err << "\r                  \r" << std::flush;
+    if (!r.report) {
+      io.err << *file << ": error: " << r.error << '\n';
+      io.exit_code = 1;
+      return;
+    }
+    const report::Report& rep = *r.report;
+    if (*json) {
+      nlohmann::json j = report::to_json(rep);
+      nlohmann::json links = nlohmann::json::array();
+      for (const auto& l : r.hottest_links) links.push_back({{"link", l.name}, {"utilisation", l.busy_fraction}, {"bytes", l.bytes}});
+      j["hottest_links"] = links;
+      j["flows"] = r.flows;
+      io.out << j.dump(2) << '\n';
+      return;
+    }
+    char buf[400];
+    const auto& b = rep.breakdown;
+    std::snprintf(buf, sizeof buf,
+                  "plan %s: simulated on %lld GPUs\n"
+                  "  elapsed time per iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f model, %.1f hardware\n"
+                  "  MFU %.1f%% | HFU %.1f%% | tokens/s %.4g | bubble fraction %.3f\n",
+                  rep.plan_name.c_str(), static_cast<long long>(rep.num_gpus), rep.step_time_s * 1e3, rep.model_tflops_per_gpu,
+                  rep.hardware_tflops_per_gpu, rep.mfu * 100, rep.hfu * 100, rep.tokens_per_s, rep.bubble_fraction);
+    io.out << buf;
+    std::snprintf(buf, sizeof buf,
+                  "  step breakdown (s): compute %.3f, recompute %.3f, TP %.3f, CP %.3f, EP %.3f, DP %.3f, bubble %.3f, optimizer %.3f, other %.3f\n",
+                  b.compute_s, b.recompute_s, b.tp_s, b.cp_s, b.ep_s, b.dp_s, b.bubble_s, b.optimizer_s, b.stalls_s);
+    io.out << buf;
+    if (!r.hottest_links.empty()) {
+      io.out << "  hottest links (bytes, utilisation over the step):\n";
+      for (std::size_t i = 0; i < std::min<std::size_t>(5, r.hottest_links.size()); ++i) {
+        const auto& l = r.hottest_links[i];
+        std::snprintf(buf, sizeof buf, "    %-28s %10.3g B  %5.1f%%\n", l.name.c_str(), l.bytes, l.busy_fraction * 100);
+        io.out << buf;
+      }
+    }
+    if (*explain) {
+      // Where the step went: each part's share of the step, largest first.
+      std::vector<std::pair<double, std::string>> parts = {
+          {b.compute_s, "compute"},   {b.recompute_s, "recomputation"}, {b.bubble_s, "pipeline bubble (waiting for a neighbour stage)"},
+          {b.tp_s, "exposed TP communication"}, {b.cp_s, "exposed CP communication"}, {b.ep_s, "exposed EP communication"},
+          {b.dp_s, "exposed DP communication"}, {b.optimizer_s, "optimizer step"}, {b.stalls_s, "other"}};
+      std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+      io.out << "  where the step went:\n";
+      for (const auto& [s, what] : parts) {
+        if (s <= 0) continue;
+        std::snprintf(buf, sizeof buf, "    %5.1f%%  %s\n", 100 * s / rep.step_time_s, what.c_str());
+        io.out << buf;
+      }
+    }
+#endif
+  });
+}
+
+}  // namespace meshwork::cli

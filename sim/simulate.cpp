@@ -1,0 +1,136 @@
+// The calling side of a simulation: a child process runs SimGrid, the parent reads its
+// progress and result from a pipe.
+#include "sim/simulate.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "report/report_io.hpp"
+
+namespace meshwork::sim {
+namespace {
+
+// Writes all of `text` (a pipe may take it in pieces).
+bool write_all(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string result_to_json(const SimulateResult& r) {
+  nlohmann::json j;
+  if (r.report) j["report"] = report::to_json(*r.report);
+  nlohmann::json links = nlohmann::json::array();
+  for (const auto& l : r.hottest_links) links.push_back({{"name", l.name}, {"busy_fraction", l.busy_fraction}, {"bytes", l.bytes}});
+  j["hottest_links"] = links;
+  j["flows"] = r.flows;
+  j["error"] = r.error;
+  return j.dump();
+}
+
+SimulateResult result_from_json(const std::string& text) {
+  SimulateResult r;
+  const auto j = nlohmann::json::parse(text);
+  if (j.contains("report")) r.report = report::from_json(j.at("report"));
+  for (const auto& l : j.at("hottest_links")) {
+    r.hottest_links.push_back({l.at("name").get<std::string>(), l.at("busy_fraction").get<double>(), l.at("bytes").get<double>()});
+  }
+  r.flows = j.at("flows").get<std::int64_t>();
+  r.error = j.at("error").get<std::string>();
+  return r;
+}
+
+SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) {
+  SimulateResult failed;
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    failed.error = std::string("cannot create a pipe for the simulation: ") + std::strerror(errno);
+    return failed;
+  }
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    failed.error = std::string("cannot start the simulation process: ") + std::strerror(errno);
+    return failed;
+  }
+  if (child == 0) {
+    // The child: simulate, send the result, and end without running the parent's atexit
+    // handlers or flushing its buffers a second time.
+    ::close(fds[0]);
+    SimulateOptions mine;
+    mine.free_communication = options.free_communication;
+    SimulateResult r;
+    try {
+      r = simulate_here(plan, mine, fds[1]);
+    } catch (const std::exception& e) {
+      r.error = std::string("simulation failed: ") + e.what();
+    }
+    const bool ok = write_all(fds[1], "result " + result_to_json(r) + "\n");
+    ::close(fds[1]);
+    ::_exit(ok ? 0 : 3);
+  }
+  ::close(fds[1]);
+  std::string buffer, result_line;
+  bool cancelled = false;
+  char chunk[65536];
+  for (;;) {
+    if (options.cancel != nullptr && options.cancel->load()) {
+      ::kill(child, SIGKILL);
+      cancelled = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, 100);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) continue;
+    const ssize_t n = ::read(fds[0], chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the child closed its end
+    buffer.append(chunk, static_cast<std::size_t>(n));
+    for (std::size_t nl; (nl = buffer.find('\n')) != std::string::npos;) {
+      const std::string line = buffer.substr(0, nl);
+      buffer.erase(0, nl + 1);
+      if (line.rfind("progress ", 0) == 0) {
+        if (options.progress) options.progress(std::strtod(line.c_str() + 9, nullptr));
+      } else if (line.rfind("result ", 0) == 0) {
+        result_line = line.substr(7);
+      }
+    }
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (cancelled) {
+    failed.error = "cancelled";
+    return failed;
+  }
+  if (result_line.empty()) {
+    failed.error = WIFSIGNALED(status) ? "the simulation process died (signal " + std::to_string(WTERMSIG(status)) + ")"
+                                       : "the simulation process ended without a result (exit status " +
+                                             std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
+    return failed;
+  }
+  try {
+    return result_from_json(result_line);
+  } catch (const std::exception& e) {
+    failed.error = std::string("unreadable result from the simulation process: ") + e.what();
+    return failed;
+  }
+}
+
+}  // namespace meshwork::sim

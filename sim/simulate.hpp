@@ -1,0 +1,60 @@
+#pragma once
+// The discrete-event simulation of one training step (../shared/DESIGN.md, sim/): SimGrid
+// plays the plan's Program on its fabric. Every rank is an actor that issues its instructions
+// in order, each on its stream: compute as executions timed by models::ComputeTimer (times a
+// straggler's slowdown), collectives as one flow per ring edge on the links of our own routes
+// (topology::Router, ECMP hashed per flow) with the ring's remaining latency terms added, and
+// pipeline sends and receives as flows between neighbours. Bubbles, exposed communication and
+// contention are what happens, not what a formula says.
+//
+// SimGrid keeps one global engine per process and cannot start a second one, so each
+// simulation runs in a child process (fork); its result comes back as JSON over a pipe, with
+// progress lines on the way. A cancel flag kills the child.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/plan.hpp"
+#include "report/report.hpp"
+
+namespace meshwork::sim {
+
+struct SimulateOptions {
+  // All communication free and instantaneous: what remains is compute and the schedule's
+  // bubble (the check against the Program's replay and the papers' formulas).
+  bool free_communication = false;
+  // Called in the calling process with the fraction of instructions played, 0 to 1.
+  std::function<void(double)> progress;
+  // Set (from any thread) to stop the simulation: simulate() returns with error "cancelled".
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+struct LinkUse {
+  std::string name;          // "leaf0-spine3 (up)": the link's ends, lower tier first, and direction
+  double busy_fraction = 0;  // of the step, the link carried traffic
+  double bytes = 0;
+};
+
+struct SimulateResult {
+  std::optional<report::Report> report;  // method: simulated
+  std::vector<LinkUse> hottest_links;    // most bytes first (up to 10)
+  std::int64_t flows = 0;                // network flows played
+  std::string error;
+};
+
+SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options = {});
+
+// The simulation itself, in the current process; simulate() calls it in a child. A process
+// can run it once (SimGrid's engine is global). Writes progress lines ("progress F\n") to
+// `progress_fd` when it is >= 0.
+SimulateResult simulate_here(const plan::Plan& plan, const SimulateOptions& options, int progress_fd);
+
+// The result as JSON and back (the pipe between child and parent).
+std::string result_to_json(const SimulateResult& r);
+SimulateResult result_from_json(const std::string& text);
+
+}  // namespace meshwork::sim
