@@ -113,6 +113,8 @@ class Simulation {
     engine.set_config("network/model:CM02");
     engine.set_config("network/crosstraffic:0");
     engine.set_config("network/TCP-gamma:0");
+    // Microsecond kernels and latencies: keep event times exact well below them.
+    engine.set_config("surf/precision:1e-13");
 #if defined(__SANITIZE_ADDRESS__)
     engine.set_config("contexts/factory:thread");  // ASan-clean contexts (the notes)
 #endif
@@ -152,8 +154,12 @@ class Simulation {
       links_.resize(boost::num_edges(topo_.graph));
       for (auto e : boost::make_iterator_range(boost::edges(topo_.graph))) {
         const auto& l = topo_.graph[e];
-        // A link that is down keeps a trickle so that SimGrid accepts it; routes avoid it.
-        const double bw = std::max(l.bandwidth_gbytes_per_s, 1e-9) * 1e9;
+        // What a collective achieves of a link's line rate (the hardware profile's NVLink and
+        // NIC efficiencies, the same the estimate uses). A link that is down keeps a trickle so
+        // that SimGrid accepts it; routes avoid it.
+        const auto& hw = timer_.hardware();
+        const double efficiency = l.tier == topology::LinkTier::nvlink ? hw.nvlink_efficiency : hw.nic_efficiency;
+        const double bw = std::max(l.bandwidth_gbytes_per_s, 1e-9) * 1e9 * efficiency;
         auto* link = zone->create_split_duplex_link("l" + std::to_string(l.id), bw);
         link->set_latency(l.latency_us * 1e-6);
         links_[static_cast<std::size_t>(l.id)] = {link, bw, boost::source(e, topo_.graph), boost::target(e, topo_.graph)};

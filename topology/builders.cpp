@@ -40,7 +40,8 @@ std::vector<VertexId> add_nodes(Builder& b, const plan::ClusterConfig& c, std::i
         for (std::size_t j = i + 1; j < gpus.size(); ++j) b.link(gpus[i], gpus[j], LinkTier::nvlink, share, c.intra_node.latency_us);
     } else {
       const auto sw = b.add(VertexKind::nvswitch, n);
-      for (auto g : gpus) b.link(g, sw, LinkTier::nvlink, nvlink, c.intra_node.latency_us);
+      // GPU to GPU through the switch is one intra-node hop of latency_us: half on each link.
+      for (auto g : gpus) b.link(g, sw, LinkTier::nvlink, nvlink, c.intra_node.latency_us / 2);
     }
     for (std::int64_t i = 0; i < c.nics_per_node; ++i) {
       const auto nic = b.add(VertexKind::nic, n);

@@ -232,3 +232,23 @@ TEST(Program, ARanksStreamAndAnOutOfRangeRank) {
 
 }  // namespace
 }  // namespace meshwork::cli
+
+#ifdef MESHWORK_HAVE_SIMGRID
+namespace meshwork::cli {
+namespace {
+
+TEST(Simulate, AReportWithMethodSimulatedAndTheHottestLinks) {
+  const Outcome r = meshwork({"simulate", "--json", (kSource / "scenarios/cpu/tiny-dense-cpu.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["method"], "simulated");
+  EXPECT_GT(j["step_time_s"].get<double>(), 0);
+  EXPECT_FALSE(j["hottest_links"].empty());
+  const Outcome explained = meshwork({"simulate", "--explain", (kSource / "scenarios/cpu/tiny-dense-cpu.yaml").string()});
+  ASSERT_EQ(explained.code, 0) << explained.err;
+  EXPECT_NE(explained.out.find("where the step went"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace meshwork::cli
+#endif
