@@ -1,4 +1,5 @@
-// meshwork simulate PLAN [--json] [--explain] [--free-communication]: one training step played
+// meshwork simulate PLAN [--json] [--explain] [--free-communication] [--trace F [--trace-ranks R]]:
+// one training step played
 // out on the plan's fabric by the discrete-event simulator.
 #include <cstdio>
 #include <ostream>
@@ -19,10 +20,14 @@ void add_simulate_command(CLI::App& app, Io& io) {
   auto json = std::make_shared<bool>(false);
   auto explain = std::make_shared<bool>(false);
   auto free_comm = std::make_shared<bool>(false);
+  auto trace = std::make_shared<std::string>();
+  auto trace_ranks = std::make_shared<std::vector<std::int64_t>>();
   cmd->add_option("PLAN", *file, "Plan file (YAML or JSON)")->required();
   cmd->add_flag("--json", *json, "Print the Report as JSON");
   cmd->add_flag("--explain", *explain, "Where the step's time went, largest first");
   cmd->add_flag("--free-communication", *free_comm, "Make all communication free (compute and the schedule's bubble only)");
+  cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace (JSON) to this file");
+  cmd->add_option("--trace-ranks", *trace_ranks, "Ranks to trace, comma-separated (default: the first rank of each stage)")->delimiter(',');
   cmd->callback([=, &io] {
     const auto loaded = plan::load_plan(*file);
     print_diagnostics(io.err, loaded.diagnostics, *file);
@@ -36,6 +41,8 @@ void add_simulate_command(CLI::App& app, Io& io) {
 #else
     sim::SimulateOptions options;
     options.free_communication = *free_comm;
+    options.trace_path = *trace;
+    options.trace_ranks = *trace_ranks;
     const bool tty = ::isatty(STDERR_FILENO) != 0;
     if (tty) {
       options.progress = [&io](double f) {
@@ -50,6 +57,10 @@ void add_simulate_command(CLI::App& app, Io& io) {
       io.err << *file << ": error: " << r.error << '\n';
       io.exit_code = 1;
       return;
+    }
+    if (!r.error.empty()) {
+      io.err << *file << ": error: " << r.error << '\n';
+      io.exit_code = 1;
     }
     const report::Report& rep = *r.report;
     if (*json) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <simgrid/s4u.hpp>
 #include <unordered_map>
 
@@ -14,6 +15,7 @@
 #include "models/estimate.hpp"
 #include "models/flops.hpp"
 #include "models/program.hpp"
+#include "plan/plan_io.hpp"
 #include "plan/rank_layout.hpp"
 #include "plan/validate.hpp"
 #include "sim/simulate.hpp"
@@ -78,12 +80,16 @@ class Simulation {
 
   SimulateResult run() {
     SimulateResult out;
-    auto lowered = models::lower(p_);
-    if (!lowered.program) {
-      out.error = lowered.error;
-      return out;
+    if (options_.program != nullptr) {
+      program_ = *options_.program;
+    } else {
+      auto lowered = models::lower(p_);
+      if (!lowered.program) {
+        out.error = lowered.error;
+        return out;
+      }
+      program_ = std::move(*lowered.program);
     }
-    program_ = std::move(*lowered.program);
     auto built = topology::build(p_.cluster);
     if (!built.topology) {
       out.error = "cluster.topology: " + built.error;
@@ -122,6 +128,23 @@ class Simulation {
     total_instrs_ = 0;
     for (std::int64_t r = 0; r < world_; ++r) total_instrs_ += static_cast<std::int64_t>(stage_of(r).instrs.size());
     ranks_.resize(static_cast<std::size_t>(world_));
+    if (!options_.trace_path.empty()) {
+      std::vector<std::int64_t> traced = options_.trace_ranks;
+      if (traced.empty()) {
+        for (std::int64_t s = 0; s < program_.stages; ++s) {
+          plan::MeshCoord c{};
+          c.pp = s;
+          traced.push_back(layout_.rank(c));
+        }
+      }
+      for (auto r : traced) {
+        if (r < 0 || r >= world_) {
+          out.error = "--trace-ranks: rank " + std::to_string(r) + " is outside the plan's " + std::to_string(world_) + " ranks";
+          return out;
+        }
+        ranks_[static_cast<std::size_t>(r)].traced = true;
+      }
+    }
     for (std::int64_t r = 0; r < world_; ++r) {
       sg4::Actor::create("rank" + std::to_string(r), hosts_[static_cast<std::size_t>(r)], [this, r] { play(r); });
     }
@@ -134,6 +157,10 @@ class Simulation {
       }
     }
     out.report = make_report();
+    if (!options_.trace_path.empty()) {
+      std::string error;
+      if (!plan::write_file_atomically(options_.trace_path, trace_json(), error)) out.error = "trace: " + error;
+    }
     out.flows = flows_;
     out.hottest_links = hottest_links();
     return out;
@@ -219,6 +246,13 @@ class Simulation {
   }
   double route_latency(std::int64_t from, std::int64_t to) const { return routes_.at({from, to}).latency_s; }
 
+  struct TraceEvent {
+    std::int32_t name;  // Program::names
+    std::uint8_t stream;
+    double start_s, end_s;
+    std::int32_t microbatch;
+  };
+
   struct RankState {
     std::vector<sg4::ActivityPtr> activity;
     std::vector<sg4::ActorPtr> worker;
@@ -227,14 +261,21 @@ class Simulation {
     double last_compute_end_s = 0;
     double end_s = 0;  // when the rank's last instruction finished
     bool finished = false;
+    bool traced = false;
+    std::vector<TraceEvent> trace;
+    std::vector<double> issued_s;  // traced ranks: when each instruction was issued
   };
 
-  void wait_for(RankState& st, std::int32_t i) {
+  void wait_for(RankState& st, std::int32_t i, const models::StageProgram* sp = nullptr) {
     if (i < 0) return;
     auto idx = static_cast<std::size_t>(i);
     if (st.activity[idx]) {
       st.activity[idx]->wait();
       st.activity[idx] = nullptr;
+      // A traced receive: from its posting to when the rank saw it complete.
+      if (st.traced && sp != nullptr && sp->instrs[idx].kind == InstrKind::recv) {
+        record(st, *sp, sp->instrs[idx], st.issued_s[idx], sg4::Engine::get_clock());
+      }
     }
     if (st.worker[idx]) {
       st.worker[idx]->join();
@@ -250,6 +291,7 @@ class Simulation {
     st.activity.assign(n, nullptr);
     st.worker.assign(n, nullptr);
     std::vector<int*> received(n, nullptr);  // where receives land; lives until they complete
+    if (st.traced) st.issued_s.assign(n, 0);
     std::array<std::int32_t, 6> last{-1, -1, -1, -1, -1, -1};
     static int token = 0;
     const double slow = slowdown_[static_cast<std::size_t>(rank)];
@@ -257,11 +299,12 @@ class Simulation {
     for (std::size_t k = 0; k < n; ++k) {
       const Instr& in = sp.instrs[k];
       const auto stream = static_cast<std::size_t>(in.stream);
-      wait_for(st, last[stream]);
+      if (st.traced) st.issued_s[k] = sg4::Engine::get_clock();
+      wait_for(st, last[stream], &sp);
       switch (in.kind) {
         case InstrKind::compute: {
           // Idle compute time before this instruction is charged to what it waited for.
-          wait_for(st, in.after);
+          wait_for(st, in.after, &sp);
           const double now = sg4::Engine::get_clock();
           const double gap = now - st.last_compute_end_s;
           if (gap > 0) st.waited_s[in.after >= 0 ? wait_of(sp.instrs[static_cast<std::size_t>(in.after)]) : Wait::none] += gap;
@@ -275,6 +318,7 @@ class Simulation {
             st.activity[k] = nullptr;
           }
           st.last_compute_end_s = sg4::Engine::get_clock();
+          if (st.traced) record(st, sp, in, now, st.last_compute_end_s);
           break;
         }
         case InstrKind::collective: {
@@ -290,13 +334,16 @@ class Simulation {
           const std::string to = "c" + std::to_string(stream) + ":" + std::to_string(next);
           const std::string mine = "c" + std::to_string(stream) + ":" + std::to_string(rank);
           const double bytes = f.bytes;
-          st.worker[k] = sg4::Actor::create("coll", hosts_[static_cast<std::size_t>(rank)], [to, mine, bytes, extra] {
+          RankState* traced = st.traced ? &st : nullptr;
+          st.worker[k] = sg4::Actor::create("coll", hosts_[static_cast<std::size_t>(rank)], [this, to, mine, bytes, extra, traced, &sp, &in] {
+            const double start = sg4::Engine::get_clock();
             int* got = nullptr;
             auto send = sg4::Mailbox::by_name(to)->put_async(&token, static_cast<std::uint64_t>(std::llround(bytes)));
             auto recv = sg4::Mailbox::by_name(mine)->get_async<int>(&got);
             send->wait();
             recv->wait();
             if (extra > 0) sg4::this_actor::sleep_for(extra);
+            if (traced != nullptr) record(*traced, sp, in, start, sg4::Engine::get_clock());
           });
           break;
         }
@@ -323,12 +370,39 @@ class Simulation {
         [[maybe_unused]] const auto ignored = ::write(progress_fd_, line.data(), line.size());
       }
     }
-    for (std::size_t k = 0; k < n; ++k) wait_for(st, static_cast<std::int32_t>(k));
+    for (std::size_t k = 0; k < n; ++k) wait_for(st, static_cast<std::int32_t>(k), &sp);
     // The tail after the last compute (the distributed optimizer's gather) is DP time.
     const double tail = sg4::Engine::get_clock() - st.last_compute_end_s;
     if (tail > 0) st.waited_s[Wait::dp] += tail;
     st.end_s = sg4::Engine::get_clock();
     st.finished = true;
+  }
+
+  static void record(RankState& st, const models::StageProgram& sp, const Instr& in, double start, double end) {
+    const std::int32_t mb = in.item >= 0 ? sp.schedule[static_cast<std::size_t>(in.item)].microbatch : -1;
+    st.trace.push_back({in.name, static_cast<std::uint8_t>(in.stream), start, end, mb});
+  }
+
+  // Chrome trace event format: complete events ("X") in microseconds, one process per rank,
+  // one thread per stream, named by metadata events.
+  std::string trace_json() const {
+    nlohmann::json events = nlohmann::json::array();
+    for (std::size_t r = 0; r < ranks_.size(); ++r) {
+      const RankState& st = ranks_[r];
+      if (!st.traced) continue;
+      const auto pid = static_cast<std::int64_t>(r);
+      events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "rank " + std::to_string(r) + " (stage " + std::to_string(layout_.coord(pid).pp) + ")"}}}});
+      for (int s = 0; s < 6; ++s) {
+        events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", s}, {"args", {{"name", std::string(models::to_string(static_cast<models::Stream>(s)))}}}});
+      }
+      for (const auto& e : st.trace) {
+        nlohmann::json ev = {{"ph", "X"}, {"name", program_.names[static_cast<std::size_t>(e.name)]}, {"pid", pid}, {"tid", e.stream},
+                             {"ts", e.start_s * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6}};
+        if (e.microbatch >= 0) ev["args"] = {{"microbatch", e.microbatch}};
+        events.push_back(std::move(ev));
+      }
+    }
+    return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n";
   }
 
   report::Report make_report() const {

@@ -71,8 +71,9 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
     // The child: simulate, send the result, and end without running the parent's atexit
     // handlers or flushing its buffers a second time.
     ::close(fds[0]);
-    SimulateOptions mine;
-    mine.free_communication = options.free_communication;
+    SimulateOptions mine = options;
+    mine.progress = nullptr;
+    mine.cancel = nullptr;
     SimulateResult r;
     try {
       r = simulate_here(plan, mine, fds[1]);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "models/program.hpp"
 #include "plan/plan.hpp"
 #include "report/report.hpp"
 
@@ -31,6 +32,13 @@ struct SimulateOptions {
   std::function<void(double)> progress;
   // Set (from any thread) to stop the simulation: simulate() returns with error "cancelled".
   const std::atomic<bool>* cancel = nullptr;
+  // A Chrome/Perfetto trace of these ranks (one process per rank, one thread per stream),
+  // written to `trace_path` when it is not empty. No ranks given: the first rank of every
+  // pipeline stage.
+  std::string trace_path;
+  std::vector<std::int64_t> trace_ranks;
+  // Play this Program instead of the plan's own lowering (tests time single collectives).
+  const models::Program* program = nullptr;
 };
 
 struct LinkUse {

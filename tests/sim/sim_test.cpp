@@ -1,7 +1,12 @@
 // The simulator against the Program's replay, the straggler rule and the closed form.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "models/compute_time.hpp"
 #include "models/estimate.hpp"
@@ -75,6 +80,113 @@ TEST(Simulate, AnImpossibleFabricIsAnErrorNotACrash) {
   const SimulateResult r = simulate(p);
   EXPECT_FALSE(r.report);
   EXPECT_NE(r.error.find("failures.degraded_links"), std::string::npos) << r.error;
+}
+
+// One collective of `bytes` on every group of `kind`, and nothing else.
+models::Program one_collective(plan::GroupKind kind, models::Collective c, double bytes, std::int64_t stages, std::int64_t ranks_per_stage) {
+  models::Program prog;
+  prog.stages = stages;
+  prog.microbatches = 1;
+  prog.names = {"collective"};
+  for (std::int64_t s = 0; s < stages; ++s) {
+    models::StageProgram sp;
+    sp.stage = s;
+    sp.ranks = ranks_per_stage;
+    models::Instr in;
+    in.kind = models::InstrKind::collective;
+    in.stream = models::Stream::dp;
+    in.collective = c;
+    in.group = kind;
+    in.bytes = bytes;
+    sp.instrs.push_back(in);
+    prog.classes.push_back(sp);
+  }
+  return prog;
+}
+
+TEST(Simulate, ARingAllReduceTakesTheRingFormula) {
+  // 8 nodes of one GPU and one 400 Gb/s NIC under one leaf: each ring edge its own links.
+  const plan::Plan p = load("model: tiny\ntraining: {global_batch_size: 8, precision: bf16}\nparallelism: {dp: 8, zero_stage: 0}\n"
+                            "cluster: {gpu: h100-sxm, num_gpus: 8, gpus_per_node: 1, nics_per_node: 1, nic_bandwidth_gbps: 400, "
+                            "topology: {tiers: 2, switch_radix: 16}}\n");
+  const double bytes = 1e9;
+  const auto prog = one_collective(plan::GroupKind::dp, models::Collective::all_reduce, bytes, 1, 8);
+  SimulateOptions o;
+  o.program = &prog;
+  const SimulateResult r = simulate(p, o);
+  ASSERT_TRUE(r.report) << r.error;
+  // nccl-tests: 2 (n-1)/n S / B, B the NIC's achievable rate (47 of 50 GB/s in Hopper's
+  // profile, models/hardware.cpp), plus 2 (n-1) steps of the path's latency: GPU-NIC 0.5 us,
+  // NIC-leaf 1 us, twice.
+  const double n = 8, bw = 47e9, latency = 3e-6;
+  EXPECT_NEAR(r.report->step_time_s, 2 * (n - 1) / n * bytes / bw + 2 * (n - 1) * latency, 1e-9);
+}
+
+TEST(Simulate, AnOversubscribedTierSlowsCrossLeafTrafficByItsRatio) {
+  // 16 nodes of one GPU: stage 0 (ranks 0-7) under one leaf, stage 1 (8-15) under another, so
+  // every pipeline pair's exchange crosses the spines. Radix 16: 1:1 is 8 down / 8 up per leaf;
+  // 2:1 (radix 12) is 8 down / 4 up: twice the flows per up-link.
+  const std::string head = "model: tiny\ntraining: {global_batch_size: 8, precision: bf16}\nparallelism: {pp: 2, dp: 8, zero_stage: 0}\n"
+                           "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 1, nics_per_node: 1, nic_bandwidth_gbps: 400, topology: ";
+  const plan::Plan flat = load(head + "{tiers: 2, switch_radix: 16}}\n");
+  const plan::Plan tapered = load(head + "{tiers: 2, switch_radix: 12, oversubscription: 2}}\n");
+  const double bytes = 2e9;  // an all-gather of 2 GB over 2 ranks: 1 GB each way
+  const auto prog = one_collective(plan::GroupKind::pp, models::Collective::all_gather, bytes, 2, 8);
+  SimulateOptions o;
+  o.program = &prog;
+  const SimulateResult a = simulate(flat, o), b = simulate(tapered, o);
+  ASSERT_TRUE(a.report && b.report) << a.error << b.error;
+  // Each step lasts as long as its most loaded link takes to carry its bytes (flows are
+  // hashed onto equal-cost paths, so a non-blocking tree can still see two flows share one).
+  const double bw = 47e9;  // Hopper's achievable NIC rate (models/hardware.cpp)
+  for (const SimulateResult* r : {&a, &b}) {
+    EXPECT_NEAR(r->report->step_time_s, r->hottest_links.front().bytes / bw, 2e-5 * r->report->step_time_s + 1e-5);
+  }
+  // 2:1: eight 1 GB flows leave each leaf on four up-links, so some link carries at least two
+  // of them and the exchange takes at least twice as long as one flow alone. (The 1:1 tree is
+  // not collision-free either: per-flow hashing can put two flows on one of its eight
+  // up-links, as real ECMP does; the step then follows that link.)
+  const double alone = 1e9 / bw;
+  EXPECT_GE(b.hottest_links.front().bytes, 2e9);
+  EXPECT_GE(b.report->step_time_s, 2 * alone);
+  EXPECT_NEAR(b.report->step_time_s / a.report->step_time_s, b.hottest_links.front().bytes / a.hottest_links.front().bytes, 0.01);
+}
+
+TEST(Simulate, TheTraceHasAProcessPerTracedRankAndAThreadPerStream) {
+  const auto path = std::filesystem::temp_directory_path() / "meshwork-sim-trace.json";
+  SimulateOptions o;
+  o.trace_path = path.string();
+  const SimulateResult r = simulate(pipeline("1f1b", 1), o);
+  ASSERT_TRUE(r.report) << r.error;
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(in);
+  std::set<std::int64_t> pids;
+  std::int64_t computes = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "X") {
+      pids.insert(e["pid"].get<std::int64_t>());
+      computes += e["tid"] == 0 ? 1 : 0;
+      EXPECT_GE(e["dur"].get<double>(), 0);
+    }
+  }
+  EXPECT_EQ(pids, (std::set<std::int64_t>{0, 1, 2, 3}));  // the first rank of each of 4 stages
+  EXPECT_GT(computes, 0);
+  std::filesystem::remove(path);
+}
+
+TEST(Simulate, ProgressIsReportedAndCancelStopsIt) {
+  std::vector<double> seen;
+  SimulateOptions o;
+  o.progress = [&](double f) { seen.push_back(f); };
+  ASSERT_TRUE(simulate(pipeline("1f1b", 1), o).report);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_DOUBLE_EQ(seen.back(), 1.0);
+  std::atomic<bool> stop{true};
+  SimulateOptions c;
+  c.cancel = &stop;
+  const SimulateResult r = simulate(pipeline("1f1b", 1), c);
+  EXPECT_FALSE(r.report);
+  EXPECT_EQ(r.error, "cancelled");
 }
 
 TEST(Simulate, ResultsSurviveTheTripThroughJson) {
