@@ -289,9 +289,19 @@ class StageLowering {
   void flush_grads(std::int64_t l) {
     if (p_.parallelism.data_parallel_size <= 1) pending_params_ = 0;
     if (pending_params_ <= 0) return;
-    collective(Stream::dp, p_.parallelism.zero_stage >= 1 ? Collective::reduce_scatter : Collective::all_reduce, plan::GroupKind::dp_cp,
-               pending_params_ * gradient_bytes(p_.training.precision), l, false, "dp_grad");
+    if (p_.parallelism.overlap.grad_reduce || p_.parallelism.zero_stage == 3) {
+      emit_grads(pending_params_, l);
+    } else {
+      // Without overlap the buckets wait for the end of the backward pass (Megatron-LM of
+      // 2021: gradients all-reduced after it).
+      deferred_.emplace_back(pending_params_, l);
+    }
     pending_params_ = 0;
+  }
+  void emit_grads(double params, std::int64_t l) {
+    collective(Stream::dp, p_.parallelism.zero_stage >= 1 ? Collective::reduce_scatter : Collective::all_reduce, plan::GroupKind::dp_cp,
+               params * gradient_bytes(p_.training.precision), l, false, "dp_grad");
+    last_grad_ = last_index();
   }
   // ZeRO-3: a layer's parameters gathered before each use (Rajbhandari et al. 2020 §5.3).
   void gather_params(std::int64_t l) {
@@ -318,7 +328,11 @@ class StageLowering {
     for (std::int64_t c = 0; c < prog_.chunks; ++c) params += end_params(c);
     const bool sharded = p_.parallelism.zero_stage >= 1;
     const double owned = sharded ? params / d(std::max<std::int64_t>(1, p_.parallelism.data_parallel_size)) : params;
+    for (const auto& [n, l] : deferred_) emit_grads(n, l);
+    deferred_.clear();
     Op step{"optimizer_step", OpKind::optimizer, OpPhase::forward, 0, owned * kOptimizerBytesPerParam, {}};
+    // The step updates with reduced gradients: it waits for the last bucket.
+    if (last_grad_ >= 0) blocking_ = last_grad_;
     compute(step, OpPhase::forward, -1);
     // The distributed optimizer gathers the updated 16-bit parameters (ZeRO 1 and 2).
     if (sharded && p_.parallelism.zero_stage < 3 && p_.parallelism.data_parallel_size > 1) {
@@ -338,6 +352,8 @@ class StageLowering {
   std::unordered_map<std::string, std::int32_t> ids_;
   std::int32_t item_ = -1, blocking_ = -1, last_compute_ = -1;
   double pending_params_ = 0;  // DP: parameters in the open gradient bucket
+  std::vector<std::pair<double, std::int64_t>> deferred_;  // buckets held for the end of the backward
+  std::int32_t last_grad_ = -1;  // the last gradient collective issued
 };
 
 }  // namespace

@@ -73,6 +73,12 @@ struct Route {
   double latency_s = 0;
 };
 
+// The seconds a merged compute block stands for, by kind.
+struct BlockTime {
+  double compute_s = 0, recompute_s = 0, optimizer_s = 0, tp_s = 0, cp_s = 0;
+  [[nodiscard]] double total() const { return compute_s + recompute_s + optimizer_s + tp_s + cp_s; }
+};
+
 class Simulation {
  public:
   Simulation(const plan::Plan& p, const SimulateOptions& options, int progress_fd)
@@ -125,6 +131,18 @@ class Simulation {
     engine.set_config("contexts/factory:thread");  // ASan-clean contexts (the notes)
 #endif
     build_platform();
+    blocks_.resize(program_.classes.size());
+    if (!options_.fine) {
+      for (std::size_t c = 0; c < program_.classes.size(); ++c) coarsen(program_.classes[c], blocks_[c]);
+    } else {
+      for (std::size_t c = 0; c < program_.classes.size(); ++c) {
+        for (const auto& in : program_.classes[c].instrs) {
+          BlockTime b;
+          if (in.kind == InstrKind::compute) charge(b, in);
+          blocks_[c].push_back(b);
+        }
+      }
+    }
     total_instrs_ = 0;
     for (std::int64_t r = 0; r < world_; ++r) total_instrs_ += static_cast<std::int64_t>(stage_of(r).instrs.size());
     ranks_.resize(static_cast<std::size_t>(world_));
@@ -238,6 +256,70 @@ class Simulation {
     zone->seal();
   }
 
+  void charge(BlockTime& b, const Instr& in) const {
+    const double dt = timer_(in.op, in.flops, in.bytes);
+    if (in.phase == models::OpPhase::recompute) b.recompute_s += dt;
+    else if (in.op == models::OpKind::optimizer) b.optimizer_s += dt;
+    else b.compute_s += dt;
+  }
+
+  // Whether a collective's group sits inside one NVLink domain (its ring never leaves the
+  // node's switch, nothing else shares its links).
+  bool in_node(plan::GroupKind g) const {
+    return layout_.group_size(g) <= 1 || layout_.group_span(g) < p_.cluster.gpus_per_node;
+  }
+
+  // The ring formula on the NVLink links a collective would use alone (what the fine mode's
+  // flows take when uncontended).
+  double nvlink_collective_s(const Instr& in) const {
+    const double n = static_cast<double>(layout_.group_size(in.group));
+    if (n <= 1 || options_.free_communication) return 0;
+    const RingFlow f = ring_flow(in.collective, in.bytes, n);
+    const auto& hw = timer_.hardware();
+    const double bw = p_.cluster.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvlink_efficiency;
+    // One intra-node hop per ring step (through the switch or a direct NVLink alike).
+    return f.bytes / bw + f.steps * p_.cluster.intra_node.latency_us * 1e-6;
+  }
+
+  // Merges runs of compute and in-node blocking collectives into single compute blocks; the
+  // other instructions stay, their `after` remapped onto the merged list.
+  void coarsen(models::StageProgram& sp, std::vector<BlockTime>& times) const {
+    std::vector<Instr> out;
+    std::vector<std::int32_t> map(sp.instrs.size(), -1);
+    std::int32_t open = -1;  // the block being filled
+    for (std::size_t k = 0; k < sp.instrs.size(); ++k) {
+      const Instr& in = sp.instrs[k];
+      const bool mergeable_comm = in.kind == InstrKind::collective && (in.stream == models::Stream::tp || in.stream == models::Stream::cp) &&
+                                  in_node(in.group);
+      const bool joins = open >= 0 && (in.kind == InstrKind::compute || mergeable_comm) &&
+                         (in.after < 0 || map[static_cast<std::size_t>(in.after)] == open);
+      if (joins) {
+        map[k] = open;
+        auto& b = times[static_cast<std::size_t>(open)];
+        if (in.kind == InstrKind::compute) charge(b, in);
+        else (in.stream == models::Stream::tp ? b.tp_s : b.cp_s) += nvlink_collective_s(in);
+        continue;
+      }
+      Instr copy = in;
+      copy.after = in.after >= 0 ? map[static_cast<std::size_t>(in.after)] : -1;
+      BlockTime b;
+      if (in.kind == InstrKind::compute) {
+        charge(b, in);
+      } else if (mergeable_comm) {
+        // A block that starts with an in-node collective: a compute block of its time.
+        copy.kind = InstrKind::compute;
+        copy.stream = models::Stream::compute;
+        copy.op = models::OpKind::elementwise;
+        (in.stream == models::Stream::tp ? b.tp_s : b.cp_s) += nvlink_collective_s(in);
+      }
+      out.push_back(copy);
+      times.push_back(b);
+      map[k] = static_cast<std::int32_t>(out.size() - 1);
+      open = copy.kind == InstrKind::compute ? map[k] : -1;
+    }
+    sp.instrs = std::move(out);
+  }
+
   // Counts a flow's bytes on the links of its route (for per-link utilisation).
   void account(std::int64_t from, std::int64_t to, double bytes) {
     ++flows_;
@@ -300,7 +382,9 @@ class Simulation {
       const Instr& in = sp.instrs[k];
       const auto stream = static_cast<std::size_t>(in.stream);
       if (st.traced) st.issued_s[k] = sg4::Engine::get_clock();
-      wait_for(st, last[stream], &sp);
+      // A collective waits for its stream's previous one in its own worker, not here: the
+      // compute stream goes on (a DP bucket does not hold the backward pass).
+      if (in.kind != InstrKind::collective) wait_for(st, last[stream], &sp);
       switch (in.kind) {
         case InstrKind::compute: {
           // Idle compute time before this instruction is charged to what it waited for.
@@ -308,10 +392,14 @@ class Simulation {
           const double now = sg4::Engine::get_clock();
           const double gap = now - st.last_compute_end_s;
           if (gap > 0) st.waited_s[in.after >= 0 ? wait_of(sp.instrs[static_cast<std::size_t>(in.after)]) : Wait::none] += gap;
-          const double dt = timer_(in.op, in.flops, in.bytes) * slow;
-          if (in.phase == models::OpPhase::recompute) st.recompute_s += dt;
-          else if (in.op == models::OpKind::optimizer) st.optimizer_s += dt;
-          else st.busy_s += dt;
+          const BlockTime& bt = blocks_[static_cast<std::size_t>(sp.stage)][k];
+          const double dt = bt.total() * slow;
+          st.busy_s += bt.compute_s * slow;
+          st.recompute_s += bt.recompute_s * slow;
+          st.optimizer_s += bt.optimizer_s * slow;
+          // In-node collectives merged into the block: their time is exposed TP/CP time.
+          st.waited_s[Wait::tp] += bt.tp_s * slow;
+          st.waited_s[Wait::cp] += bt.cp_s * slow;
           if (dt > 0) {
             st.activity[k] = sg4::this_actor::exec_async(dt * kSpeed);
             st.activity[k]->wait();  // the compute stream is this actor's own
@@ -335,7 +423,10 @@ class Simulation {
           const std::string mine = "c" + std::to_string(stream) + ":" + std::to_string(rank);
           const double bytes = f.bytes;
           RankState* traced = st.traced ? &st : nullptr;
-          st.worker[k] = sg4::Actor::create("coll", hosts_[static_cast<std::size_t>(rank)], [this, to, mine, bytes, extra, traced, &sp, &in] {
+          // The stream's previous collective, if still running, is joined by this worker.
+          sg4::ActorPtr before = last[stream] >= 0 ? st.worker[static_cast<std::size_t>(last[stream])] : nullptr;
+          st.worker[k] = sg4::Actor::create("coll", hosts_[static_cast<std::size_t>(rank)], [this, to, mine, bytes, extra, traced, before, &sp, &in] {
+            if (before) before->join();
             const double start = sg4::Engine::get_clock();
             int* got = nullptr;
             auto send = sg4::Mailbox::by_name(to)->put_async(&token, static_cast<std::uint64_t>(std::llround(bytes)));
@@ -496,6 +587,7 @@ class Simulation {
   std::map<std::pair<std::int64_t, std::int64_t>, Route> routes_;
   std::unordered_map<std::size_t, double> link_bytes_;
   std::vector<RankState> ranks_;
+  std::vector<std::vector<BlockTime>> blocks_;  // per stage class, per instruction
   double makespan_ = 0;
 };
 

@@ -37,6 +37,11 @@ struct SimulateOptions {
   // pipeline stage.
   std::string trace_path;
   std::vector<std::int64_t> trace_ranks;
+  // Every instruction as its own event, TP collectives as flows (the reference). Otherwise
+  // (the default) a stage's consecutive compute and its collectives inside one NVLink domain
+  // are merged into one block, the collectives timed by the ring formula on the NVLink links
+  // they would have used alone: the same step, with a fraction of the events.
+  bool fine = false;
   // Play this Program instead of the plan's own lowering (tests time single collectives).
   const models::Program* program = nullptr;
 };
