@@ -143,6 +143,7 @@ struct TopologyConfig {
   std::int64_t planes = 2;             // multi_plane: parallel fabrics, one NIC port on each
   std::int64_t pod_gpus = 0;           // 3-tier fat tree: GPUs per pod (0: Al-Fares pods of k/2 leaves)
   double pod_oversubscription = 1.0;   // pods: a pod's down-links over its up-links to the core
+  Routing routing = Routing::d_mod_k;  // how a flow picks one of its equal-cost paths
 
   bool operator==(const TopologyConfig&) const = default;
 };

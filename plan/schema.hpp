@@ -133,6 +133,7 @@ void describe(V& v, TopologyConfig& s) {
   v.field(s.link_latency_us, {.key = "link_latency_us", .doc = "Latency of one switch hop.", .unit = Unit::microseconds, .min = 0, .max = 1e6});
   v.field(s.planes, {.key = "planes", .doc = "multi_plane: parallel fat trees, each NIC with one port (of its bandwidth / planes) on each (Alibaba HPN: 2).", .min = 1, .max = 16});
   v.field(s.pod_gpus, {.key = "pod_gpus", .doc = "3-tier fat tree: GPUs per pod, non-blocking inside (Llama 3: 3072); 0 for the k-ary tree's pods of k/2 leaves.", .min = 0, .max = kMaxGpus});
+  v.field(s.routing, {.key = "routing", .doc = "How a flow picks among equal-cost paths: d_mod_k (by destination, InfiniBand's fat-tree routing; shift patterns such as rings do not collide) or ecmp_hash (per-flow hash, Ethernet ECMP; flows can collide)."});
   v.field(s.pod_oversubscription, {.key = "pod_oversubscription", .doc = "Pods: a pod's down-links over its up-links to the core tier (Llama 3: 7).", .min = 1, .max = 1024});
 }
 

@@ -241,7 +241,9 @@ class Simulation {
       if (options_.free_communication) {
         route.emplace_back(free_link_);
       } else {
-        mine.hops = router.route(a, b, static_cast<std::uint64_t>(a) * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(b));
+        mine.hops = p_.cluster.topology.routing == plan::Routing::d_mod_k
+                        ? router.route_d_mod_k(a, b)
+                        : router.route(a, b, static_cast<std::uint64_t>(a) * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(b));
         if (mine.hops.empty()) throw std::runtime_error("no route from rank " + std::to_string(a) + " to " + std::to_string(b));
         for (const auto& h : mine.hops) {
           const auto& l = links_[static_cast<std::size_t>(h.link)];

@@ -200,33 +200,99 @@ void Router::descend(const Cone& c, VertexId top, double r, std::vector<std::pai
 std::vector<Hop> Router::route(std::int64_t src_gpu, std::int64_t dst_gpu, std::uint64_t flow_hash) {
   set_source(src_gpu);
   const Meeting m = meet(dst_gpu);
+  if (m.hops <= 0) return {};
+  const double unit = static_cast<double>(mix(flow_hash) >> 11) * 0x1.0p-53;  // [0, 1)
+  if (!m.direct.empty()) return path(m, 0, unit * static_cast<double>(m.direct.size()), 0);
+  // Path number r, uniform over all of them: its turning point, then its up and down halves.
+  double total = 0;
+  for (auto x : m.at) total += src_.paths[x] * dst_.paths[x];
+  double r = std::floor(unit * total);
+  std::size_t xi = m.at.size() - 1;
+  for (std::size_t i = 0; i < m.at.size(); ++i) {
+    const double n = src_.paths[m.at[i]] * dst_.paths[m.at[i]];
+    if (r < n) {
+      xi = i;
+      break;
+    }
+    r -= n;
+  }
+  const VertexId x = m.at[xi];
+  r = std::min(r, src_.paths[x] * dst_.paths[x] - 1);
+  const double r_src = std::floor(r / dst_.paths[x]);
+  return path(m, xi, r_src, r - r_src * dst_.paths[x]);
+}
+
+std::vector<Hop> Router::route_d_mod_k(std::int64_t src_gpu, std::int64_t dst_gpu) {
+  set_source(src_gpu);
+  const Meeting m = meet(dst_gpu);
+  std::vector<Hop> hops;
+  if (m.hops <= 0) return hops;
+  const auto dst = static_cast<std::uint64_t>(dst_gpu);
+  auto add = [&](VertexId from, Graph::edge_descriptor e) {
+    const VertexId a = boost::source(e, t_.graph), b = boost::target(e, t_.graph);
+    const VertexId to = a == from ? b : a;
+    hops.push_back(Hop{t_.graph[e].id, from < to});
+    return to;
+  };
+  if (!m.direct.empty()) {
+    add(src_.apex, m.direct[dst % m.direct.size()]);
+    return hops;
+  }
+  // Which vertices of the source's cone lead up to a turning point (scratch_ > 0).
+  const std::int64_t top = src_.dist[m.at.front()];
+  for (auto x : m.at) scratch_[x] = 1;
+  for (std::int64_t level = top - 1; level >= 0; --level) {
+    for (std::size_t i = src_.level_start[static_cast<std::size_t>(level)]; i < src_.level_start[static_cast<std::size_t>(level) + 1]; ++i) {
+      const VertexId v = src_.vertices[i];
+      for (std::size_t k = up_start_[v]; k < up_start_[v + 1]; ++k) {
+        if (src_.dist[up_[k].to] == level + 1 && scratch_[up_[k].to] > 0) scratch_[v] = 1;
+      }
+    }
+  }
+  // Up, one digit of the destination per level: the up-link number (dst / w_1 ... w_(l-1))
+  // mod w_l among the w_l that lead on (Zahavi et al.'s destination-mod-k).
+  std::uint64_t divisor = 1;
+  VertexId v = src_.apex;
+  std::vector<std::size_t> choices;
+  for (std::int64_t level = 1; level <= top; ++level) {
+    choices.clear();
+    for (std::size_t k = up_start_[v]; k < up_start_[v + 1]; ++k) {
+      if (src_.dist[up_[k].to] == level && scratch_[up_[k].to] > 0) choices.push_back(k);
+    }
+    if (choices.empty()) break;
+    const auto& pick = up_[choices[(dst / divisor) % choices.size()]];
+    divisor *= choices.size();
+    v = add(v, pick.edge);
+  }
+  for (auto u : src_.vertices) scratch_[u] = 0;
+  // Down to the destination (unique in a tree); among parallel links, by the destination too,
+  // so flows to a leaf's different GPUs take different links.
+  while (v != dst_.apex) {
+    choices.clear();
+    std::vector<Graph::edge_descriptor> down;
+    const int tier = tier_of(t_.graph[v].kind);
+    for (auto e : boost::make_iterator_range(boost::out_edges(v, t_.graph))) {
+      const VertexId y = boost::target(e, t_.graph);
+      if (t_.graph[e].bandwidth_gbytes_per_s > 0 && tier_of(t_.graph[y].kind) < tier && dst_.dist[y] == dst_.dist[v] - 1) down.push_back(e);
+    }
+    if (down.empty()) return {};
+    v = add(v, down[dst % down.size()]);
+  }
+  return hops;
+}
+
+std::vector<Hop> Router::path(const Meeting& m, std::size_t turn, double r_src, double r_dst) {
   std::vector<Hop> hops;
   auto hop = [&](VertexId from, Graph::edge_descriptor e) {
     const VertexId a = boost::source(e, t_.graph), b = boost::target(e, t_.graph);
     const VertexId to = a == from ? b : a;
     hops.push_back(Hop{t_.graph[e].id, from < to});
   };
-  if (m.hops <= 0) return hops;
-  const double unit = static_cast<double>(mix(flow_hash) >> 11) * 0x1.0p-53;  // [0, 1)
   if (!m.direct.empty()) {
-    hop(src_.apex, m.direct[std::min(m.direct.size() - 1, static_cast<std::size_t>(unit * static_cast<double>(m.direct.size())))]);
+    hop(src_.apex, m.direct[std::min(m.direct.size() - 1, static_cast<std::size_t>(r_src))]);
     return hops;
   }
-  double total = 0;
-  for (auto x : m.at) total += src_.paths[x] * dst_.paths[x];
-  double r = std::floor(unit * total);
-  VertexId x = m.at.back();
-  for (auto candidate : m.at) {
-    const double n = src_.paths[candidate] * dst_.paths[candidate];
-    if (r < n) {
-      x = candidate;
-      break;
-    }
-    r -= n;
-  }
-  r = std::min(r, src_.paths[x] * dst_.paths[x] - 1);
-  const double r_src = std::floor(r / dst_.paths[x]);
-  const double r_dst = r - r_src * dst_.paths[x];
+  const VertexId x = m.at[turn];
   // Up from the source: unranked from the turning point down, then reversed.
   std::vector<std::pair<VertexId, Graph::edge_descriptor>> up, down;
   descend(src_, x, r_src, up);

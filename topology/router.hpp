@@ -42,6 +42,11 @@ class Router {
   // One shortest path, chosen among the equal-cost ones by `flow_hash` with each path equally
   // likely (as ECMP hashing does per flow); empty when unreachable or src == dst.
   [[nodiscard]] std::vector<Hop> route(std::int64_t src_gpu, std::int64_t dst_gpu, std::uint64_t flow_hash = 0);
+  // Destination-mod-k routing (Zahavi et al., "Optimized InfiniBand fat-tree routing for shift
+  // all-to-all communication patterns", 2010; OpenSM's ftree): path number dst mod the path
+  // count, so flows to consecutive destinations take different turning switches and a shift
+  // pattern (every ring edge of a collective) does not collide on a full tree.
+  [[nodiscard]] std::vector<Hop> route_d_mod_k(std::int64_t src_gpu, std::int64_t dst_gpu);
   // Adds `amount` split evenly over all equal-cost paths into `loads` (2 slots per link).
   // Returns false when unreachable.
   bool spread(std::int64_t src_gpu, std::int64_t dst_gpu, double amount, std::vector<double>& loads);
@@ -74,6 +79,9 @@ class Router {
   Meeting meet(std::int64_t dst_gpu);
   [[nodiscard]] PathInfo summarise(const Meeting& m) const;
   void descend(const Cone& c, VertexId top, double r, std::vector<std::pair<VertexId, Graph::edge_descriptor>>& out) const;
+  // The path through turning point m.at[turn] whose up half is number r_src of the source's
+  // up-paths to it and whose down half is number r_dst of the destination's.
+  std::vector<Hop> path(const Meeting& m, std::size_t turn, double r_src, double r_dst);
 
   struct UpLink {
     VertexId to;

@@ -135,8 +135,8 @@ TEST(Simulate, AnOversubscribedTierSlowsCrossLeafTrafficByItsRatio) {
   // 2:1 (radix 12) is 8 down / 4 up: twice the flows per up-link.
   const std::string head = "model: tiny\ntraining: {global_batch_size: 8, precision: bf16}\nparallelism: {pp: 2, dp: 8, zero_stage: 0}\n"
                            "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 1, nics_per_node: 1, nic_bandwidth_gbps: 400, topology: ";
-  const plan::Plan flat = load(head + "{tiers: 2, switch_radix: 16}}\n");
-  const plan::Plan tapered = load(head + "{tiers: 2, switch_radix: 12, oversubscription: 2}}\n");
+  const plan::Plan flat = load(head + "{tiers: 2, switch_radix: 16, routing: ecmp_hash}}\n");
+  const plan::Plan tapered = load(head + "{tiers: 2, switch_radix: 12, oversubscription: 2, routing: ecmp_hash}}\n");
   const double bytes = 2e9;  // an all-gather of 2 GB over 2 ranks: 1 GB each way
   const auto prog = one_collective(plan::GroupKind::pp, models::Collective::all_gather, bytes, 2, 8);
   SimulateOptions o;
@@ -157,6 +157,23 @@ TEST(Simulate, AnOversubscribedTierSlowsCrossLeafTrafficByItsRatio) {
   EXPECT_GE(b.hottest_links.front().bytes, 2e9);
   EXPECT_GE(b.report->step_time_s, 2 * alone);
   EXPECT_NEAR(b.report->step_time_s / a.report->step_time_s, b.hottest_links.front().bytes / a.hottest_links.front().bytes, 0.01);
+}
+
+TEST(Simulate, DestinationModKRoutingKeepsTheCrossLeafExchangeFreeOfCollisionsOnAFullTree) {
+  // The same exchange as above with InfiniBand's destination-mod-k routing: on the 1:1 tree
+  // each of the eight flows per leaf gets its own up-link, so it runs at one flow's speed; on
+  // the 2:1 tree exactly two share each up-link: exactly twice as long.
+  const std::string head = "model: tiny\ntraining: {global_batch_size: 8, precision: bf16}\nparallelism: {pp: 2, dp: 8, zero_stage: 0}\n"
+                           "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 1, nics_per_node: 1, nic_bandwidth_gbps: 400, topology: ";
+  const auto prog = one_collective(plan::GroupKind::pp, models::Collective::all_gather, 2e9, 2, 8);
+  SimulateOptions o;
+  o.program = &prog;
+  const SimulateResult a = simulate(load(head + "{tiers: 2, switch_radix: 16}}\n"), o);
+  const SimulateResult b = simulate(load(head + "{tiers: 2, switch_radix: 12, oversubscription: 2}}\n"), o);
+  ASSERT_TRUE(a.report && b.report) << a.error << b.error;
+  EXPECT_DOUBLE_EQ(a.hottest_links.front().bytes, 1e9);
+  EXPECT_DOUBLE_EQ(b.hottest_links.front().bytes, 2e9);
+  EXPECT_NEAR(b.report->step_time_s / a.report->step_time_s, 2.0, 0.001);
 }
 
 TEST(Simulate, TheTraceHasAProcessPerTracedRankAndAThreadPerStream) {

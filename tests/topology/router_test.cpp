@@ -135,6 +135,23 @@ TEST(Router, HashedRoutesAreShortestAndCoverEveryEqualCostPath) {
   EXPECT_EQ(router.route(0, 127, 42).front().link, router.route(0, 127, 42).front().link);
 }
 
+TEST(Router, DestinationModKRoutesShiftsWithoutCollisions) {
+  // Shift permutations (what ring collectives are) on full k-ary trees of 2 and 3 tiers: with
+  // destination-mod-k no link direction carries two flows (Zahavi et al. 2010).
+  for (const auto& t : {fabric("topology: {tiers: 2, switch_radix: 16, routing: d_mod_k}", 128), build_k_ary_fat_tree(8, 50, 1)}) {
+    Router router(t);
+    const auto n = static_cast<std::int64_t>(t.gpus.size());
+    for (std::int64_t shift : {1, 4, 9, 16, 33}) {
+      std::vector<int> load(2 * boost::num_edges(t.graph), 0);
+      int worst = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        for (const Hop& h : router.route_d_mod_k(i, (i + shift) % n)) worst = std::max(worst, ++load[h.slot()]);
+      }
+      EXPECT_EQ(worst, 1) << "shift " << shift << " on " << n << " GPUs";
+    }
+  }
+}
+
 TEST(Router, AnEvenSpreadConservesTheFlow) {
   for (const auto& c : cases()) {
     SCOPED_TRACE(c.name);
