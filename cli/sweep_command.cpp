@@ -6,6 +6,9 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#ifdef MESHWORK_HAVE_SIMGRID
+#include "sim/simulate.hpp"
+#endif
 #include "cli/sweep_mpi.hpp"
 #include "models/sweep.hpp"
 #include "plan/plan_io.hpp"
@@ -49,6 +52,7 @@ nlohmann::json rows_json(const plan::SweepSpec& spec, const std::vector<models::
     if (!r.reason.empty()) j["reason"] = r.reason;
     if (r.status != models::PointStatus::invalid) {
       const auto& rep = r.report;
+      j["method"] = std::string(report::to_string(rep.method));
       j["step_time_s"] = rep.step_time_s;
       j["mfu"] = rep.mfu;
       j["hfu"] = rep.hfu;
@@ -72,6 +76,8 @@ void add_sweep_command(CLI::App& app, Io& io) {
   auto json = std::make_shared<std::string>();
   auto top = std::make_shared<std::int64_t>(0);
   auto slice_text = std::make_shared<std::string>();
+  auto method = std::make_shared<std::string>("estimated");
+  cmd->add_option("--method", *method, "estimated (closed form, microseconds a plan) or simulated (the discrete-event simulator)");
   cmd->add_option("SWEEP", *file, "Sweep file (YAML or JSON): base, grid, rank_by, top")->required();
   cmd->add_option("--csv", *csv, "Write all rows, ranked, as CSV to this file ('-' for stdout)");
   cmd->add_option("--json", *json, "Write all rows, ranked, as JSON to this file ('-' for stdout)");
@@ -99,9 +105,30 @@ void add_sweep_command(CLI::App& app, Io& io) {
     if (slice_text->empty() && mpi.size() > 1) slice = {mpi.rank(), mpi.size()};
 
     ProgressBar bar(io.err);
+    models::Evaluator evaluate;
+    if (*method == "simulated") {
+#ifdef MESHWORK_HAVE_SIMGRID
+      evaluate = [](const plan::Plan& p) {
+        const sim::SimulateResult r = sim::simulate(p);
+        models::Evaluation e;
+        e.ok = r.report.has_value();
+        if (r.report) e.report = *r.report;
+        e.error = r.error.empty() ? "" : "simulation: " + r.error;
+        return e;
+      };
+#else
+      io.err << "meshwork sweep: --method simulated needs the simulator, and this build has none (SimGrid was not found)\n";
+      io.exit_code = 1;
+      return;
+#endif
+    } else if (*method != "estimated") {
+      io.err << "meshwork sweep: --method is estimated or simulated, not \"" << *method << "\"\n";
+      io.exit_code = 2;
+      return;
+    }
     auto rows = models::run_sweep(spec, slice, [&](std::uint64_t done, std::uint64_t total) {
       if (mpi.rank() == 0) bar.update(done, total);
-    });
+    }, evaluate);
     if (mpi.size() > 1 && slice_text->empty()) {
       rows = mpi.gather(rows);  // everyone's rows on rank 0, in index order
       if (mpi.rank() != 0) return;

@@ -18,7 +18,7 @@ std::string_view to_string(PointStatus s) {
 }
 
 std::vector<SweepRow> run_sweep(const plan::SweepSpec& spec, SweepSlice slice,
-                                const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+                                const std::function<void(std::uint64_t, std::uint64_t)>& progress, const Evaluator& evaluate) {
   std::vector<SweepRow> rows;
   const std::uint64_t total = spec.size();
   const std::uint64_t mine = total / slice.size + (slice.rank < total % slice.size ? 1 : 0);
@@ -40,6 +40,15 @@ std::vector<SweepRow> run_sweep(const plan::SweepSpec& spec, SweepSlice slice,
           break;
         }
       }
+    } else if (evaluate && estimate(loaded.plan, options).fits) {
+      // Only plans that fit are worth simulating; the rest keep the estimate's verdict.
+      Evaluation e = evaluate(loaded.plan);
+      if (e.ok) {
+        row.report = std::move(e.report);
+      } else {
+        row.status = PointStatus::invalid;
+        row.reason = e.error;
+      }
     } else {
       row.report = estimate(loaded.plan, options);
       if (!row.report.fits) {
@@ -48,7 +57,8 @@ std::vector<SweepRow> run_sweep(const plan::SweepSpec& spec, SweepSlice slice,
       }
     }
     rows.push_back(std::move(row));
-    if (progress && (++done % 256 == 0 || done == mine)) progress(done, mine);
+    ++done;
+    if (progress && (evaluate || done % 256 == 0 || done == mine)) progress(done, mine);
   }
   return rows;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/plan.hpp"
 #include "plan/sweep_spec.hpp"
 #include "report/report.hpp"
 
@@ -28,9 +29,19 @@ struct SweepSlice {
   std::uint64_t size = 1;
 };
 
-// progress(done, total) is called now and then; return false from `cancel` to stop early.
+// How a point is evaluated: the estimate by default; the simulator plugs in here (a report, or
+// the reason there is none).
+struct Evaluation {
+  bool ok = false;
+  report::Report report;
+  std::string error;
+};
+using Evaluator = std::function<Evaluation(const plan::Plan&)>;
+
+// progress(done, total) is called now and then (after every point when `evaluate` is given).
 std::vector<SweepRow> run_sweep(const plan::SweepSpec& spec, SweepSlice slice = {},
-                                const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
+                                const std::function<void(std::uint64_t, std::uint64_t)>& progress = {},
+                                const Evaluator& evaluate = {});
 
 // Sorts rows best first by the spec's criterion; invalid and out-of-memory rows last, in order.
 void rank_rows(std::vector<SweepRow>& rows, plan::RankBy by);

@@ -252,3 +252,28 @@ TEST(Simulate, AReportWithMethodSimulatedAndTheHottestLinks) {
 }  // namespace
 }  // namespace meshwork::cli
 #endif
+
+#ifdef MESHWORK_HAVE_SIMGRID
+namespace meshwork::cli {
+namespace {
+
+TEST(Sweep, EveryPointCanBeSimulated) {
+  const Outcome r = meshwork({"sweep", "--method", "simulated", (kSource / "tests/data/sweeps/tiny-simulated.yaml").string(), "--json", "-"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 4u) << r.out.substr(0, 400);
+  int simulated = 0;
+  for (const auto& row : j) {
+    if (row["status"] == "ok") {
+      EXPECT_EQ(row["method"], "simulated") << row.dump();
+      ++simulated;
+    }
+  }
+  EXPECT_GT(simulated, 0);
+  const Outcome bad = meshwork({"sweep", "--method", "guessed", (kSource / "tests/data/sweeps/tiny-simulated.yaml").string()});
+  EXPECT_EQ(bad.code, 2);
+}
+
+}  // namespace
+}  // namespace meshwork::cli
+#endif
