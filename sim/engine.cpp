@@ -125,6 +125,10 @@ class Simulation {
     engine.set_config("network/model:CM02");
     engine.set_config("network/crosstraffic:0");
     engine.set_config("network/TCP-gamma:0");
+    // Lazy action updates: an event re-solves only the actions it touches, not every host's
+    // and every flow's (without it each event costs O(hosts), a 1,024-rank step O(N^2)).
+    engine.set_config("cpu/optim:Lazy");
+    engine.set_config("network/optim:Lazy");
     // Microsecond kernels and latencies: keep event times exact well below them.
     engine.set_config("surf/precision:1e-13");
 #if defined(__SANITIZE_ADDRESS__)
@@ -142,6 +146,9 @@ class Simulation {
           blocks_[c].push_back(b);
         }
       }
+    }
+    if (std::getenv("MESHWORK_SIM_DEBUG") != nullptr) {
+      for (const auto& c : program_.classes) std::fprintf(stderr, "stage %lld: %zu instructions to play\n", static_cast<long long>(c.stage), c.instrs.size());
     }
     total_instrs_ = 0;
     for (std::int64_t r = 0; r < world_; ++r) total_instrs_ += static_cast<std::int64_t>(stage_of(r).instrs.size());
