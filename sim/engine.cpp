@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <simgrid/s4u.hpp>
@@ -382,6 +383,7 @@ class Simulation {
     st.activity.assign(n, nullptr);
     st.worker.assign(n, nullptr);
     std::vector<int*> received(n, nullptr);  // where receives land; lives until they complete
+    std::deque<std::size_t> sends;           // sends not yet seen complete, oldest first
     if (st.traced) st.issued_s.assign(n, 0);
     std::array<std::int32_t, 6> last{-1, -1, -1, -1, -1, -1};
     static int token = 0;
@@ -454,12 +456,20 @@ class Simulation {
           const double bytes = options_.free_communication ? 0 : in.bytes;
           account(rank, peer, bytes);
           st.activity[k] = sg4::Mailbox::by_name("p" + std::to_string(peer) + ":" + std::to_string(in.tag))->put_async(&token, static_cast<std::uint64_t>(std::llround(bytes)));
+          sends.push_back(k);
           break;
         }
         case InstrKind::recv: {
           st.activity[k] = sg4::Mailbox::by_name("p" + std::to_string(rank) + ":" + std::to_string(in.tag))->get_async<int>(&received[k]);
           break;
         }
+      }
+      // Finished sends are let go as soon as they are seen: SimGrid 3.32 keeps an actor's
+      // pending activities in a list it searches linearly, so hundreds of them held to the end
+      // would make every completion slow.
+      while (!sends.empty() && (!st.activity[sends.front()] || st.activity[sends.front()]->test())) {
+        st.activity[sends.front()] = nullptr;
+        sends.pop_front();
       }
       // Sends are buffered, as the Program's replay takes them (Megatron batches isend/irecv):
       // nothing later on the stream waits for one to be received.
