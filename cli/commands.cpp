@@ -3,11 +3,23 @@
 #include <ostream>
 
 #include "meshwork/version.hpp"
+#include "plan/plan_io.hpp"
 
 namespace meshwork::cli {
 
 void print_diagnostics(std::ostream& os, const plan::Diagnostics& diags, const std::string& file) {
   for (const auto& d : diags.items()) os << plan::format(d, file) << '\n';
+}
+
+std::optional<plan::Plan> load_plan_for(Io& io, const std::string& file, std::string_view what) {
+  auto loaded = plan::load_plan(file);
+  print_diagnostics(io.err, loaded.diagnostics, file);
+  if (!loaded.ok()) {
+    io.err << file << ": " << loaded.diagnostics.error_count() << " error(s); nothing to " << what << '\n';
+    io.exit_code = 1;
+    return std::nullopt;
+  }
+  return std::move(loaded.plan);
 }
 
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {

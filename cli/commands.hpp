@@ -3,12 +3,15 @@
 // Output goes to the streams given, so that tests can run commands in-process.
 
 #include <iosfwd>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "plan/diagnostics.hpp"
+#include "plan/plan.hpp"
 
 namespace meshwork::cli {
 
@@ -36,5 +39,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
 
 // Prints diagnostics one per line, "FILE:LINE: error: path: message".
 void print_diagnostics(std::ostream& os, const plan::Diagnostics& diags, const std::string& file);
+
+// Loads a plan file for a command: prints its diagnostics; on errors also "FILE: N error(s);
+// nothing to WHAT", sets the exit code to 1 and returns nothing.
+std::optional<plan::Plan> load_plan_for(Io& io, const std::string& file, std::string_view what);
 
 }  // namespace meshwork::cli

@@ -63,16 +63,12 @@ void add_estimate_command(CLI::App& app, Io& io) {
   cmd->add_flag("--causal-flops", *causal, "Count only the causal half of attention in model FLOPs (Megatron-LM HEAD)");
   cmd->footer("Exit status: 0 when the plan is valid and fits in memory, 1 otherwise.");
   cmd->callback([=, &io] {
-    const auto loaded = plan::load_plan(*file);
-    print_diagnostics(io.err, loaded.diagnostics, *file);
-    if (!loaded.ok()) {
-      io.err << *file << ": " << loaded.diagnostics.error_count() << " error(s); nothing to estimate\n";
-      io.exit_code = 1;
-      return;
-    }
+    const auto loaded = load_plan_for(io, *file, "estimate");
+    if (!loaded) return;
+    const plan::Plan& p = *loaded;
     models::EstimateOptions options;
     options.flops.causal_attention = *causal;
-    const report::Report r = models::estimate(loaded.plan, options);
+    const report::Report r = models::estimate(p, options);
     if (*json) {
       io.out << report::to_json(r).dump(2) << '\n';
     } else if (*csv) {

@@ -49,26 +49,23 @@ void add_program_command(CLI::App& app, Io& io) {
   cmd->add_option("--rank", *rank, "Print this rank's op stream");
   cmd->add_flag("--json", *json, "Print as JSON");
   cmd->callback([=, &io] {
-    const auto loaded = plan::load_plan(*file);
-    print_diagnostics(io.err, loaded.diagnostics, *file);
-    if (!loaded.ok()) {
-      io.exit_code = 1;
-      return;
-    }
-    const auto lowered = models::lower(loaded.plan);
+    const auto loaded = load_plan_for(io, *file, "lower");
+    if (!loaded) return;
+    const plan::Plan& p = *loaded;
+    const auto lowered = models::lower(p);
     if (!lowered.program) {
       io.err << *file << ": error: " << lowered.error << '\n';
       io.exit_code = 1;
       return;
     }
     const models::Program& prog = *lowered.program;
-    const auto layout = plan::RankLayout::from_plan(loaded.plan.parallelism);
+    const auto layout = plan::RankLayout::from_plan(p.parallelism);
     if (*rank >= layout.world_size()) {
       io.err << "meshwork program: --rank " << *rank << " is outside the plan's " << layout.world_size() << " ranks\n";
       io.exit_code = 1;
       return;
     }
-    const models::CheckResult verdict = models::check(prog, models::step_flops(loaded.plan).hardware);
+    const models::CheckResult verdict = models::check(prog, models::step_flops(p).hardware);
     if (*rank >= 0) {
       const models::RankView v = models::for_rank(prog, layout, *rank);
       if (*json) {
@@ -121,7 +118,7 @@ void add_program_command(CLI::App& app, Io& io) {
     if (*json) {
       io.out << summary.dump(2) << '\n';
     } else {
-      io.out << "program of " << loaded.plan.name << ": " << plan::to_string(prog.schedule) << ", " << prog.stages << " stages x "
+      io.out << "program of " << p.name << ": " << plan::to_string(prog.schedule) << ", " << prog.stages << " stages x "
              << prog.chunks << " chunks, " << prog.microbatches << " micro-batches per step\n";
       io.out << "rank classes (one per stage; ranks of a stage share one op list):\n";
       for (const auto& c : classes) {

@@ -31,12 +31,9 @@ void add_simulate_command(CLI::App& app, Io& io) {
   cmd->add_flag("--fine", *fine, "One event per instruction, every collective as flows (slower; the reference)");
   cmd->add_option("--trace-ranks", *trace_ranks, "Ranks to trace, comma-separated (default: the first rank of each stage)")->delimiter(',');
   cmd->callback([=, &io] {
-    const auto loaded = plan::load_plan(*file);
-    print_diagnostics(io.err, loaded.diagnostics, *file);
-    if (!loaded.ok()) {
-      io.exit_code = 1;
-      return;
-    }
+    const auto loaded = load_plan_for(io, *file, "simulate");
+    if (!loaded) return;
+    const plan::Plan& p = *loaded;
 #ifndef MESHWORK_HAVE_SIMGRID
     io.err << "meshwork simulate: this build has no simulator (SimGrid was not found; scripts/install-deps installs it)\n";
     io.exit_code = 1;
@@ -54,7 +51,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
         io.err << buf << std::flush;
       };
     }
-    const sim::SimulateResult r = sim::simulate(loaded.plan, options);
+    const sim::SimulateResult r = sim::simulate(p, options);
     if (tty) io.err << "\r                  \r" << std::flush;
     if (!r.report) {
       io.err << *file << ": error: " << r.error << '\n';

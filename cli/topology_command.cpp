@@ -20,13 +20,10 @@ void add_topology_command(CLI::App& app, Io& io) {
   cmd->add_flag("--json", *json, "Print as JSON");
   cmd->add_option("--dot", *dot, "Write the graph as GraphViz DOT to this file");
   cmd->callback([=, &io] {
-    const auto loaded = plan::load_plan(*file);
-    print_diagnostics(io.err, loaded.diagnostics, *file);
-    if (!loaded.ok()) {
-      io.exit_code = 1;
-      return;
-    }
-    const auto built = topology::build(loaded.plan.cluster);
+    const auto loaded = load_plan_for(io, *file, "build");
+    if (!loaded) return;
+    const plan::Plan& p = *loaded;
+    const auto built = topology::build(p.cluster);
     if (!built.topology) {
       io.err << *file << ": error: cluster.topology: " << built.error << '\n';
       io.exit_code = 1;
@@ -36,7 +33,7 @@ void add_topology_command(CLI::App& app, Io& io) {
     const auto bom = topology::bill_of_materials(t);
     const double bisection = topology::bisection_gbytes_per_s(t);
     const std::int64_t diameter = topology::diameter_hops(t);
-    const auto layout = plan::RankLayout::from_plan(loaded.plan.parallelism);
+    const auto layout = plan::RankLayout::from_plan(p.parallelism);
     nlohmann::json groups = nlohmann::json::object();
     topology::Router router(t);
     for (auto g : plan::kAllGroupKinds) {

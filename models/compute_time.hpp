@@ -9,6 +9,10 @@
 
 namespace meshwork::models {
 
+// Adam's step streams, per parameter a GPU owns: fp32 master weight, m and v read and written
+// (24 bytes), the gradient read (4) and the 16-bit weight written (2).
+inline constexpr double kOptimizerBytesPerParam = 30;
+
 class ComputeTimer {
  public:
   explicit ComputeTimer(const plan::Plan& plan);

@@ -21,9 +21,6 @@ namespace {
 double d(std::int64_t v) { return static_cast<double>(v); }
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
-// Adam's step streams, per parameter it owns: fp32 master weight, m, v read and written
-// (24 bytes), the gradient read (4) and the 16-bit weight written (2).
-constexpr double kOptimizerBytesPerParam = 30;
 // Communication overlapped with compute slows both: NCCL kernels take SMs and HBM bandwidth
 // from the GEMMs. Measured ZeRO-3 steps (NAR21 Table 2) show the cost is largest when the two
 // are balanced (a step a third longer than the longer of them) and vanishes when one side

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "models/compute_time.hpp"
 #include "models/memory.hpp"
 #include "models/params.hpp"
 #include "plan/derived.hpp"
@@ -20,9 +21,6 @@ namespace {
 double d(std::int64_t v) { return static_cast<double>(v); }
 std::int32_t i32(std::int64_t v) { return static_cast<std::int32_t>(v); }
 
-// Adam's step streams, per parameter it owns: fp32 master weight, m, v read and written (24
-// bytes), the gradient read (4) and the 16-bit weight written (2). The estimate uses the same.
-constexpr double kOptimizerBytesPerParam = 30;
 
 // Builds one stage's instruction list.
 class StageLowering {

@@ -19,6 +19,7 @@
 #include "plan/plan_io.hpp"
 #include "plan/rank_layout.hpp"
 #include "plan/validate.hpp"
+#include "sim/blocks.hpp"
 #include "sim/simulate.hpp"
 #include "topology/builders.hpp"
 #include "topology/faults.hpp"
@@ -48,36 +49,9 @@ Wait wait_of(const Instr& in) {
   }
 }
 
-// Bytes each rank sends to its ring neighbour, as one flow, and the ring's steps: the nccl-tests
-// conventions (all-reduce 2(n-1)/n S in 2(n-1) steps, reduce-scatter and all-gather (n-1)/n S in
-// n-1). All-to-all is approximated as a ring too (each rank's (n-1)/n S passed along).
-struct RingFlow {
-  double bytes = 0;
-  double steps = 0;
-};
-RingFlow ring_flow(models::Collective c, double bytes, double n) {
-  switch (c) {
-    case models::Collective::all_reduce: return {2 * (n - 1) / n * bytes, 2 * (n - 1)};
-    case models::Collective::reduce_scatter:
-    case models::Collective::all_gather:
-    case models::Collective::all_to_all: return {(n - 1) / n * bytes, n - 1};
-    case models::Collective::ring_exchange: return {bytes, n - 1};
-    case models::Collective::none: break;
-  }
-  return {};
-}
-
-plan::GroupKind group_of(const Instr& in) { return in.group; }
-
 struct Route {
   std::vector<topology::Hop> hops;
   double latency_s = 0;
-};
-
-// The seconds a merged compute block stands for, by kind.
-struct BlockTime {
-  double compute_s = 0, recompute_s = 0, optimizer_s = 0, tp_s = 0, cp_s = 0;
-  [[nodiscard]] double total() const { return compute_s + recompute_s + optimizer_s + tp_s + cp_s; }
 };
 
 class Simulation {
@@ -136,18 +110,8 @@ class Simulation {
     engine.set_config("contexts/factory:thread");  // ASan-clean contexts (the notes)
 #endif
     build_platform();
-    blocks_.resize(program_.classes.size());
-    if (!options_.fine) {
-      for (std::size_t c = 0; c < program_.classes.size(); ++c) coarsen(program_.classes[c], blocks_[c]);
-    } else {
-      for (std::size_t c = 0; c < program_.classes.size(); ++c) {
-        for (const auto& in : program_.classes[c].instrs) {
-          BlockTime b;
-          if (in.kind == InstrKind::compute) charge(b, in);
-          blocks_[c].push_back(b);
-        }
-      }
-    }
+    const BlockTimer blocks{p_, layout_, timer_, options_.free_communication};
+    for (auto& c : program_.classes) blocks_.push_back(options_.fine ? blocks.per_instruction(c) : blocks.coarsen(c));
     if (std::getenv("MESHWORK_SIM_DEBUG") != nullptr) {
       for (const auto& c : program_.classes) std::fprintf(stderr, "stage %lld: %zu instructions to play\n", static_cast<long long>(c.stage), c.instrs.size());
     }
@@ -266,70 +230,6 @@ class Simulation {
     zone->seal();
   }
 
-  void charge(BlockTime& b, const Instr& in) const {
-    const double dt = timer_(in.op, in.flops, in.bytes);
-    if (in.phase == models::OpPhase::recompute) b.recompute_s += dt;
-    else if (in.op == models::OpKind::optimizer) b.optimizer_s += dt;
-    else b.compute_s += dt;
-  }
-
-  // Whether a collective's group sits inside one NVLink domain (its ring never leaves the
-  // node's switch, nothing else shares its links).
-  bool in_node(plan::GroupKind g) const {
-    return layout_.group_size(g) <= 1 || layout_.group_span(g) < p_.cluster.gpus_per_node;
-  }
-
-  // The ring formula on the NVLink links a collective would use alone (what the fine mode's
-  // flows take when uncontended).
-  double nvlink_collective_s(const Instr& in) const {
-    const double n = static_cast<double>(layout_.group_size(in.group));
-    if (n <= 1 || options_.free_communication) return 0;
-    const RingFlow f = ring_flow(in.collective, in.bytes, n);
-    const auto& hw = timer_.hardware();
-    const double bw = p_.cluster.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvlink_efficiency;
-    // One intra-node hop per ring step (through the switch or a direct NVLink alike).
-    return f.bytes / bw + f.steps * p_.cluster.intra_node.latency_us * 1e-6;
-  }
-
-  // Merges runs of compute and in-node blocking collectives into single compute blocks; the
-  // other instructions stay, their `after` remapped onto the merged list.
-  void coarsen(models::StageProgram& sp, std::vector<BlockTime>& times) const {
-    std::vector<Instr> out;
-    std::vector<std::int32_t> map(sp.instrs.size(), -1);
-    std::int32_t open = -1;  // the block being filled
-    for (std::size_t k = 0; k < sp.instrs.size(); ++k) {
-      const Instr& in = sp.instrs[k];
-      const bool mergeable_comm = in.kind == InstrKind::collective && (in.stream == models::Stream::tp || in.stream == models::Stream::cp) &&
-                                  in_node(in.group);
-      const bool joins = open >= 0 && (in.kind == InstrKind::compute || mergeable_comm) &&
-                         (in.after < 0 || map[static_cast<std::size_t>(in.after)] == open);
-      if (joins) {
-        map[k] = open;
-        auto& b = times[static_cast<std::size_t>(open)];
-        if (in.kind == InstrKind::compute) charge(b, in);
-        else (in.stream == models::Stream::tp ? b.tp_s : b.cp_s) += nvlink_collective_s(in);
-        continue;
-      }
-      Instr copy = in;
-      copy.after = in.after >= 0 ? map[static_cast<std::size_t>(in.after)] : -1;
-      BlockTime b;
-      if (in.kind == InstrKind::compute) {
-        charge(b, in);
-      } else if (mergeable_comm) {
-        // A block that starts with an in-node collective: a compute block of its time.
-        copy.kind = InstrKind::compute;
-        copy.stream = models::Stream::compute;
-        copy.op = models::OpKind::elementwise;
-        (in.stream == models::Stream::tp ? b.tp_s : b.cp_s) += nvlink_collective_s(in);
-      }
-      out.push_back(copy);
-      times.push_back(b);
-      map[k] = static_cast<std::int32_t>(out.size() - 1);
-      open = copy.kind == InstrKind::compute ? map[k] : -1;
-    }
-    sp.instrs = std::move(out);
-  }
-
   // Counts a flow's bytes on the links of its route (for per-link utilisation).
   void account(std::int64_t from, std::int64_t to, double bytes) {
     ++flows_;
@@ -422,7 +322,7 @@ class Simulation {
         }
         case InstrKind::collective: {
           wait_for(st, in.after);
-          const auto g = group_of(in);
+          const auto g = in.group;
           if (layout_.group_size(g) <= 1 || options_.free_communication) break;
           const auto members = layout_.group_members(g, rank);
           const auto pos = static_cast<std::size_t>(layout_.rank_in_group(g, rank));
@@ -527,14 +427,6 @@ class Simulation {
       if (a.busy_s + a.recompute_s > b.busy_s + b.recompute_s) crit = i;
     }
     const RankState& c = ranks_[crit];
-    if (std::getenv("MESHWORK_SIM_DEBUG") != nullptr) {
-      for (std::size_t i = 0; i < ranks_.size(); ++i) {
-        const auto& x = ranks_[i];
-        std::fprintf(stderr, "rank %zu busy %.6f rec %.6f opt %.6f", i, x.busy_s, x.recompute_s, x.optimizer_s);
-        for (const auto& [w, t] : x.waited_s) std::fprintf(stderr, " w%d=%.6f", static_cast<int>(w), t);
-        std::fprintf(stderr, " last %.6f makespan %.6f\n", x.last_compute_end_s, makespan_);
-      }
-    }
     auto waited = [&](Wait w) {
       const auto it = c.waited_s.find(w);
       return it == c.waited_s.end() ? 0.0 : it->second;
