@@ -54,6 +54,13 @@ struct Route {
   double latency_s = 0;
 };
 
+// An actor plays one rank, or a TP group whose `lanes` (one rank each) it plays; mirrors[i]
+// are the group's ranks lane i stands for, itself included.
+struct ActorSpec {
+  std::vector<std::int64_t> lanes;
+  std::vector<std::vector<std::int64_t>> mirrors;
+};
+
 class Simulation {
  public:
   Simulation(const plan::Plan& p, const SimulateOptions& options, int progress_fd)
@@ -106,6 +113,9 @@ class Simulation {
     engine.set_config("network/optim:Lazy");
     // Microsecond kernels and latencies: keep event times exact well below them.
     engine.set_config("surf/precision:1e-13");
+    // Actors here keep little on their stacks; SimGrid's default 8 MiB each is mapped and
+    // unmapped for every collective's worker.
+    engine.set_config("contexts/stack-size:128");
 #if defined(__SANITIZE_ADDRESS__)
     engine.set_config("contexts/factory:thread");  // ASan-clean contexts (the notes)
 #endif
@@ -115,9 +125,12 @@ class Simulation {
     if (std::getenv("MESHWORK_SIM_DEBUG") != nullptr) {
       for (const auto& c : program_.classes) std::fprintf(stderr, "stage %lld: %zu instructions to play\n", static_cast<long long>(c.stage), c.instrs.size());
     }
-    total_instrs_ = 0;
-    for (std::int64_t r = 0; r < world_; ++r) total_instrs_ += static_cast<std::int64_t>(stage_of(r).instrs.size());
-    ranks_.resize(static_cast<std::size_t>(world_));
+    actors_.resize(specs_.size());
+    if (std::getenv("MESHWORK_SIM_DEBUG") != nullptr) {
+      std::size_t played = 0;
+      for (const auto& spec : specs_) played += spec.lanes.size();
+      std::fprintf(stderr, "%zu actors play %zu of %lld ranks\n", specs_.size(), played, static_cast<long long>(world_));
+    }
     if (!options_.trace_path.empty()) {
       std::vector<std::int64_t> traced = options_.trace_ranks;
       if (traced.empty()) {
@@ -132,17 +145,19 @@ class Simulation {
           out.error = "--trace-ranks: rank " + std::to_string(r) + " is outside the plan's " + std::to_string(world_) + " ranks";
           return out;
         }
-        ranks_[static_cast<std::size_t>(r)].traced = true;
+        traced_.push_back(r);
+        actors_[static_cast<std::size_t>(actor_of_[static_cast<std::size_t>(r)])].traced = true;
       }
     }
-    for (std::int64_t r = 0; r < world_; ++r) {
-      sg4::Actor::create("rank" + std::to_string(r), hosts_[static_cast<std::size_t>(r)], [this, r] { play(r); });
+    for (std::size_t a = 0; a < specs_.size(); ++a) {
+      const std::int64_t rep = specs_[a].lanes.front();
+      sg4::Actor::create("rank" + std::to_string(rep), hosts_[static_cast<std::size_t>(rep)], [this, a] { play(a); });
     }
     engine.run();
     makespan_ = sg4::Engine::get_clock();
-    for (std::int64_t r = 0; r < world_; ++r) {
-      if (!ranks_[static_cast<std::size_t>(r)].finished) {
-        out.error = "rank " + std::to_string(r) + " did not finish its Program (a deadlock in the simulation)";
+    for (std::size_t a = 0; a < specs_.size(); ++a) {
+      if (!actors_[a].finished) {
+        out.error = "rank " + std::to_string(specs_[a].lanes.front()) + " did not finish its Program (a deadlock in the simulation)";
         return out;
       }
     }
@@ -152,6 +167,7 @@ class Simulation {
       if (!plan::write_file_atomically(options_.trace_path, trace_json(), error)) out.error = "trace: " + error;
     }
     out.flows = flows_;
+    for (const auto& spec : specs_) out.played_ranks += static_cast<std::int64_t>(spec.lanes.size());
     out.hottest_links = hottest_links();
     return out;
   }
@@ -159,6 +175,129 @@ class Simulation {
  private:
   const models::StageProgram& stage_of(std::int64_t rank) const {
     return program_.classes[static_cast<std::size_t>(layout_.coord(rank).pp)];
+  }
+
+  // Who each rank sends to: its ring successor in every group a collective uses (type k of
+  // `kinds_`), and its pipeline neighbours (types K and K+1).
+  void find_peers() {
+    for (const auto& sp : program_.classes) {
+      for (const auto& in : sp.instrs) {
+        if (in.kind == InstrKind::collective && layout_.group_size(in.group) > 1 && std::find(kinds_.begin(), kinds_.end(), in.group) == kinds_.end()) {
+          kinds_.push_back(in.group);
+        }
+      }
+    }
+    const std::size_t types = kinds_.size() + 2;
+    peer_.assign(types, std::vector<std::int64_t>(static_cast<std::size_t>(world_), -1));
+    for (std::int64_t r = 0; r < world_; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      for (std::size_t t = 0; t < kinds_.size(); ++t) {
+        const auto members = layout_.group_members(kinds_[t], r);
+        const auto pos = static_cast<std::size_t>(layout_.rank_in_group(kinds_[t], r));
+        peer_[t][i] = members[(pos + 1) % members.size()];
+      }
+      if (program_.stages > 1) {
+        const auto v = models::for_rank(program_, layout_, r);
+        peer_[kinds_.size()][i] = v.next_rank;
+        peer_[kinds_.size() + 1][i] = v.prev_rank;
+      }
+    }
+  }
+  std::size_t kind_type(plan::GroupKind g) const {
+    return static_cast<std::size_t>(std::find(kinds_.begin(), kinds_.end(), g) - kinds_.begin());
+  }
+
+  // Which ranks each actor plays. By default (merged blocks, a TP group inside one NVLink
+  // domain) an actor is a TP group: its members meet in a TP collective inside every block,
+  // so they compute in lockstep at the pace of the slowest (a straggler holds its whole
+  // group). Each TP coordinate is a lane: pipeline and DP/CP/EP traffic joins ranks of the
+  // same lane only. A lane's flows are played only when they could differ from those of a
+  // lane already played: when no link carries two lanes' flows and lane k's flows meet links
+  // of the same capacities and latencies, shared among corresponding flows in the same way,
+  // as lane j's, then the max-min sharing SimGrid solves is the same system for both, and
+  // lane k's ranks are lane j's mirror (their bytes still count on their own links).
+  // Otherwise every lane is played. `--fine` plays every rank as its own actor.
+  void plan_actors() {
+    const std::int64_t tp = layout_.group_size(plan::GroupKind::tp);
+    const bool grouped = !options_.fine && tp > 1 && layout_.group_span(plan::GroupKind::tp) < p_.cluster.gpus_per_node;
+    actor_of_.assign(static_cast<std::size_t>(world_), -1);
+    if (!grouped) {
+      for (std::int64_t r = 0; r < world_; ++r) {
+        actor_of_[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(specs_.size());
+        specs_.push_back({{r}, {{r}}});
+      }
+      return;
+    }
+    // mirror_of[k]: the lane whose play stands for lane k.
+    std::vector<std::int64_t> mirror_of(static_cast<std::size_t>(tp));
+    for (std::int64_t k = 0; k < tp; ++k) mirror_of[static_cast<std::size_t>(k)] = k;
+    if (!options_.mirror_lanes) {
+      // every lane played
+    } else if (options_.free_communication) {
+      std::fill(mirror_of.begin(), mirror_of.end(), 0);  // no network: every lane alike
+    } else {
+      // Per lane, each directed link it uses: (capacity, latency, the flows on it, named by
+      // their lane-0 rank and type).
+      using Use = std::tuple<double, double, std::vector<std::int64_t>>;
+      std::vector<std::map<std::size_t, std::vector<std::int64_t>>> on_slot(static_cast<std::size_t>(tp));
+      std::unordered_map<std::size_t, std::int64_t> lane_of_slot;
+      bool disjoint = true;
+      const auto types = static_cast<std::int64_t>(peer_.size());
+      for (std::int64_t r = 0; r < world_ && disjoint; ++r) {
+        plan::MeshCoord c = layout_.coord(r);
+        const std::int64_t lane = c.tp;
+        c.tp = 0;
+        const std::int64_t r0 = layout_.rank(c);
+        for (std::int64_t t = 0; t < types; ++t) {
+          const std::int64_t to = peer_[static_cast<std::size_t>(t)][static_cast<std::size_t>(r)];
+          if (to < 0 || to == r) continue;
+          for (const auto& h : route(t, r).hops) {
+            const auto [it, fresh] = lane_of_slot.emplace(h.slot(), lane);
+            if (!fresh && it->second != lane) {
+              disjoint = false;
+              break;
+            }
+            on_slot[static_cast<std::size_t>(lane)][h.slot()].push_back(r0 * types + t);
+          }
+        }
+      }
+      if (disjoint) {
+        std::vector<std::vector<Use>> signature(static_cast<std::size_t>(tp));
+        for (std::int64_t k = 0; k < tp; ++k) {
+          auto& sig = signature[static_cast<std::size_t>(k)];
+          for (auto& [slot, flows] : on_slot[static_cast<std::size_t>(k)]) {
+            std::sort(flows.begin(), flows.end());
+            const auto& l = links_[slot / 2];
+            sig.emplace_back(l.bytes_per_s, l.link->get_latency(), flows);
+          }
+          std::sort(sig.begin(), sig.end());
+          for (std::int64_t j = 0; j < k; ++j) {
+            if (mirror_of[static_cast<std::size_t>(j)] == j && signature[static_cast<std::size_t>(j)] == sig) {
+              mirror_of[static_cast<std::size_t>(k)] = j;
+              break;
+            }
+          }
+        }
+      }
+    }
+    const std::int64_t groups = layout_.num_groups(plan::GroupKind::tp);
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const auto members = layout_.group(plan::GroupKind::tp, g);
+      ActorSpec spec;
+      for (std::int64_t k = 0; k < tp; ++k) {
+        const auto played = static_cast<std::size_t>(mirror_of[static_cast<std::size_t>(k)]);
+        const std::int64_t r = members[static_cast<std::size_t>(k)];
+        if (played == static_cast<std::size_t>(k)) {
+          spec.lanes.push_back(r);
+          spec.mirrors.push_back({});
+        }
+        // Lanes are numbered in order, so the played lane is already in place.
+        const auto idx = static_cast<std::size_t>(std::find(spec.lanes.begin(), spec.lanes.end(), members[played]) - spec.lanes.begin());
+        spec.mirrors[idx].push_back(r);
+        actor_of_[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(specs_.size());
+      }
+      specs_.push_back(std::move(spec));
+    }
   }
 
   void build_platform() {
@@ -183,60 +322,145 @@ class Simulation {
       }
     }
     // Routes only for the pairs that talk: ring neighbours of every group a collective uses,
-    // and pipeline neighbours (no N x N table).
+    // and pipeline neighbours (no N x N table); SimGrid is given those of the played lanes.
+    find_peers();
     topology::Router router(topo_);
-    std::map<std::pair<std::int64_t, std::int64_t>, bool> pairs;
-    std::vector<plan::GroupKind> kinds;
-    for (const auto& sp : program_.classes) {
-      for (const auto& in : sp.instrs) {
-        if (in.kind == InstrKind::collective && std::find(kinds.begin(), kinds.end(), in.group) == kinds.end()) kinds.push_back(in.group);
+    std::vector<std::pair<std::int64_t, std::int64_t>> pairs;
+    for (const auto& by_rank : peer_) {
+      for (std::int64_t r = 0; r < world_; ++r) {
+        const std::int64_t to = by_rank[static_cast<std::size_t>(r)];
+        if (to >= 0 && to != r) pairs.emplace_back(r, to);
       }
     }
-    for (std::int64_t r = 0; r < world_; ++r) {
-      for (auto g : kinds) {
-        if (layout_.group_size(g) <= 1) continue;
-        const auto members = layout_.group_members(g, r);
-        const auto pos = static_cast<std::size_t>(layout_.rank_in_group(g, r));
-        pairs[{r, members[(pos + 1) % members.size()]}] = true;
-      }
-      if (program_.stages > 1) {
-        const auto v = models::for_rank(program_, layout_, r);
-        pairs[{r, v.next_rank}] = true;
-        pairs[{r, v.prev_rank}] = true;
-      }
-    }
-    for (const auto& [pair, _] : pairs) {
-      const auto [a, b] = pair;
-      if (a == b) continue;
-      std::vector<sg4::LinkInRoute> route;
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+    for (const auto& [a, b] : pairs) {
       Route mine;
-      if (options_.free_communication) {
-        route.emplace_back(free_link_);
-      } else {
+      if (!options_.free_communication) {
         mine.hops = p_.cluster.topology.routing == plan::Routing::d_mod_k
                         ? router.route_d_mod_k(a, b)
                         : router.route(a, b, static_cast<std::uint64_t>(a) * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(b));
         if (mine.hops.empty()) throw std::runtime_error("no route from rank " + std::to_string(a) + " to " + std::to_string(b));
+        for (const auto& h : mine.hops) mine.latency_s += links_[static_cast<std::size_t>(h.link)].link->get_latency();
+      }
+      routes_[{a, b}] = std::move(mine);
+    }
+    // Each rank's route of each type, found without a search when flows are played.
+    route_of_.assign(peer_.size(), std::vector<const Route*>(static_cast<std::size_t>(world_), nullptr));
+    for (std::size_t t = 0; t < peer_.size(); ++t) {
+      for (std::int64_t r = 0; r < world_; ++r) {
+        const std::int64_t to = peer_[t][static_cast<std::size_t>(r)];
+        if (to >= 0 && to != r) route_of_[t][static_cast<std::size_t>(r)] = &routes_.at({r, to});
+      }
+    }
+    link_bytes_.assign(2 * links_.size(), 0.0);
+    plan_actors();
+    std::vector<bool> played(static_cast<std::size_t>(world_), false);
+    for (const auto& spec : specs_) {
+      for (auto r : spec.lanes) played[static_cast<std::size_t>(r)] = true;
+    }
+    for (const auto& [pair, mine] : routes_) {
+      const auto [a, b] = pair;
+      if (!played[static_cast<std::size_t>(a)]) continue;
+      std::vector<sg4::LinkInRoute> route;
+      if (options_.free_communication) {
+        route.emplace_back(free_link_);
+      } else {
         for (const auto& h : mine.hops) {
-          const auto& l = links_[static_cast<std::size_t>(h.link)];
-          route.emplace_back(l.link, h.forward ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
-          mine.latency_s += l.link->get_latency();
+          route.emplace_back(links_[static_cast<std::size_t>(h.link)].link, h.forward ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
         }
       }
       zone->add_route(hosts_[static_cast<std::size_t>(a)]->get_netpoint(), hosts_[static_cast<std::size_t>(b)]->get_netpoint(), nullptr,
                       nullptr, route, false);
-      routes_[pair] = std::move(mine);
     }
     zone->seal();
   }
 
-  // Counts a flow's bytes on the links of its route (for per-link utilisation).
-  void account(std::int64_t from, std::int64_t to, double bytes) {
-    ++flows_;
-    if (options_.free_communication || bytes <= 0) return;
-    for (const auto& h : routes_.at({from, to}).hops) link_bytes_[h.slot()] += bytes;
+  // Counts the bytes of a lane's flow of type `type` on the links of its route, and of the
+  // flows of the lanes it mirrors on theirs (per-link utilisation).
+  void account(const ActorSpec& spec, std::size_t lane, std::size_t type, double bytes) {
+    for (const auto m : spec.mirrors[lane]) {
+      ++flows_;
+      if (options_.free_communication || bytes <= 0) continue;
+      const std::int64_t to = peer_[type][static_cast<std::size_t>(m)];
+      if (to == m) continue;
+      for (const auto& h : route(type, m).hops) link_bytes_[h.slot()] += bytes;
+    }
   }
-  double route_latency(std::int64_t from, std::int64_t to) const { return routes_.at({from, to}).latency_s; }
+  const Route& route(std::size_t type, std::int64_t from) const { return *route_of_[type][static_cast<std::size_t>(from)]; }
+
+  // A pipeline transfer: its flow starts once the sender has sent and the receiver posted
+  // its receive (a rendezvous, as NCCL's send and receive), whichever comes second.
+  struct P2p {
+    std::int64_t src = -1;
+    double bytes = 0;
+    bool sent = false, posted = false;
+    sg4::CommPtr flow;
+    sg4::SemaphorePtr ready;  // the receiver, waiting for the send
+  };
+  static std::uint64_t p2p_key(std::int64_t rank, std::int32_t tag) {
+    return (static_cast<std::uint64_t>(rank) << 32) | static_cast<std::uint32_t>(tag);
+  }
+  void start(P2p& e, std::int64_t dst) {
+    if (e.bytes > 0 && e.src != dst && !options_.free_communication) {
+      e.flow = sg4::Comm::sendto_async(hosts_[static_cast<std::size_t>(e.src)], hosts_[static_cast<std::size_t>(dst)], static_cast<std::uint64_t>(std::llround(e.bytes)));
+    }
+  }
+  // Blocks until the transfer to `key` (receiving rank, tag) has arrived.
+  void receive(const std::pair<std::int64_t, std::int32_t>& key) {
+    auto it = p2p_.find(p2p_key(key.first, key.second));
+    if (!it->second.sent) {
+      it->second.ready = sg4::Semaphore::create(0);
+      it->second.ready->acquire();
+    }
+    if (it->second.flow) it->second.flow->wait();
+    p2p_.erase(it);
+  }
+
+  // One collective of a ring group: the flows of all its ring edges start when its last
+  // member arrives (NCCL's kernels run together) and everyone is done when the slowest edge
+  // is (a pipelined ring moves at its slowest link), plus the ring's other steps' latency.
+  struct Coll {
+    std::int64_t arrived = 0, waiting = 0, left = 0;
+    bool done = false;
+    sg4::SemaphorePtr finished;
+  };
+  void collective(const std::vector<std::pair<std::uint64_t, std::int64_t>>& joins, const RingFlow& f, plan::GroupKind g, std::size_t type) {
+    const std::int64_t size = layout_.group_size(g);
+    std::vector<sg4::CommPtr> flows;
+    std::vector<std::uint64_t> mine, theirs;
+    double extra = 0;
+    for (const auto& [key, r] : joins) {
+      Coll& c = colls_[key];
+      if (++c.arrived < size) {
+        theirs.push_back(key);
+        continue;
+      }
+      mine.push_back(key);
+      for (const auto m : layout_.group_members(g, r)) {
+        const std::int64_t next = peer_[type][static_cast<std::size_t>(m)];
+        extra = std::max(extra, std::max(0.0, f.steps - 1) * route(type, m).latency_s);
+        flows.push_back(sg4::Comm::sendto_async(hosts_[static_cast<std::size_t>(m)], hosts_[static_cast<std::size_t>(next)], static_cast<std::uint64_t>(std::llround(f.bytes))));
+      }
+    }
+    for (auto& fl : flows) fl->wait();
+    if (!mine.empty() && extra > 0) sg4::this_actor::sleep_for(extra);
+    for (const auto key : mine) {
+      Coll& c = colls_[key];
+      c.done = true;
+      for (std::int64_t i = 0; i < c.waiting; ++i) c.finished->release();
+      if (++c.left == size) colls_.erase(key);
+    }
+    for (const auto key : theirs) {
+      Coll& c = colls_[key];
+      if (!c.done) {
+        if (!c.finished) c.finished = sg4::Semaphore::create(0);
+        ++c.waiting;
+        c.finished->acquire();
+      }
+      if (++colls_[key].left == size) colls_.erase(key);
+    }
+  }
 
   struct TraceEvent {
     std::int32_t name;  // Program::names
@@ -245,29 +469,37 @@ class Simulation {
     std::int32_t microbatch;
   };
 
-  struct RankState {
-    std::vector<sg4::ActivityPtr> activity;
+  // What an actor (one rank, or a TP group) did, for the report and the trace.
+  struct ActorState {
+    // Per instruction and played lane: the receive posted and not yet seen complete.
+    std::vector<std::pair<std::int64_t, std::int32_t>> receiving;
     std::vector<sg4::ActorPtr> worker;
     double busy_s = 0, recompute_s = 0, optimizer_s = 0;
     std::map<Wait, double> waited_s;
     double last_compute_end_s = 0;
-    double end_s = 0;  // when the rank's last instruction finished
+    double end_s = 0;  // when the actor's last instruction finished
     bool finished = false;
     bool traced = false;
+    std::size_t lanes = 1;
     std::vector<TraceEvent> trace;
-    std::vector<double> issued_s;  // traced ranks: when each instruction was issued
+    std::vector<double> issued_s;  // traced actors: when each instruction was issued
   };
 
-  void wait_for(RankState& st, std::int32_t i, const models::StageProgram* sp = nullptr) {
+  void wait_for(ActorState& st, std::int32_t i, const models::StageProgram* sp = nullptr) {
     if (i < 0) return;
     auto idx = static_cast<std::size_t>(i);
-    if (st.activity[idx]) {
-      st.activity[idx]->wait();
-      st.activity[idx] = nullptr;
-      // A traced receive: from its posting to when the rank saw it complete.
-      if (st.traced && sp != nullptr && sp->instrs[idx].kind == InstrKind::recv) {
-        record(st, *sp, sp->instrs[idx], st.issued_s[idx], sg4::Engine::get_clock());
+    bool waited = false;
+    for (std::size_t l = 0; l < st.lanes; ++l) {
+      auto& key = st.receiving[idx * st.lanes + l];
+      if (key.second >= 0) {
+        receive(key);
+        key.second = -1;
+        waited = true;
       }
+    }
+    // A traced receive: from its posting to when the rank saw it complete.
+    if (waited && st.traced && sp != nullptr && sp->instrs[idx].kind == InstrKind::recv) {
+      record(st, *sp, sp->instrs[idx], st.issued_s[idx], sg4::Engine::get_clock());
     }
     if (st.worker[idx]) {
       st.worker[idx]->join();
@@ -275,19 +507,25 @@ class Simulation {
     }
   }
 
-  void play(std::int64_t rank) {
-    RankState& st = ranks_[static_cast<std::size_t>(rank)];
-    const models::StageProgram& sp = stage_of(rank);
-    const auto view = models::for_rank(program_, layout_, rank);
+  void play(std::size_t a) {
+    const ActorSpec& spec = specs_[a];
+    ActorState& st = actors_[a];
+    const std::int64_t rep = spec.lanes.front();
+    const models::StageProgram& sp = stage_of(rep);
     const std::size_t n = sp.instrs.size();
-    st.activity.assign(n, nullptr);
+    const std::size_t lanes = spec.lanes.size();
+    st.lanes = lanes;
+    st.receiving.assign(n * lanes, {-1, -1});
     st.worker.assign(n, nullptr);
-    std::vector<int*> received(n, nullptr);  // where receives land; lives until they complete
-    std::deque<std::size_t> sends;           // sends not yet seen complete, oldest first
+    std::array<std::uint64_t, 6> collectives{};  // collectives issued so far, per stream
     if (st.traced) st.issued_s.assign(n, 0);
     std::array<std::int32_t, 6> last{-1, -1, -1, -1, -1, -1};
-    static int token = 0;
-    const double slow = slowdown_[static_cast<std::size_t>(rank)];
+    // The actor computes at the pace of its slowest member.
+    double slow = 1;
+    for (const auto& ms : spec.mirrors) {
+      for (auto m : ms) slow = std::max(slow, slowdown_[static_cast<std::size_t>(m)]);
+    }
+    const std::int64_t my_stage = layout_.coord(rep).pp;
     std::size_t reported = 0;
     for (std::size_t k = 0; k < n; ++k) {
       const Instr& in = sp.instrs[k];
@@ -311,11 +549,7 @@ class Simulation {
           // In-node collectives merged into the block: their time is exposed TP/CP time.
           st.waited_s[Wait::tp] += bt.tp_s * slow;
           st.waited_s[Wait::cp] += bt.cp_s * slow;
-          if (dt > 0) {
-            st.activity[k] = sg4::this_actor::exec_async(dt * kSpeed);
-            st.activity[k]->wait();  // the compute stream is this actor's own
-            st.activity[k] = nullptr;
-          }
+          if (dt > 0) sg4::this_actor::execute(dt * kSpeed);  // the compute stream is this actor's own
           st.last_compute_end_s = sg4::Engine::get_clock();
           if (st.traced) record(st, sp, in, now, st.last_compute_end_s);
           break;
@@ -324,57 +558,59 @@ class Simulation {
           wait_for(st, in.after);
           const auto g = in.group;
           if (layout_.group_size(g) <= 1 || options_.free_communication) break;
-          const auto members = layout_.group_members(g, rank);
-          const auto pos = static_cast<std::size_t>(layout_.rank_in_group(g, rank));
-          const std::int64_t next = members[(pos + 1) % members.size()];
-          const RingFlow f = ring_flow(in.collective, in.bytes, static_cast<double>(members.size()));
-          const double extra = std::max(0.0, f.steps - 1) * route_latency(rank, next);
-          account(rank, next, f.bytes);
-          const std::string to = "c" + std::to_string(stream) + ":" + std::to_string(next);
-          const std::string mine = "c" + std::to_string(stream) + ":" + std::to_string(rank);
-          const double bytes = f.bytes;
-          RankState* traced = st.traced ? &st : nullptr;
+          const std::size_t type = kind_type(g);
+          const RingFlow f = ring_flow(in.collective, in.bytes, static_cast<double>(layout_.group_size(g)));
+          std::vector<std::pair<std::uint64_t, std::int64_t>> joins;  // (instance, a member rank) per played lane
+          const std::uint64_t seq = collectives[stream]++;
+          for (std::size_t l = 0; l < lanes; ++l) {
+            const std::int64_t r = spec.lanes[l];
+            account(spec, l, type, f.bytes);
+            const auto group = static_cast<std::uint64_t>(layout_.group_index(g, r));
+            joins.emplace_back(((type * 8 + stream) << 52) | (group << 24) | seq, r);
+          }
+          ActorState* traced = st.traced ? &st : nullptr;
           // The stream's previous collective, if still running, is joined by this worker.
           sg4::ActorPtr before = last[stream] >= 0 ? st.worker[static_cast<std::size_t>(last[stream])] : nullptr;
-          st.worker[k] = sg4::Actor::create("coll", hosts_[static_cast<std::size_t>(rank)], [this, to, mine, bytes, extra, traced, before, &sp, &in] {
+          st.worker[k] = sg4::Actor::create("coll", hosts_[static_cast<std::size_t>(rep)], [this, joins = std::move(joins), f, g, type, traced, before, &sp, &in] {
             if (before) before->join();
             const double start = sg4::Engine::get_clock();
-            int* got = nullptr;
-            auto send = sg4::Mailbox::by_name(to)->put_async(&token, static_cast<std::uint64_t>(std::llround(bytes)));
-            auto recv = sg4::Mailbox::by_name(mine)->get_async<int>(&got);
-            send->wait();
-            recv->wait();
-            if (extra > 0) sg4::this_actor::sleep_for(extra);
+            collective(joins, f, g, type);
             if (traced != nullptr) record(*traced, sp, in, start, sg4::Engine::get_clock());
           });
           break;
         }
         case InstrKind::send: {
           wait_for(st, in.after);
-          const std::int64_t peer = in.peer_stage == layout_.coord(rank).pp ? rank
-                                    : (in.peer_stage == layout_.coord(view.next_rank).pp ? view.next_rank : view.prev_rank);
+          const std::size_t type = kinds_.size() + (in.peer_stage == my_stage ? 0 : (in.peer_stage == layout_.coord(peer_[kinds_.size()][static_cast<std::size_t>(rep)]).pp ? 0 : 1));
           const double bytes = options_.free_communication ? 0 : in.bytes;
-          account(rank, peer, bytes);
-          st.activity[k] = sg4::Mailbox::by_name("p" + std::to_string(peer) + ":" + std::to_string(in.tag))->put_async(&token, static_cast<std::uint64_t>(std::llround(bytes)));
-          sends.push_back(k);
+          for (std::size_t l = 0; l < lanes; ++l) {
+            const std::int64_t r = spec.lanes[l];
+            const std::int64_t peer = in.peer_stage == my_stage ? r : peer_[type][static_cast<std::size_t>(r)];
+            if (peer != r) account(spec, l, type, bytes);
+            // Sends are buffered, as the Program's replay takes them (Megatron batches
+            // isend/irecv): nothing waits for one but its receiver.
+            P2p& e = p2p_[p2p_key(peer, in.tag)];
+            e.src = r;
+            e.bytes = bytes;
+            e.sent = true;
+            if (e.posted) start(e, peer);
+            if (e.ready) e.ready->release();
+          }
           break;
         }
         case InstrKind::recv: {
-          st.activity[k] = sg4::Mailbox::by_name("p" + std::to_string(rank) + ":" + std::to_string(in.tag))->get_async<int>(&received[k]);
+          for (std::size_t l = 0; l < lanes; ++l) {
+            const std::int64_t r = spec.lanes[l];
+            P2p& e = p2p_[p2p_key(r, in.tag)];
+            e.posted = true;
+            if (e.sent) start(e, r);
+            st.receiving[k * lanes + l] = {r, in.tag};
+          }
           break;
         }
       }
-      // Finished sends are let go as soon as they are seen: SimGrid 3.32 keeps an actor's
-      // pending activities in a list it searches linearly, so hundreds of them held to the end
-      // would make every completion slow.
-      while (!sends.empty() && (!st.activity[sends.front()] || st.activity[sends.front()]->test())) {
-        st.activity[sends.front()] = nullptr;
-        sends.pop_front();
-      }
-      // Sends are buffered, as the Program's replay takes them (Megatron batches isend/irecv):
-      // nothing later on the stream waits for one to be received.
       if (in.kind != InstrKind::send) last[stream] = static_cast<std::int32_t>(k);
-      if (rank == 0 && progress_fd_ >= 0 && (k + 1) * 50 / n > reported) {
+      if (a == 0 && progress_fd_ >= 0 && (k + 1) * 50 / n > reported) {
         reported = (k + 1) * 50 / n;
         const std::string line = "progress " + std::to_string(static_cast<double>(reported) / 50) + "\n";
         [[maybe_unused]] const auto ignored = ::write(progress_fd_, line.data(), line.size());
@@ -388,7 +624,7 @@ class Simulation {
     st.finished = true;
   }
 
-  static void record(RankState& st, const models::StageProgram& sp, const Instr& in, double start, double end) {
+  static void record(ActorState& st, const models::StageProgram& sp, const Instr& in, double start, double end) {
     const std::int32_t mb = in.item >= 0 ? sp.schedule[static_cast<std::size_t>(in.item)].microbatch : -1;
     st.trace.push_back({in.name, static_cast<std::uint8_t>(in.stream), start, end, mb});
   }
@@ -397,10 +633,13 @@ class Simulation {
   // one thread per stream, named by metadata events.
   std::string trace_json() const {
     nlohmann::json events = nlohmann::json::array();
-    for (std::size_t r = 0; r < ranks_.size(); ++r) {
-      const RankState& st = ranks_[r];
-      if (!st.traced) continue;
-      const auto pid = static_cast<std::int64_t>(r);
+    std::vector<std::int64_t> traced = traced_;
+    std::sort(traced.begin(), traced.end());
+    traced.erase(std::unique(traced.begin(), traced.end()), traced.end());
+    for (const std::int64_t r : traced) {
+      // A TP group's ranks share their actor's timeline.
+      const ActorState& st = actors_[static_cast<std::size_t>(actor_of_[static_cast<std::size_t>(r)])];
+      const auto pid = r;
       events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "rank " + std::to_string(r) + " (stage " + std::to_string(layout_.coord(pid).pp) + ")"}}}});
       for (int s = 0; s < 6; ++s) {
         events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", s}, {"args", {{"name", std::string(models::to_string(static_cast<models::Stream>(s)))}}}});
@@ -421,12 +660,12 @@ class Simulation {
     r.notes.clear();
     // The critical rank: the one that computed longest (its stage sets the pace).
     std::size_t crit = 0;
-    for (std::size_t i = 0; i < ranks_.size(); ++i) {
-      const auto& a = ranks_[i];
-      const auto& b = ranks_[crit];
+    for (std::size_t i = 0; i < actors_.size(); ++i) {
+      const auto& a = actors_[i];
+      const auto& b = actors_[crit];
       if (a.busy_s + a.recompute_s > b.busy_s + b.recompute_s) crit = i;
     }
-    const RankState& c = ranks_[crit];
+    const ActorState& c = actors_[crit];
     auto waited = [&](Wait w) {
       const auto it = c.waited_s.find(w);
       return it == c.waited_s.end() ? 0.0 : it->second;
@@ -465,7 +704,9 @@ class Simulation {
 
   std::vector<LinkUse> hottest_links() const {
     std::vector<LinkUse> out;
-    for (const auto& [slot, bytes] : link_bytes_) {
+    for (std::size_t slot = 0; slot < link_bytes_.size(); ++slot) {
+      const double bytes = link_bytes_[slot];
+      if (bytes <= 0) continue;
       const auto& l = links_[slot / 2];
       const bool up = slot % 2 == 0;
       const topology::VertexId low = std::min(l.a, l.b), high = std::max(l.a, l.b);
@@ -490,14 +731,22 @@ class Simulation {
   models::ComputeTimer timer_;
   models::Program program_;
   topology::Topology topo_;
-  std::int64_t world_ = 0, total_instrs_ = 0, flows_ = 0;
+  std::int64_t world_ = 0, flows_ = 0;
   std::vector<double> slowdown_;
+  std::vector<plan::GroupKind> kinds_;             // the groups collectives use, in first use
+  std::vector<std::vector<std::int64_t>> peer_;    // per flow type, per rank: who it sends to
+  std::vector<ActorSpec> specs_;                   // who each actor plays
+  std::vector<std::int32_t> actor_of_;             // per rank
+  std::vector<std::int64_t> traced_;
+  std::unordered_map<std::uint64_t, P2p> p2p_;  // by p2p_key(receiving rank, tag)
+  std::unordered_map<std::uint64_t, Coll> colls_;             // by (type, stream, group, ordinal)
   std::vector<sg4::Host*> hosts_;
   std::vector<SimLink> links_;
   sg4::Link* free_link_ = nullptr;
   std::map<std::pair<std::int64_t, std::int64_t>, Route> routes_;
-  std::unordered_map<std::size_t, double> link_bytes_;
-  std::vector<RankState> ranks_;
+  std::vector<std::vector<const Route*>> route_of_;  // per flow type, per rank
+  std::vector<double> link_bytes_;                    // per directed link slot
+  std::vector<ActorState> actors_;
   std::vector<std::vector<BlockTime>> blocks_;  // per stage class, per instruction
   double makespan_ = 0;
 };
