@@ -1,12 +1,13 @@
-// The simulation proper: the SimGrid platform from topology/, one actor per rank playing its
-// stage's Program.
+// The simulation proper: the SimGrid platform from topology/, one actor per kind of TP group
+// (or rank) playing its stage's Program, the flows of alike ranks played once (symmetry.hpp).
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <simgrid/s4u.hpp>
@@ -21,6 +22,7 @@
 #include "plan/validate.hpp"
 #include "sim/blocks.hpp"
 #include "sim/simulate.hpp"
+#include "sim/symmetry.hpp"
 #include "topology/builders.hpp"
 #include "topology/faults.hpp"
 #include "topology/router.hpp"
@@ -54,11 +56,21 @@ struct Route {
   double latency_s = 0;
 };
 
-// An actor plays one rank, or a TP group whose `lanes` (one rank each) it plays; mirrors[i]
-// are the group's ranks lane i stands for, itself included.
+// A played actor: a TP group (or a rank) standing for every actor of its kind, and the
+// lanes it plays, one rank per colour among its members.
 struct ActorSpec {
   std::vector<std::int64_t> lanes;
-  std::vector<std::vector<std::int64_t>> mirrors;
+};
+
+// A class of flows: the flows of one type of every rank of one colour, played as the flow of
+// its representative.
+struct FlowClass {
+  std::int64_t from = -1;     // the representative rank
+  std::int64_t members = 0;   // flows it stands for
+  double latency_s = 0;
+  double bytes = 0;           // played so far (per member)
+  std::int64_t played = 0;    // flows played
+  std::vector<std::pair<std::size_t, std::int32_t>> on_slot;  // (link slot, members crossing it)
 };
 
 class Simulation {
@@ -95,6 +107,12 @@ class Simulation {
     for (const auto& s : p_.failures.stragglers) {
       if (s.rank >= 0 && s.rank < world_) slowdown_[static_cast<std::size_t>(s.rank)] = s.slowdown;
     }
+    for (const auto r : options_.trace_ranks) {
+      if (r < 0 || r >= world_) {
+        out.error = "--trace-ranks: rank " + std::to_string(r) + " is outside the plan's " + std::to_string(world_) + " ranks";
+        return out;
+      }
+    }
 
     // SimGrid's own log is for SimGrid's developers: warnings and worse only.
     int argc = 2;
@@ -103,7 +121,10 @@ class Simulation {
     char* argv[] = {name, quiet, nullptr};
     sg4::Engine engine(&argc, argv);
     // The network model, set explicitly: CM02 without cross-traffic or TCP windows matches
-    // the exact ring formulas (simgrid-3.32-notes.md, "Network model").
+    // the exact ring formulas (simgrid-3.32-notes.md, "Network model"). Links carry no
+    // latency in SimGrid (CM02 would share a link in inverse proportion to each flow's
+    // latency, as TCP does; InfiniBand's credits share it evenly): each transfer's route
+    // latency is added when its flow completes.
     engine.set_config("network/model:CM02");
     engine.set_config("network/crosstraffic:0");
     engine.set_config("network/TCP-gamma:0");
@@ -113,45 +134,37 @@ class Simulation {
     engine.set_config("network/optim:Lazy");
     // Microsecond kernels and latencies: keep event times exact well below them.
     engine.set_config("surf/precision:1e-13");
-    // Actors here keep little on their stacks; SimGrid's default 8 MiB each is mapped and
-    // unmapped for every collective's worker.
+    // Actors here keep little on their stacks (KiB; SimGrid's default is 8 MiB each).
     engine.set_config("contexts/stack-size:128");
 #if defined(__SANITIZE_ADDRESS__)
     engine.set_config("contexts/factory:thread");  // ASan-clean contexts (the notes)
 #endif
-    build_platform();
     const BlockTimer blocks{p_, layout_, timer_, options_.free_communication};
     for (auto& c : program_.classes) blocks_.push_back(options_.fine ? blocks.per_instruction(c) : blocks.coarsen(c));
+    find_peers();
+    find_routes();
+    plan_actors();
+    build_platform();
     if (std::getenv("MESHWORK_SIM_DEBUG") != nullptr) {
       for (const auto& c : program_.classes) std::fprintf(stderr, "stage %lld: %zu instructions to play\n", static_cast<long long>(c.stage), c.instrs.size());
+      std::fprintf(stderr, "%zu actors play %d colours of %lld ranks (%d rounds); %d link colours, %zu flow classes\n", specs_.size(),
+                   colouring_.colours, static_cast<long long>(world_), colouring_.rounds, colouring_.link_colours, flow_class_.size());
     }
     actors_.resize(specs_.size());
-    if (std::getenv("MESHWORK_SIM_DEBUG") != nullptr) {
-      std::size_t played = 0;
-      for (const auto& spec : specs_) played += spec.lanes.size();
-      std::fprintf(stderr, "%zu actors play %zu of %lld ranks\n", specs_.size(), played, static_cast<long long>(world_));
-    }
     if (!options_.trace_path.empty()) {
-      std::vector<std::int64_t> traced = options_.trace_ranks;
-      if (traced.empty()) {
+      traced_ = options_.trace_ranks;
+      if (traced_.empty()) {
         for (std::int64_t s = 0; s < program_.stages; ++s) {
           plan::MeshCoord c{};
           c.pp = s;
-          traced.push_back(layout_.rank(c));
+          traced_.push_back(layout_.rank(c));
         }
       }
-      for (auto r : traced) {
-        if (r < 0 || r >= world_) {
-          out.error = "--trace-ranks: rank " + std::to_string(r) + " is outside the plan's " + std::to_string(world_) + " ranks";
-          return out;
-        }
-        traced_.push_back(r);
-        actors_[static_cast<std::size_t>(actor_of_[static_cast<std::size_t>(r)])].traced = true;
-      }
+      for (auto r : traced_) actors_[played_actor_of(r)].traced = true;
     }
     for (std::size_t a = 0; a < specs_.size(); ++a) {
       const std::int64_t rep = specs_[a].lanes.front();
-      sg4::Actor::create("rank" + std::to_string(rep), hosts_[static_cast<std::size_t>(rep)], [this, a] { play(a); });
+      sg4::Actor::create("rank" + std::to_string(rep), host_of_[static_cast<std::size_t>(rep)], [this, a] { play(a); });
     }
     engine.run();
     makespan_ = sg4::Engine::get_clock();
@@ -166,8 +179,13 @@ class Simulation {
       std::string error;
       if (!plan::write_file_atomically(options_.trace_path, trace_json(), error)) out.error = "trace: " + error;
     }
+    for (const auto& fc : flow_class_) flows_ += fc.members * fc.played;
     out.flows = flows_;
-    for (const auto& spec : specs_) out.played_ranks += static_cast<std::int64_t>(spec.lanes.size());
+    out.played_ranks = colouring_.colours;
+    link_bytes_.assign(2 * links_.size(), 0.0);
+    for (const auto& fc : flow_class_) {
+      for (const auto& [slot, count] : fc.on_slot) link_bytes_[slot] += fc.bytes * count;
+    }
     out.hottest_links = hottest_links();
     return out;
   }
@@ -189,12 +207,15 @@ class Simulation {
     }
     const std::size_t types = kinds_.size() + 2;
     peer_.assign(types, std::vector<std::int64_t>(static_cast<std::size_t>(world_), -1));
+    group_.assign(types, {});
+    for (std::size_t t = 0; t < kinds_.size(); ++t) group_[t].assign(static_cast<std::size_t>(world_), -1);
     for (std::int64_t r = 0; r < world_; ++r) {
       const auto i = static_cast<std::size_t>(r);
       for (std::size_t t = 0; t < kinds_.size(); ++t) {
         const auto members = layout_.group_members(kinds_[t], r);
         const auto pos = static_cast<std::size_t>(layout_.rank_in_group(kinds_[t], r));
         peer_[t][i] = members[(pos + 1) % members.size()];
+        group_[t][i] = layout_.group_index(kinds_[t], r);
       }
       if (program_.stages > 1) {
         const auto v = models::for_rank(program_, layout_, r);
@@ -207,192 +228,201 @@ class Simulation {
     return static_cast<std::size_t>(std::find(kinds_.begin(), kinds_.end(), g) - kinds_.begin());
   }
 
-  // Which ranks each actor plays. By default (merged blocks, a TP group inside one NVLink
-  // domain) an actor is a TP group: its members meet in a TP collective inside every block,
-  // so they compute in lockstep at the pace of the slowest (a straggler holds its whole
-  // group). Each TP coordinate is a lane: pipeline and DP/CP/EP traffic joins ranks of the
-  // same lane only. A lane's flows are played only when they could differ from those of a
-  // lane already played: when no link carries two lanes' flows and lane k's flows meet links
-  // of the same capacities and latencies, shared among corresponding flows in the same way,
-  // as lane j's, then the max-min sharing SimGrid solves is the same system for both, and
-  // lane k's ranks are lane j's mirror (their bytes still count on their own links).
-  // Otherwise every lane is played. `--fine` plays every rank as its own actor.
-  void plan_actors() {
-    const std::int64_t tp = layout_.group_size(plan::GroupKind::tp);
-    const bool grouped = !options_.fine && tp > 1 && layout_.group_span(plan::GroupKind::tp) < p_.cluster.gpus_per_node;
-    actor_of_.assign(static_cast<std::size_t>(world_), -1);
-    if (!grouped) {
-      for (std::int64_t r = 0; r < world_; ++r) {
-        actor_of_[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(specs_.size());
-        specs_.push_back({{r}, {{r}}});
-      }
-      return;
+  // Our own routes (topology::Router; no N x N table): one per rank and flow type.
+  void find_routes() {
+    const auto& hw = timer_.hardware();
+    links_.resize(boost::num_edges(topo_.graph));
+    for (auto e : boost::make_iterator_range(boost::edges(topo_.graph))) {
+      const auto& l = topo_.graph[e];
+      // What a collective achieves of a link's line rate (the hardware profile's NVLink and
+      // NIC efficiencies, the same the estimate uses). A link that is down keeps a trickle;
+      // routes avoid it.
+      const double efficiency = l.tier == topology::LinkTier::nvlink ? hw.nvlink_efficiency : hw.nic_efficiency;
+      links_[static_cast<std::size_t>(l.id)] = {std::max(l.bandwidth_gbytes_per_s, 1e-9) * 1e9 * efficiency, l.latency_us * 1e-6,
+                                                boost::source(e, topo_.graph), boost::target(e, topo_.graph)};
     }
-    // mirror_of[k]: the lane whose play stands for lane k.
-    std::vector<std::int64_t> mirror_of(static_cast<std::size_t>(tp));
-    for (std::int64_t k = 0; k < tp; ++k) mirror_of[static_cast<std::size_t>(k)] = k;
-    if (!options_.mirror_lanes) {
-      // every lane played
-    } else if (options_.free_communication) {
-      std::fill(mirror_of.begin(), mirror_of.end(), 0);  // no network: every lane alike
-    } else {
-      // Per lane, each directed link it uses: (capacity, latency, the flows on it, named by
-      // their lane-0 rank and type).
-      using Use = std::tuple<double, double, std::vector<std::int64_t>>;
-      std::vector<std::map<std::size_t, std::vector<std::int64_t>>> on_slot(static_cast<std::size_t>(tp));
-      std::unordered_map<std::size_t, std::int64_t> lane_of_slot;
-      bool disjoint = true;
-      const auto types = static_cast<std::int64_t>(peer_.size());
-      for (std::int64_t r = 0; r < world_ && disjoint; ++r) {
-        plan::MeshCoord c = layout_.coord(r);
-        const std::int64_t lane = c.tp;
-        c.tp = 0;
-        const std::int64_t r0 = layout_.rank(c);
-        for (std::int64_t t = 0; t < types; ++t) {
-          const std::int64_t to = peer_[static_cast<std::size_t>(t)][static_cast<std::size_t>(r)];
-          if (to < 0 || to == r) continue;
-          for (const auto& h : route(t, r).hops) {
-            const auto [it, fresh] = lane_of_slot.emplace(h.slot(), lane);
-            if (!fresh && it->second != lane) {
-              disjoint = false;
-              break;
-            }
-            on_slot[static_cast<std::size_t>(lane)][h.slot()].push_back(r0 * types + t);
-          }
-        }
-      }
-      if (disjoint) {
-        std::vector<std::vector<Use>> signature(static_cast<std::size_t>(tp));
-        for (std::int64_t k = 0; k < tp; ++k) {
-          auto& sig = signature[static_cast<std::size_t>(k)];
-          for (auto& [slot, flows] : on_slot[static_cast<std::size_t>(k)]) {
-            std::sort(flows.begin(), flows.end());
-            const auto& l = links_[slot / 2];
-            sig.emplace_back(l.bytes_per_s, l.link->get_latency(), flows);
-          }
-          std::sort(sig.begin(), sig.end());
-          for (std::int64_t j = 0; j < k; ++j) {
-            if (mirror_of[static_cast<std::size_t>(j)] == j && signature[static_cast<std::size_t>(j)] == sig) {
-              mirror_of[static_cast<std::size_t>(k)] = j;
-              break;
-            }
-          }
-        }
-      }
-    }
-    const std::int64_t groups = layout_.num_groups(plan::GroupKind::tp);
-    for (std::int64_t g = 0; g < groups; ++g) {
-      const auto members = layout_.group(plan::GroupKind::tp, g);
-      ActorSpec spec;
-      for (std::int64_t k = 0; k < tp; ++k) {
-        const auto played = static_cast<std::size_t>(mirror_of[static_cast<std::size_t>(k)]);
-        const std::int64_t r = members[static_cast<std::size_t>(k)];
-        if (played == static_cast<std::size_t>(k)) {
-          spec.lanes.push_back(r);
-          spec.mirrors.push_back({});
-        }
-        // Lanes are numbered in order, so the played lane is already in place.
-        const auto idx = static_cast<std::size_t>(std::find(spec.lanes.begin(), spec.lanes.end(), members[played]) - spec.lanes.begin());
-        spec.mirrors[idx].push_back(r);
-        actor_of_[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(specs_.size());
-      }
-      specs_.push_back(std::move(spec));
-    }
-  }
-
-  void build_platform() {
-    auto* zone = sg4::create_full_zone("cluster");
-    for (std::int64_t r = 0; r < world_; ++r) hosts_.push_back(zone->create_host("gpu" + std::to_string(r), kSpeed));
-    if (options_.free_communication) {
-      // One zero-latency, unshared link of infinite capacity between any two ranks.
-      free_link_ = zone->create_link("free", 1e30)->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE)->set_latency(0);
-    } else {
-      links_.resize(boost::num_edges(topo_.graph));
-      for (auto e : boost::make_iterator_range(boost::edges(topo_.graph))) {
-        const auto& l = topo_.graph[e];
-        // What a collective achieves of a link's line rate (the hardware profile's NVLink and
-        // NIC efficiencies, the same the estimate uses). A link that is down keeps a trickle so
-        // that SimGrid accepts it; routes avoid it.
-        const auto& hw = timer_.hardware();
-        const double efficiency = l.tier == topology::LinkTier::nvlink ? hw.nvlink_efficiency : hw.nic_efficiency;
-        const double bw = std::max(l.bandwidth_gbytes_per_s, 1e-9) * 1e9 * efficiency;
-        auto* link = zone->create_split_duplex_link("l" + std::to_string(l.id), bw);
-        link->set_latency(l.latency_us * 1e-6);
-        links_[static_cast<std::size_t>(l.id)] = {link, bw, boost::source(e, topo_.graph), boost::target(e, topo_.graph)};
-      }
-    }
-    // Routes only for the pairs that talk: ring neighbours of every group a collective uses,
-    // and pipeline neighbours (no N x N table); SimGrid is given those of the played lanes.
-    find_peers();
     topology::Router router(topo_);
-    std::vector<std::pair<std::int64_t, std::int64_t>> pairs;
-    for (const auto& by_rank : peer_) {
-      for (std::int64_t r = 0; r < world_; ++r) {
-        const std::int64_t to = by_rank[static_cast<std::size_t>(r)];
-        if (to >= 0 && to != r) pairs.emplace_back(r, to);
-      }
-    }
-    std::sort(pairs.begin(), pairs.end());
-    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
-    for (const auto& [a, b] : pairs) {
-      Route mine;
-      if (!options_.free_communication) {
+    route_.assign(peer_.size(), std::vector<Route>(static_cast<std::size_t>(world_)));
+    for (std::size_t t = 0; t < peer_.size(); ++t) {
+      for (std::int64_t a = 0; a < world_; ++a) {
+        const std::int64_t b = peer_[t][static_cast<std::size_t>(a)];
+        if (b < 0 || b == a || options_.free_communication) continue;
+        Route& mine = route_[t][static_cast<std::size_t>(a)];
         mine.hops = p_.cluster.topology.routing == plan::Routing::d_mod_k
                         ? router.route_d_mod_k(a, b)
                         : router.route(a, b, static_cast<std::uint64_t>(a) * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(b));
         if (mine.hops.empty()) throw std::runtime_error("no route from rank " + std::to_string(a) + " to " + std::to_string(b));
-        for (const auto& h : mine.hops) mine.latency_s += links_[static_cast<std::size_t>(h.link)].link->get_latency();
+        for (const auto& h : mine.hops) mine.latency_s += links_[static_cast<std::size_t>(h.link)].latency_s;
       }
-      routes_[{a, b}] = std::move(mine);
     }
-    // Each rank's route of each type, found without a search when flows are played.
-    route_of_.assign(peer_.size(), std::vector<const Route*>(static_cast<std::size_t>(world_), nullptr));
+  }
+  bool has_flow(std::size_t t, std::int64_t r) const {
+    const std::int64_t to = peer_[t][static_cast<std::size_t>(r)];
+    return to >= 0 && to != r;
+  }
+
+  // Which ranks are played. By default (merged blocks, a TP group inside one NVLink domain)
+  // an actor is a TP group: its members meet in a TP collective inside every block, so they
+  // compute in lockstep at the pace of the slowest (a straggler holds its whole group).
+  // `--fine` plays every rank as its own actor. Then ranks are coloured (symmetry.hpp) and
+  // one actor of each kind is played, with one lane per colour among its members.
+  void plan_actors() {
+    const std::int64_t tp = layout_.group_size(plan::GroupKind::tp);
+    const bool grouped = !options_.fine && tp > 1 && layout_.group_span(plan::GroupKind::tp) < p_.cluster.gpus_per_node;
+    FlowSystem fs;
+    fs.ranks = world_;
+    fs.actor.resize(static_cast<std::size_t>(world_));
+    for (std::int64_t r = 0; r < world_; ++r) fs.actor[static_cast<std::size_t>(r)] = grouped ? layout_.group_index(plan::GroupKind::tp, r) : r;
+    std::map<std::int64_t, double> pace;  // per actor: its slowest member's slowdown
+    for (std::int64_t r = 0; r < world_; ++r) {
+      double& s = pace[fs.actor[static_cast<std::size_t>(r)]];
+      s = std::max({s, 1.0, slowdown_[static_cast<std::size_t>(r)]});
+    }
+    pace_.assign(static_cast<std::size_t>(world_), 1.0);
+    fs.initial.resize(static_cast<std::size_t>(world_));
+    std::map<std::pair<std::int64_t, double>, std::int64_t> start;
+    for (std::int64_t r = 0; r < world_; ++r) {
+      const double s = pace[fs.actor[static_cast<std::size_t>(r)]];
+      pace_[static_cast<std::size_t>(r)] = s;
+      fs.initial[static_cast<std::size_t>(r)] = start.emplace(std::pair{layout_.coord(r).pp, s}, static_cast<std::int64_t>(start.size())).first->second;
+    }
+    fs.peer = peer_;
+    fs.group = group_;
+    fs.route.assign(peer_.size(), std::vector<const std::vector<topology::Hop>*>(static_cast<std::size_t>(world_), nullptr));
+    fs.latency_s.assign(peer_.size(), std::vector<double>(static_cast<std::size_t>(world_), 0.0));
     for (std::size_t t = 0; t < peer_.size(); ++t) {
       for (std::int64_t r = 0; r < world_; ++r) {
-        const std::int64_t to = peer_[t][static_cast<std::size_t>(r)];
-        if (to >= 0 && to != r) route_of_[t][static_cast<std::size_t>(r)] = &routes_.at({r, to});
+        if (!has_flow(t, r)) continue;
+        fs.route[t][static_cast<std::size_t>(r)] = &route_[t][static_cast<std::size_t>(r)].hops;
+        fs.latency_s[t][static_cast<std::size_t>(r)] = route_[t][static_cast<std::size_t>(r)].latency_s;
       }
     }
-    link_bytes_.assign(2 * links_.size(), 0.0);
-    plan_actors();
-    std::vector<bool> played(static_cast<std::size_t>(world_), false);
-    for (const auto& spec : specs_) {
-      for (auto r : spec.lanes) played[static_cast<std::size_t>(r)] = true;
+    fs.capacity.resize(2 * links_.size());
+    for (std::size_t i = 0; i < links_.size(); ++i) fs.capacity[2 * i] = fs.capacity[2 * i + 1] = links_[i].bytes_per_s;
+    colouring_ = colour_ranks(fs, options_.mirror_lanes);
+
+    // One played actor per kind (its lanes' colours with counts); in it, the first lane of
+    // each colour represents that colour everywhere.
+    const auto colours = static_cast<std::size_t>(colouring_.colours);
+    rep_.assign(colours, -1);
+    std::map<std::int64_t, std::vector<std::int64_t>> members;
+    for (std::int64_t r = 0; r < world_; ++r) members[fs.actor[static_cast<std::size_t>(r)]].push_back(r);
+    std::map<std::vector<std::int32_t>, std::size_t> kinds;
+    for (const auto& [actor, ranks] : members) {
+      std::vector<std::int32_t> key;
+      for (auto r : ranks) key.push_back(colouring_.colour[static_cast<std::size_t>(r)]);
+      std::sort(key.begin(), key.end());
+      const auto [it, fresh] = kinds.emplace(key, specs_.size());
+      if (fresh) {
+        ActorSpec spec;
+        for (auto r : ranks) {
+          auto& rep = rep_[static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(r)])];
+          if (rep < 0) {
+            rep = r;
+            spec.lanes.push_back(r);
+          }
+        }
+        specs_.push_back(std::move(spec));
+      }
     }
-    for (const auto& [pair, mine] : routes_) {
-      const auto [a, b] = pair;
-      if (!played[static_cast<std::size_t>(a)]) continue;
+    played_actor_.assign(colours, 0);
+    for (std::size_t a = 0; a < specs_.size(); ++a) {
+      for (auto r : specs_[a].lanes) played_actor_[static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(r)])] = a;
+    }
+    // Flow classes: per (colour, type), the members and the links they cross.
+    const std::size_t types = peer_.size();
+    flow_class_.assign(colours * types, {});
+    std::vector<std::unordered_map<std::size_t, std::int32_t>> count(colours * types);
+    for (std::size_t t = 0; t < types; ++t) {
+      for (std::int64_t r = 0; r < world_; ++r) {
+        if (!has_flow(t, r)) continue;
+        const auto c = static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(r)]);
+        FlowClass& fc = flow_class_[c * types + t];
+        ++fc.members;
+        fc.from = rep_[c];
+        fc.latency_s = route_[t][static_cast<std::size_t>(r)].latency_s;
+        for (const auto& h : route_[t][static_cast<std::size_t>(r)].hops) ++count[c * types + t][h.slot()];
+      }
+    }
+    for (std::size_t i = 0; i < flow_class_.size(); ++i) {
+      flow_class_[i].on_slot.assign(count[i].begin(), count[i].end());
+      std::sort(flow_class_[i].on_slot.begin(), flow_class_[i].on_slot.end());
+    }
+    // The distinct colours in each kind of collective group.
+    group_colours_.clear();
+    for (std::size_t t = 0; t < kinds_.size(); ++t) {
+      for (std::int64_t r = 0; r < world_; ++r) {
+        const auto kind = colouring_.group_kind[t][static_cast<std::size_t>(r)];
+        if (kind < 0) continue;
+        auto& cs = group_colours_[kind];
+        const auto c = colouring_.colour[static_cast<std::size_t>(r)];
+        if (std::find(cs.begin(), cs.end(), c) == cs.end()) cs.push_back(c);
+      }
+    }
+  }
+  std::size_t played_actor_of(std::int64_t rank) const {
+    return played_actor_[static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(rank)])];
+  }
+  std::size_t flow_class_of(std::int64_t rank, std::size_t type) const {
+    return static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(rank)]) * peer_.size() + type;
+  }
+
+  // The SimGrid platform: a host per played rank (and a sink per flow type), one link per
+  // link colour, and per flow class a route from its representative's host to the sink of
+  // its type through each link colour as many times as members of the class cross one link
+  // of that colour (symmetry.hpp: SimGrid adds the repeated consumptions up).
+  void build_platform() {
+    auto* zone = sg4::create_full_zone("cluster");
+    host_of_.assign(static_cast<std::size_t>(world_), nullptr);
+    for (const auto& spec : specs_) {
+      for (auto r : spec.lanes) host_of_[static_cast<std::size_t>(r)] = zone->create_host("gpu" + std::to_string(r), kSpeed);
+    }
+    for (std::size_t t = 0; t < peer_.size(); ++t) sink_.push_back(zone->create_host("sink" + std::to_string(t), kSpeed));
+    std::vector<sg4::Link*> by_colour(static_cast<std::size_t>(colouring_.link_colours), nullptr);
+    sg4::Link* free_link = nullptr;
+    if (options_.free_communication) {
+      free_link = zone->create_link("free", 1e30)->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE)->set_latency(0);
+    } else {
+      for (std::size_t slot = 0; slot < colouring_.link_colour.size(); ++slot) {
+        const auto k = colouring_.link_colour[slot];
+        if (k < 0 || by_colour[static_cast<std::size_t>(k)] != nullptr) continue;
+        by_colour[static_cast<std::size_t>(k)] = zone->create_link("k" + std::to_string(k), links_[slot / 2].bytes_per_s)->set_latency(0);
+      }
+    }
+    const std::size_t types = peer_.size();
+    for (std::size_t i = 0; i < flow_class_.size(); ++i) {
+      const FlowClass& fc = flow_class_[i];
+      if (fc.members == 0) continue;
       std::vector<sg4::LinkInRoute> route;
       if (options_.free_communication) {
-        route.emplace_back(free_link_);
+        route.emplace_back(free_link);
       } else {
-        for (const auto& h : mine.hops) {
-          route.emplace_back(links_[static_cast<std::size_t>(h.link)].link, h.forward ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
+        std::map<std::int32_t, std::int32_t> per_colour;  // link colour -> members on one such link
+        for (const auto& [slot, count] : fc.on_slot) per_colour[colouring_.link_colour[slot]] = count;
+        for (const auto& [k, count] : per_colour) {
+          for (std::int32_t j = 0; j < count; ++j) route.emplace_back(by_colour[static_cast<std::size_t>(k)]);
         }
       }
-      zone->add_route(hosts_[static_cast<std::size_t>(a)]->get_netpoint(), hosts_[static_cast<std::size_t>(b)]->get_netpoint(), nullptr,
-                      nullptr, route, false);
+      zone->add_route(host_of_[static_cast<std::size_t>(fc.from)]->get_netpoint(), sink_[i % types]->get_netpoint(), nullptr, nullptr, route, false);
     }
     zone->seal();
   }
 
-  // Counts the bytes of a lane's flow of type `type` on the links of its route, and of the
-  // flows of the lanes it mirrors on theirs (per-link utilisation).
-  void account(const ActorSpec& spec, std::size_t lane, std::size_t type, double bytes) {
-    for (const auto m : spec.mirrors[lane]) {
-      ++flows_;
-      if (options_.free_communication || bytes <= 0) continue;
-      const std::int64_t to = peer_[type][static_cast<std::size_t>(m)];
-      if (to == m) continue;
-      for (const auto& h : route(type, m).hops) link_bytes_[h.slot()] += bytes;
-    }
+  // A flow of `type` from played rank `from`, standing for its class.
+  sg4::CommPtr send_flow(std::int64_t from, std::size_t type, double bytes) {
+    FlowClass& fc = flow_class_[flow_class_of(from, type)];
+    fc.bytes += bytes;
+    ++fc.played;
+    if (options_.free_communication || bytes <= 0) return nullptr;
+    return sg4::Comm::sendto_async(host_of_[static_cast<std::size_t>(from)], sink_[type], static_cast<std::uint64_t>(std::llround(bytes)));
   }
-  const Route& route(std::size_t type, std::int64_t from) const { return *route_of_[type][static_cast<std::size_t>(from)]; }
 
   // A pipeline transfer: its flow starts once the sender has sent and the receiver posted
-  // its receive (a rendezvous, as NCCL's send and receive), whichever comes second.
+  // its receive (a rendezvous, as NCCL's send and receive), whichever comes second; it is
+  // seen complete a route latency after its last byte.
   struct P2p {
     std::int64_t src = -1;
+    std::size_t type = 0;
     double bytes = 0;
     bool sent = false, posted = false;
     sg4::CommPtr flow;
@@ -401,55 +431,65 @@ class Simulation {
   static std::uint64_t p2p_key(std::int64_t rank, std::int32_t tag) {
     return (static_cast<std::uint64_t>(rank) << 32) | static_cast<std::uint32_t>(tag);
   }
-  void start(P2p& e, std::int64_t dst) {
-    if (e.bytes > 0 && e.src != dst && !options_.free_communication) {
-      e.flow = sg4::Comm::sendto_async(hosts_[static_cast<std::size_t>(e.src)], hosts_[static_cast<std::size_t>(dst)], static_cast<std::uint64_t>(std::llround(e.bytes)));
-    }
+  void start(P2p& e) {
+    if (e.src >= 0 && e.bytes > 0) e.flow = send_flow(e.src, e.type, e.bytes);
   }
-  // Blocks until the transfer to `key` (receiving rank, tag) has arrived.
-  void receive(const std::pair<std::int64_t, std::int32_t>& key) {
+  // Blocks until the last byte of the transfer to `key` (receiving rank, tag) is through;
+  // returns the route latency still to wait.
+  double receive(const std::pair<std::int64_t, std::int32_t>& key) {
     auto it = p2p_.find(p2p_key(key.first, key.second));
     if (!it->second.sent) {
       it->second.ready = sg4::Semaphore::create(0);
       it->second.ready->acquire();
     }
-    if (it->second.flow) it->second.flow->wait();
+    P2p& e = it->second;
+    double latency = 0;
+    if (e.flow) {
+      e.flow->wait();
+      latency = flow_class_[flow_class_of(e.src, e.type)].latency_s;
+    }
     p2p_.erase(it);
+    return latency;
   }
 
   // One collective of a ring group: the flows of all its ring edges start when its last
   // member arrives (NCCL's kernels run together) and everyone is done when the slowest edge
-  // is (a pipelined ring moves at its slowest link), plus the ring's other steps' latency.
+  // is (a pipelined ring moves at its slowest link), plus the latency of the ring's steps.
+  // Alike groups are one: a member arrives for every rank of its colour.
   struct Coll {
     std::int64_t arrived = 0, waiting = 0, left = 0;
     bool done = false;
     sg4::SemaphorePtr finished;
   };
-  void collective(const std::vector<std::pair<std::uint64_t, std::int64_t>>& joins, const RingFlow& f, plan::GroupKind g, std::size_t type) {
-    const std::int64_t size = layout_.group_size(g);
+  void collective(const std::vector<std::pair<std::uint64_t, std::int32_t>>& joins, const RingFlow& f, std::size_t type) {
     std::vector<sg4::CommPtr> flows;
     std::vector<std::uint64_t> mine, theirs;
     double extra = 0;
-    for (const auto& [key, r] : joins) {
+    for (const auto& [key, kind] : joins) {
+      const auto& colours = group_colours_.at(kind);
+      const auto size = static_cast<std::int64_t>(colours.size());
       Coll& c = colls_[key];
       if (++c.arrived < size) {
         theirs.push_back(key);
         continue;
       }
       mine.push_back(key);
-      for (const auto m : layout_.group_members(g, r)) {
-        const std::int64_t next = peer_[type][static_cast<std::size_t>(m)];
-        extra = std::max(extra, std::max(0.0, f.steps - 1) * route(type, m).latency_s);
-        flows.push_back(sg4::Comm::sendto_async(hosts_[static_cast<std::size_t>(m)], hosts_[static_cast<std::size_t>(next)], static_cast<std::uint64_t>(std::llround(f.bytes))));
+      for (const auto colour : colours) {
+        const std::int64_t from = rep_[static_cast<std::size_t>(colour)];
+        extra = std::max(extra, f.steps * flow_class_[flow_class_of(from, type)].latency_s);
+        if (auto flow = send_flow(from, type, f.bytes)) flows.push_back(std::move(flow));
       }
     }
     for (auto& fl : flows) fl->wait();
     if (!mine.empty() && extra > 0) sg4::this_actor::sleep_for(extra);
+    auto leave = [&](std::uint64_t key, std::int32_t kind) {
+      if (++colls_[key].left == static_cast<std::int64_t>(group_colours_.at(kind).size())) colls_.erase(key);
+    };
     for (const auto key : mine) {
       Coll& c = colls_[key];
       c.done = true;
       for (std::int64_t i = 0; i < c.waiting; ++i) c.finished->release();
-      if (++c.left == size) colls_.erase(key);
+      leave(key, kind_in(joins, key));
     }
     for (const auto key : theirs) {
       Coll& c = colls_[key];
@@ -458,8 +498,14 @@ class Simulation {
         ++c.waiting;
         c.finished->acquire();
       }
-      if (++colls_[key].left == size) colls_.erase(key);
+      leave(key, kind_in(joins, key));
     }
+  }
+  static std::int32_t kind_in(const std::vector<std::pair<std::uint64_t, std::int32_t>>& joins, std::uint64_t key) {
+    for (const auto& [k, kind] : joins) {
+      if (k == key) return kind;
+    }
+    return -1;
   }
 
   struct TraceEvent {
@@ -489,14 +535,16 @@ class Simulation {
     if (i < 0) return;
     auto idx = static_cast<std::size_t>(i);
     bool waited = false;
+    double latency = 0;  // the lanes' transfers travel side by side
     for (std::size_t l = 0; l < st.lanes; ++l) {
       auto& key = st.receiving[idx * st.lanes + l];
       if (key.second >= 0) {
-        receive(key);
+        latency = std::max(latency, receive(key));
         key.second = -1;
         waited = true;
       }
     }
+    if (latency > 0) sg4::this_actor::sleep_for(latency);
     // A traced receive: from its posting to when the rank saw it complete.
     if (waited && st.traced && sp != nullptr && sp->instrs[idx].kind == InstrKind::recv) {
       record(st, *sp, sp->instrs[idx], st.issued_s[idx], sg4::Engine::get_clock());
@@ -520,12 +568,9 @@ class Simulation {
     std::array<std::uint64_t, 6> collectives{};  // collectives issued so far, per stream
     if (st.traced) st.issued_s.assign(n, 0);
     std::array<std::int32_t, 6> last{-1, -1, -1, -1, -1, -1};
-    // The actor computes at the pace of its slowest member.
-    double slow = 1;
-    for (const auto& ms : spec.mirrors) {
-      for (auto m : ms) slow = std::max(slow, slowdown_[static_cast<std::size_t>(m)]);
-    }
+    const double slow = pace_[static_cast<std::size_t>(rep)];  // the actor's slowest member
     const std::int64_t my_stage = layout_.coord(rep).pp;
+    const std::size_t next_type = kinds_.size();
     std::size_t reported = 0;
     for (std::size_t k = 0; k < n; ++k) {
       const Instr& in = sp.instrs[k];
@@ -560,40 +605,40 @@ class Simulation {
           if (layout_.group_size(g) <= 1 || options_.free_communication) break;
           const std::size_t type = kind_type(g);
           const RingFlow f = ring_flow(in.collective, in.bytes, static_cast<double>(layout_.group_size(g)));
-          std::vector<std::pair<std::uint64_t, std::int64_t>> joins;  // (instance, a member rank) per played lane
+          std::vector<std::pair<std::uint64_t, std::int32_t>> joins;  // (instance, group kind) per played lane
           const std::uint64_t seq = collectives[stream]++;
-          for (std::size_t l = 0; l < lanes; ++l) {
-            const std::int64_t r = spec.lanes[l];
-            account(spec, l, type, f.bytes);
-            const auto group = static_cast<std::uint64_t>(layout_.group_index(g, r));
-            joins.emplace_back(((type * 8 + stream) << 52) | (group << 24) | seq, r);
+          for (const std::int64_t r : spec.lanes) {
+            const auto kind = colouring_.group_kind[type][static_cast<std::size_t>(r)];
+            const std::uint64_t key = ((type * 8 + stream) << 52) | (static_cast<std::uint64_t>(kind) << 24) | seq;
+            if (std::find_if(joins.begin(), joins.end(), [&](const auto& j) { return j.first == key; }) == joins.end()) joins.emplace_back(key, kind);
           }
           ActorState* traced = st.traced ? &st : nullptr;
           // The stream's previous collective, if still running, is joined by this worker.
           sg4::ActorPtr before = last[stream] >= 0 ? st.worker[static_cast<std::size_t>(last[stream])] : nullptr;
-          st.worker[k] = sg4::Actor::create("coll", hosts_[static_cast<std::size_t>(rep)], [this, joins = std::move(joins), f, g, type, traced, before, &sp, &in] {
+          st.worker[k] = sg4::Actor::create("coll", host_of_[static_cast<std::size_t>(rep)], [this, joins = std::move(joins), f, type, traced, before, &sp, &in] {
             if (before) before->join();
             const double start = sg4::Engine::get_clock();
-            collective(joins, f, g, type);
+            collective(joins, f, type);
             if (traced != nullptr) record(*traced, sp, in, start, sg4::Engine::get_clock());
           });
           break;
         }
         case InstrKind::send: {
           wait_for(st, in.after);
-          const std::size_t type = kinds_.size() + (in.peer_stage == my_stage ? 0 : (in.peer_stage == layout_.coord(peer_[kinds_.size()][static_cast<std::size_t>(rep)]).pp ? 0 : 1));
           const double bytes = options_.free_communication ? 0 : in.bytes;
-          for (std::size_t l = 0; l < lanes; ++l) {
-            const std::int64_t r = spec.lanes[l];
+          for (const std::int64_t r : spec.lanes) {
+            const std::size_t type =
+                in.peer_stage == my_stage || in.peer_stage == layout_.coord(peer_[next_type][static_cast<std::size_t>(r)]).pp ? next_type : next_type + 1;
             const std::int64_t peer = in.peer_stage == my_stage ? r : peer_[type][static_cast<std::size_t>(r)];
-            if (peer != r) account(spec, l, type, bytes);
             // Sends are buffered, as the Program's replay takes them (Megatron batches
-            // isend/irecv): nothing waits for one but its receiver.
-            P2p& e = p2p_[p2p_key(peer, in.tag)];
-            e.src = r;
+            // isend/irecv): nothing waits for one but its receiver, the one playing the
+            // peer's colour.
+            P2p& e = p2p_[p2p_key(rep_[static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(peer)])], in.tag)];
+            e.src = peer == r ? -1 : r;
+            e.type = type;
             e.bytes = bytes;
             e.sent = true;
-            if (e.posted) start(e, peer);
+            if (e.posted) start(e);
             if (e.ready) e.ready->release();
           }
           break;
@@ -603,7 +648,7 @@ class Simulation {
             const std::int64_t r = spec.lanes[l];
             P2p& e = p2p_[p2p_key(r, in.tag)];
             e.posted = true;
-            if (e.sent) start(e, r);
+            if (e.sent) start(e);
             st.receiving[k * lanes + l] = {r, in.tag};
           }
           break;
@@ -638,7 +683,7 @@ class Simulation {
     traced.erase(std::unique(traced.begin(), traced.end()), traced.end());
     for (const std::int64_t r : traced) {
       // A TP group's ranks share their actor's timeline.
-      const ActorState& st = actors_[static_cast<std::size_t>(actor_of_[static_cast<std::size_t>(r)])];
+      const ActorState& st = actors_[played_actor_of(r)];
       const auto pid = r;
       events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "rank " + std::to_string(r) + " (stage " + std::to_string(layout_.coord(pid).pp) + ")"}}}});
       for (int s = 0; s < 6; ++s) {
@@ -719,8 +764,8 @@ class Simulation {
   }
 
   struct SimLink {
-    sg4::SplitDuplexLink* link = nullptr;
     double bytes_per_s = 0;
+    double latency_s = 0;
     topology::VertexId a = 0, b = 0;
   };
 
@@ -732,20 +777,25 @@ class Simulation {
   models::Program program_;
   topology::Topology topo_;
   std::int64_t world_ = 0, flows_ = 0;
-  std::vector<double> slowdown_;
+  std::vector<double> slowdown_;                   // per rank, from the plan
+  std::vector<double> pace_;                       // per rank: its actor's slowest member
   std::vector<plan::GroupKind> kinds_;             // the groups collectives use, in first use
   std::vector<std::vector<std::int64_t>> peer_;    // per flow type, per rank: who it sends to
-  std::vector<ActorSpec> specs_;                   // who each actor plays
-  std::vector<std::int32_t> actor_of_;             // per rank
+  std::vector<std::vector<std::int64_t>> group_;   // per flow type, per rank: its group (collectives)
+  std::vector<std::vector<Route>> route_;          // per flow type, per rank
+  std::vector<SimLink> links_;                     // per topology link
+  Colouring colouring_;
+  std::vector<std::int64_t> rep_;                  // per colour: the rank that plays it
+  std::vector<std::size_t> played_actor_;          // per colour: the actor that plays it
+  std::vector<ActorSpec> specs_;                   // the played actors
+  std::vector<FlowClass> flow_class_;              // per (colour, type)
+  std::map<std::int32_t, std::vector<std::int32_t>> group_colours_;  // per group kind: its colours
+  std::vector<sg4::Host*> host_of_;                // per rank (played ones)
+  std::vector<sg4::Host*> sink_;                   // per flow type
   std::vector<std::int64_t> traced_;
   std::unordered_map<std::uint64_t, P2p> p2p_;  // by p2p_key(receiving rank, tag)
-  std::unordered_map<std::uint64_t, Coll> colls_;             // by (type, stream, group, ordinal)
-  std::vector<sg4::Host*> hosts_;
-  std::vector<SimLink> links_;
-  sg4::Link* free_link_ = nullptr;
-  std::map<std::pair<std::int64_t, std::int64_t>, Route> routes_;
-  std::vector<std::vector<const Route*>> route_of_;  // per flow type, per rank
-  std::vector<double> link_bytes_;                    // per directed link slot
+  std::unordered_map<std::uint64_t, Coll> colls_;  // by (type, stream, group kind, ordinal)
+  std::vector<double> link_bytes_;                 // per directed link slot
   std::vector<ActorState> actors_;
   std::vector<std::vector<BlockTime>> blocks_;  // per stage class, per instruction
   double makespan_ = 0;
