@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <simgrid/kernel/routing/NetPoint.hpp>
+#include <simgrid/kernel/routing/NetZoneImpl.hpp>
 #include <simgrid/s4u.hpp>
 #include <unordered_map>
 
@@ -71,6 +73,26 @@ struct FlowClass {
   double bytes = 0;           // played so far (per member)
   std::int64_t played = 0;    // flows played
   std::vector<std::pair<std::size_t, std::int32_t>> on_slot;  // (link slot, members crossing it)
+};
+
+// The platform's one zone: a route per source host (a flow class's, to the common sink),
+// links repeated as given. SimGrid's own zones either keep a table of every pair (full) or
+// drop a link that a route repeats (star), and the repetitions are the class's weights.
+class ClassZone : public simgrid::kernel::routing::NetZoneImpl {
+ public:
+  explicit ClassZone(const std::string& name) : NetZoneImpl(name) {}
+  void set_route(const sg4::Host* from, const std::vector<sg4::Link*>& links) {
+    auto& route = routes_[from->get_netpoint()];
+    for (const auto* l : links) route.push_back(l->get_impl());
+  }
+  void get_local_route(const simgrid::kernel::routing::NetPoint* src, const simgrid::kernel::routing::NetPoint* /*dst*/,
+                       simgrid::kernel::routing::Route* into, double* /*latency*/) override {
+    const auto it = routes_.find(src);
+    if (it != routes_.end()) into->link_list_.insert(into->link_list_.end(), it->second.begin(), it->second.end());
+  }
+
+ private:
+  std::unordered_map<const simgrid::kernel::routing::NetPoint*, std::vector<simgrid::kernel::resource::StandardLinkImpl*>> routes_;
 };
 
 class Simulation {
@@ -367,17 +389,19 @@ class Simulation {
     return static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(rank)]) * peer_.size() + type;
   }
 
-  // The SimGrid platform: a host per played rank (and a sink per flow type), one link per
-  // link colour, and per flow class a route from its representative's host to the sink of
-  // its type through each link colour as many times as members of the class cross one link
-  // of that colour (symmetry.hpp: SimGrid adds the repeated consumptions up).
+  // The SimGrid platform: a host per played actor (its compute), and per flow class a host
+  // whose route to the common sink goes through each link colour as many times as members
+  // of the class cross one link of that colour (symmetry.hpp: SimGrid adds the repeated
+  // consumptions up).
   void build_platform() {
-    auto* zone = sg4::create_full_zone("cluster");
+    auto* impl = new ClassZone("cluster");  // owned by SimGrid's engine
+    auto* zone = impl->get_iface();
     host_of_.assign(static_cast<std::size_t>(world_), nullptr);
     for (const auto& spec : specs_) {
-      for (auto r : spec.lanes) host_of_[static_cast<std::size_t>(r)] = zone->create_host("gpu" + std::to_string(r), kSpeed);
+      auto* host = zone->create_host("gpu" + std::to_string(spec.lanes.front()), kSpeed);
+      for (auto r : spec.lanes) host_of_[static_cast<std::size_t>(r)] = host;
     }
-    for (std::size_t t = 0; t < peer_.size(); ++t) sink_.push_back(zone->create_host("sink" + std::to_string(t), kSpeed));
+    sink_ = zone->create_host("sink", kSpeed);
     std::vector<sg4::Link*> by_colour(static_cast<std::size_t>(colouring_.link_colours), nullptr);
     sg4::Link* free_link = nullptr;
     if (options_.free_communication) {
@@ -389,32 +413,34 @@ class Simulation {
         by_colour[static_cast<std::size_t>(k)] = zone->create_link("k" + std::to_string(k), links_[slot / 2].bytes_per_s)->set_latency(0);
       }
     }
-    const std::size_t types = peer_.size();
+    flow_host_.assign(flow_class_.size(), nullptr);
     for (std::size_t i = 0; i < flow_class_.size(); ++i) {
       const FlowClass& fc = flow_class_[i];
       if (fc.members == 0) continue;
-      std::vector<sg4::LinkInRoute> route;
+      std::vector<sg4::Link*> route;
       if (options_.free_communication) {
-        route.emplace_back(free_link);
+        route.push_back(free_link);
       } else {
         std::map<std::int32_t, std::int32_t> per_colour;  // link colour -> members on one such link
         for (const auto& [slot, count] : fc.on_slot) per_colour[colouring_.link_colour[slot]] = count;
         for (const auto& [k, count] : per_colour) {
-          for (std::int32_t j = 0; j < count; ++j) route.emplace_back(by_colour[static_cast<std::size_t>(k)]);
+          for (std::int32_t j = 0; j < count; ++j) route.push_back(by_colour[static_cast<std::size_t>(k)]);
         }
       }
-      zone->add_route(host_of_[static_cast<std::size_t>(fc.from)]->get_netpoint(), sink_[i % types]->get_netpoint(), nullptr, nullptr, route, false);
+      flow_host_[i] = zone->create_host("flow" + std::to_string(i), kSpeed);
+      impl->set_route(flow_host_[i], route);
     }
     zone->seal();
   }
 
   // A flow of `type` from played rank `from`, standing for its class.
   sg4::CommPtr send_flow(std::int64_t from, std::size_t type, double bytes) {
-    FlowClass& fc = flow_class_[flow_class_of(from, type)];
+    const std::size_t i = flow_class_of(from, type);
+    FlowClass& fc = flow_class_[i];
     fc.bytes += bytes;
     ++fc.played;
     if (options_.free_communication || bytes <= 0) return nullptr;
-    return sg4::Comm::sendto_async(host_of_[static_cast<std::size_t>(from)], sink_[type], static_cast<std::uint64_t>(std::llround(bytes)));
+    return sg4::Comm::sendto_async(flow_host_[i], sink_, static_cast<std::uint64_t>(std::llround(bytes)));
   }
 
   // A pipeline transfer: its flow starts once the sender has sent and the receiver posted
@@ -790,8 +816,9 @@ class Simulation {
   std::vector<ActorSpec> specs_;                   // the played actors
   std::vector<FlowClass> flow_class_;              // per (colour, type)
   std::map<std::int32_t, std::vector<std::int32_t>> group_colours_;  // per group kind: its colours
-  std::vector<sg4::Host*> host_of_;                // per rank (played ones)
-  std::vector<sg4::Host*> sink_;                   // per flow type
+  std::vector<sg4::Host*> host_of_;                // per rank (played ones): its actor's
+  std::vector<sg4::Host*> flow_host_;              // per flow class
+  sg4::Host* sink_ = nullptr;
   std::vector<std::int64_t> traced_;
   std::unordered_map<std::uint64_t, P2p> p2p_;  // by p2p_key(receiving rank, tag)
   std::unordered_map<std::uint64_t, Coll> colls_;  // by (type, stream, group kind, ordinal)
