@@ -58,8 +58,8 @@ struct Route {
   double latency_s = 0;
 };
 
-// A played actor: a TP group (or a rank) standing for every actor of its kind, and the
-// lanes it plays, one rank per colour among its members.
+// A played actor: a TP group (or a rank) standing for every actor of its colour, named by
+// its first rank.
 struct ActorSpec {
   std::vector<std::int64_t> lanes;
 };
@@ -203,7 +203,7 @@ class Simulation {
     }
     for (const auto& fc : flow_class_) flows_ += fc.members * fc.played;
     out.flows = flows_;
-    out.played_ranks = colouring_.colours;
+    out.played_actors = colouring_.colours;
     link_bytes_.assign(2 * links_.size(), 0.0);
     for (const auto& fc : flow_class_) {
       for (const auto& [slot, count] : fc.on_slot) link_bytes_[slot] += fc.bytes * count;
@@ -283,87 +283,90 @@ class Simulation {
     return to >= 0 && to != r;
   }
 
-  // Which ranks are played. By default (merged blocks, a TP group inside one NVLink domain)
-  // an actor is a TP group: its members meet in a TP collective inside every block, so they
-  // compute in lockstep at the pace of the slowest (a straggler holds its whole group).
-  // `--fine` plays every rank as its own actor. Then ranks are coloured (symmetry.hpp) and
-  // one actor of each kind is played, with one lane per colour among its members.
+  // Who is played. By default (merged blocks, a TP group inside one NVLink domain) an actor
+  // is a TP group: its members meet in a TP collective inside every block, so they compute in
+  // lockstep at the pace of the slowest (a straggler holds its whole group), and its lanes
+  // (one rank per TP coordinate) move their pipeline and DP/CP/EP bytes side by side: one
+  // flow per transfer whose route crosses each link once per lane on it, finishing when the
+  // slowest lane would (lanes on one bottleneck share it as separate flows would; a faster
+  // lane does not free its links early). `--fine` plays every rank as its own actor with its
+  // own flows, the reference. Actors are then coloured (symmetry.hpp) and one of each colour
+  // is played.
   void plan_actors() {
     const std::int64_t tp = layout_.group_size(plan::GroupKind::tp);
     const bool grouped = !options_.fine && tp > 1 && layout_.group_span(plan::GroupKind::tp) < p_.cluster.gpus_per_node;
+    node_of_.resize(static_cast<std::size_t>(world_));
+    std::vector<std::vector<std::int64_t>> lanes;  // per node, ascending (the first leads)
+    for (std::int64_t r = 0; r < world_; ++r) {
+      const std::int64_t v = grouped ? layout_.group_index(plan::GroupKind::tp, r) : r;
+      node_of_[static_cast<std::size_t>(r)] = v;
+      if (static_cast<std::size_t>(v) >= lanes.size()) lanes.resize(static_cast<std::size_t>(v) + 1);
+      lanes[static_cast<std::size_t>(v)].push_back(r);
+    }
+    const std::size_t nodes = lanes.size(), types = peer_.size();
     FlowSystem fs;
-    fs.ranks = world_;
-    fs.actor.resize(static_cast<std::size_t>(world_));
-    for (std::int64_t r = 0; r < world_; ++r) fs.actor[static_cast<std::size_t>(r)] = grouped ? layout_.group_index(plan::GroupKind::tp, r) : r;
-    std::map<std::int64_t, double> pace;  // per actor: its slowest member's slowdown
-    for (std::int64_t r = 0; r < world_; ++r) {
-      double& s = pace[fs.actor[static_cast<std::size_t>(r)]];
-      s = std::max({s, 1.0, slowdown_[static_cast<std::size_t>(r)]});
-    }
-    pace_.assign(static_cast<std::size_t>(world_), 1.0);
-    fs.initial.resize(static_cast<std::size_t>(world_));
+    fs.ranks = static_cast<std::int64_t>(nodes);
+    fs.actor.resize(nodes);
+    fs.initial.resize(nodes);
+    pace_.assign(nodes, 1.0);
     std::map<std::pair<std::int64_t, double>, std::int64_t> start;
-    for (std::int64_t r = 0; r < world_; ++r) {
-      const double s = pace[fs.actor[static_cast<std::size_t>(r)]];
-      pace_[static_cast<std::size_t>(r)] = s;
-      fs.initial[static_cast<std::size_t>(r)] = start.emplace(std::pair{layout_.coord(r).pp, s}, static_cast<std::int64_t>(start.size())).first->second;
+    for (std::size_t v = 0; v < nodes; ++v) {
+      fs.actor[v] = static_cast<std::int64_t>(v);
+      for (auto r : lanes[v]) pace_[v] = std::max(pace_[v], slowdown_[static_cast<std::size_t>(r)]);
+      fs.initial[v] = start.emplace(std::pair{layout_.coord(lanes[v].front()).pp, pace_[v]}, static_cast<std::int64_t>(start.size())).first->second;
     }
-    fs.peer = peer_;
-    fs.group = group_;
-    fs.route.assign(peer_.size(), std::vector<const std::vector<topology::Hop>*>(static_cast<std::size_t>(world_), nullptr));
-    fs.latency_s.assign(peer_.size(), std::vector<double>(static_cast<std::size_t>(world_), 0.0));
-    for (std::size_t t = 0; t < peer_.size(); ++t) {
-      for (std::int64_t r = 0; r < world_; ++r) {
-        if (!has_flow(t, r)) continue;
-        fs.route[t][static_cast<std::size_t>(r)] = &route_[t][static_cast<std::size_t>(r)].hops;
-        fs.latency_s[t][static_cast<std::size_t>(r)] = route_[t][static_cast<std::size_t>(r)].latency_s;
+    fs.peer.assign(types, std::vector<std::int64_t>(nodes, -1));
+    fs.group.assign(types, {});
+    fs.route.assign(types, std::vector<const std::vector<topology::Hop>*>(nodes, nullptr));
+    fs.latency_s.assign(types, std::vector<double>(nodes, 0.0));
+    bundle_.assign(types, std::vector<Route>(nodes));
+    lane_flows_.assign(types, std::vector<std::int32_t>(nodes, 0));
+    for (std::size_t t = 0; t < types; ++t) {
+      if (!group_[t].empty()) fs.group[t].assign(nodes, -1);
+      for (std::size_t v = 0; v < nodes; ++v) {
+        const std::int64_t lead = lanes[v].front();
+        const std::int64_t to = peer_[t][static_cast<std::size_t>(lead)];
+        fs.peer[t][v] = to < 0 ? -1 : node_of_[static_cast<std::size_t>(to)];
+        if (!group_[t].empty()) fs.group[t][v] = group_[t][static_cast<std::size_t>(lead)];
+        if (!has_flow(t, lead)) continue;
+        Route& b = bundle_[t][v];
+        for (auto r : lanes[v]) {
+          const Route& mine = route_[t][static_cast<std::size_t>(r)];
+          b.hops.insert(b.hops.end(), mine.hops.begin(), mine.hops.end());
+          b.latency_s = std::max(b.latency_s, mine.latency_s);
+          ++lane_flows_[t][v];
+        }
+        fs.route[t][v] = &b.hops;
+        fs.latency_s[t][v] = b.latency_s;
       }
     }
     fs.capacity.resize(2 * links_.size());
     for (std::size_t i = 0; i < links_.size(); ++i) fs.capacity[2 * i] = fs.capacity[2 * i + 1] = links_[i].bytes_per_s;
-    colouring_ = colour_ranks(fs, options_.mirror_lanes);
+    colouring_ = colour_ranks(fs, options_.mirror_alike);
 
-    // One played actor per kind (its lanes' colours with counts); in it, the first lane of
-    // each colour represents that colour everywhere.
+    // One played actor per colour, led by its first rank.
     const auto colours = static_cast<std::size_t>(colouring_.colours);
     rep_.assign(colours, -1);
-    std::map<std::int64_t, std::vector<std::int64_t>> members;
-    for (std::int64_t r = 0; r < world_; ++r) members[fs.actor[static_cast<std::size_t>(r)]].push_back(r);
-    std::map<std::vector<std::int32_t>, std::size_t> kinds;
-    for (const auto& [actor, ranks] : members) {
-      std::vector<std::int32_t> key;
-      for (auto r : ranks) key.push_back(colouring_.colour[static_cast<std::size_t>(r)]);
-      std::sort(key.begin(), key.end());
-      const auto [it, fresh] = kinds.emplace(key, specs_.size());
-      if (fresh) {
-        ActorSpec spec;
-        for (auto r : ranks) {
-          auto& rep = rep_[static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(r)])];
-          if (rep < 0) {
-            rep = r;
-            spec.lanes.push_back(r);
-          }
-        }
-        specs_.push_back(std::move(spec));
-      }
-    }
     played_actor_.assign(colours, 0);
-    for (std::size_t a = 0; a < specs_.size(); ++a) {
-      for (auto r : specs_[a].lanes) played_actor_[static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(r)])] = a;
+    for (std::size_t v = 0; v < nodes; ++v) {
+      const auto c = static_cast<std::size_t>(colouring_.colour[v]);
+      if (rep_[c] >= 0) continue;
+      rep_[c] = lanes[v].front();
+      played_actor_[c] = specs_.size();
+      specs_.push_back({{lanes[v].front()}});
     }
-    // Flow classes: per (colour, type), the members and the links they cross.
-    const std::size_t types = peer_.size();
+    // Flow classes: per (colour, type), the lane flows they stand for and the links these cross.
     flow_class_.assign(colours * types, {});
     std::vector<std::unordered_map<std::size_t, std::int32_t>> count(colours * types);
     for (std::size_t t = 0; t < types; ++t) {
-      for (std::int64_t r = 0; r < world_; ++r) {
-        if (!has_flow(t, r)) continue;
-        const auto c = static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(r)]);
+      for (std::size_t v = 0; v < nodes; ++v) {
+        if (lane_flows_[t][v] == 0) continue;
+        const auto c = static_cast<std::size_t>(colouring_.colour[v]);
         FlowClass& fc = flow_class_[c * types + t];
-        ++fc.members;
+        fc.members += lane_flows_[t][v];
         fc.from = rep_[c];
-        fc.latency_s = route_[t][static_cast<std::size_t>(r)].latency_s;
-        for (const auto& h : route_[t][static_cast<std::size_t>(r)].hops) ++count[c * types + t][h.slot()];
+        fc.latency_s = bundle_[t][v].latency_s;
+        for (const auto& h : bundle_[t][v].hops) ++count[c * types + t][h.slot()];
       }
     }
     for (std::size_t i = 0; i < flow_class_.size(); ++i) {
@@ -373,20 +376,22 @@ class Simulation {
     // The distinct colours in each kind of collective group.
     group_colours_.clear();
     for (std::size_t t = 0; t < kinds_.size(); ++t) {
-      for (std::int64_t r = 0; r < world_; ++r) {
-        const auto kind = colouring_.group_kind[t][static_cast<std::size_t>(r)];
+      for (std::size_t v = 0; v < nodes; ++v) {
+        const auto kind = colouring_.group_kind[t][v];
         if (kind < 0) continue;
         auto& cs = group_colours_[kind];
-        const auto c = colouring_.colour[static_cast<std::size_t>(r)];
+        const auto c = colouring_.colour[v];
         if (std::find(cs.begin(), cs.end(), c) == cs.end()) cs.push_back(c);
       }
     }
   }
-  std::size_t played_actor_of(std::int64_t rank) const {
-    return played_actor_[static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(rank)])];
+  std::int32_t colour_of(std::int64_t rank) const { return colouring_.colour[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(rank)])]; }
+  std::int32_t group_kind_of(std::size_t type, std::int64_t rank) const {
+    return colouring_.group_kind[type][static_cast<std::size_t>(node_of_[static_cast<std::size_t>(rank)])];
   }
+  std::size_t played_actor_of(std::int64_t rank) const { return played_actor_[static_cast<std::size_t>(colour_of(rank))]; }
   std::size_t flow_class_of(std::int64_t rank, std::size_t type) const {
-    return static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(rank)]) * peer_.size() + type;
+    return static_cast<std::size_t>(colour_of(rank)) * peer_.size() + type;
   }
 
   // The SimGrid platform: a host per played actor (its compute), and per flow class a host
@@ -594,7 +599,7 @@ class Simulation {
     std::array<std::uint64_t, 6> collectives{};  // collectives issued so far, per stream
     if (st.traced) st.issued_s.assign(n, 0);
     std::array<std::int32_t, 6> last{-1, -1, -1, -1, -1, -1};
-    const double slow = pace_[static_cast<std::size_t>(rep)];  // the actor's slowest member
+    const double slow = pace_[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(rep)])];  // the actor's slowest member
     const std::int64_t my_stage = layout_.coord(rep).pp;
     const std::size_t next_type = kinds_.size();
     std::size_t reported = 0;
@@ -634,7 +639,7 @@ class Simulation {
           std::vector<std::pair<std::uint64_t, std::int32_t>> joins;  // (instance, group kind) per played lane
           const std::uint64_t seq = collectives[stream]++;
           for (const std::int64_t r : spec.lanes) {
-            const auto kind = colouring_.group_kind[type][static_cast<std::size_t>(r)];
+            const auto kind = group_kind_of(type, r);
             const std::uint64_t key = ((type * 8 + stream) << 52) | (static_cast<std::uint64_t>(kind) << 24) | seq;
             if (std::find_if(joins.begin(), joins.end(), [&](const auto& j) { return j.first == key; }) == joins.end()) joins.emplace_back(key, kind);
           }
@@ -659,7 +664,7 @@ class Simulation {
             // Sends are buffered, as the Program's replay takes them (Megatron batches
             // isend/irecv): nothing waits for one but its receiver, the one playing the
             // peer's colour.
-            P2p& e = p2p_[p2p_key(rep_[static_cast<std::size_t>(colouring_.colour[static_cast<std::size_t>(peer)])], in.tag)];
+            P2p& e = p2p_[p2p_key(rep_[static_cast<std::size_t>(colour_of(peer))], in.tag)];
             e.src = peer == r ? -1 : r;
             e.type = type;
             e.bytes = bytes;
@@ -804,7 +809,10 @@ class Simulation {
   topology::Topology topo_;
   std::int64_t world_ = 0, flows_ = 0;
   std::vector<double> slowdown_;                   // per rank, from the plan
-  std::vector<double> pace_;                       // per rank: its actor's slowest member
+  std::vector<double> pace_;                       // per node: its slowest member
+  std::vector<std::int64_t> node_of_;              // per rank: its node (a TP group, or itself)
+  std::vector<std::vector<Route>> bundle_;         // per flow type, per node: its lanes' routes
+  std::vector<std::vector<std::int32_t>> lane_flows_;  // per flow type, per node
   std::vector<plan::GroupKind> kinds_;             // the groups collectives use, in first use
   std::vector<std::vector<std::int64_t>> peer_;    // per flow type, per rank: who it sends to
   std::vector<std::vector<std::int64_t>> group_;   // per flow type, per rank: its group (collectives)

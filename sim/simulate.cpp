@@ -37,7 +37,7 @@ std::string result_to_json(const SimulateResult& r) {
   for (const auto& l : r.hottest_links) links.push_back({{"name", l.name}, {"busy_fraction", l.busy_fraction}, {"bytes", l.bytes}});
   j["hottest_links"] = links;
   j["flows"] = r.flows;
-  j["played_ranks"] = r.played_ranks;
+  j["played_actors"] = r.played_actors;
   j["error"] = r.error;
   return j.dump();
 }
@@ -50,7 +50,7 @@ SimulateResult result_from_json(const std::string& text) {
     r.hottest_links.push_back({l.at("name").get<std::string>(), l.at("busy_fraction").get<double>(), l.at("bytes").get<double>()});
   }
   r.flows = j.at("flows").get<std::int64_t>();
-  r.played_ranks = j.at("played_ranks").get<std::int64_t>();
+  r.played_actors = j.at("played_actors").get<std::int64_t>();
   r.error = j.at("error").get<std::string>();
   return r;
 }

@@ -44,9 +44,9 @@ struct SimulateOptions {
   bool fine = false;
   // Play this Program instead of the plan's own lowering (tests time single collectives).
   const models::Program* program = nullptr;
-  // Let a lane of TP groups stand for the lanes whose flows are provably its mirror image
-  // (engine.cpp, plan_actors). Off: every rank is played (the check that mirrors are exact).
-  bool mirror_lanes = true;
+  // Play one actor per colour of alike actors (sim/symmetry.hpp). Off: every actor is
+  // played (the check that the reduction is exact).
+  bool mirror_alike = true;
 };
 
 struct LinkUse {
@@ -59,7 +59,7 @@ struct SimulateResult {
   std::optional<report::Report> report;  // method: simulated
   std::vector<LinkUse> hottest_links;    // most bytes first (up to 10)
   std::int64_t flows = 0;                // network flows, played or mirrored
-  std::int64_t played_ranks = 0;         // ranks whose flows were played (the rest mirrored)
+  std::int64_t played_actors = 0;        // actors played (TP groups or ranks; the rest mirrored)
   std::string error;
 };
 

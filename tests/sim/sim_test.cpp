@@ -219,42 +219,42 @@ TEST(Simulate, ResultsSurviveTheTripThroughJson) {
   r.report->step_time_s = 1.5;
   r.hottest_links.push_back({"leaf0->spine1", 0.25, 1e9});
   r.flows = 7;
-  r.played_ranks = 3;
+  r.played_actors = 3;
   const SimulateResult back = result_from_json(result_to_json(r));
   ASSERT_TRUE(back.report);
   EXPECT_DOUBLE_EQ(back.report->step_time_s, 1.5);
   EXPECT_EQ(back.hottest_links.front().name, "leaf0->spine1");
   EXPECT_EQ(back.flows, 7);
-  EXPECT_EQ(back.played_ranks, 3);
+  EXPECT_EQ(back.played_actors, 3);
 }
 
-// Rails: every rank of a stage meets the same links in the same way (lane k reaches only
-// rail k's switches), so colour refinement leaves one colour per stage and one rank each is
-// played; the step, the bytes on each link and the flow count are those of playing all 32.
+// Rails: every TP group of a stage meets the same links in the same way (lane k reaches only
+// rail k's switches), so colour refinement leaves one colour per stage and one TP group each
+// is played; the step, the bytes on each link and the flow count are those of playing all 8.
 TEST(Simulate, AMirroredLaneGivesTheStepOfPlayingEveryLane) {
   const plan::Plan p = load("model: {preset: tiny, num_layers: 8}\ntraining: {global_batch_size: 16, micro_batch_size: 1, precision: bf16}\n"
                             "parallelism: {tp: 4, pp: 2, dp: 4, zero_stage: 1}\n"
                             "cluster: {gpu: h100-sxm, num_gpus: 32, gpus_per_node: 4, nics_per_node: 4, topology: {kind: rail_optimized, switch_radix: 16}}\n");
   SimulateOptions all;
-  all.mirror_lanes = false;
+  all.mirror_alike = false;
   const SimulateResult mirrored = simulate(p), played = simulate(p, all);
   ASSERT_TRUE(mirrored.report && played.report) << mirrored.error << played.error;
-  EXPECT_EQ(played.played_ranks, 32);
-  EXPECT_EQ(mirrored.played_ranks, 2);  // a rank per stage
+  EXPECT_EQ(played.played_actors, 8);
+  EXPECT_EQ(mirrored.played_actors, 2);  // a TP group per stage
   EXPECT_NEAR(mirrored.report->step_time_s, played.report->step_time_s, 1e-12 * played.report->step_time_s);
   EXPECT_EQ(mirrored.flows, played.flows);
   ASSERT_EQ(mirrored.hottest_links.size(), played.hottest_links.size());
   for (std::size_t i = 0; i < played.hottest_links.size(); ++i) EXPECT_DOUBLE_EQ(mirrored.hottest_links[i].bytes, played.hottest_links[i].bytes);
 }
 
-// On a fat tree whose leaves mix lanes, lanes share links: every lane is played.
-TEST(Simulate, LanesThatShareLinksAreAllPlayed) {
+// Flows hashed onto paths at random load links unevenly: no two TP groups are alike.
+TEST(Simulate, HashedRoutesLeaveNoActorsAlike) {
   const plan::Plan p = load("model: {preset: tiny, num_layers: 8}\ntraining: {global_batch_size: 16, micro_batch_size: 1, precision: bf16}\n"
                             "parallelism: {tp: 4, pp: 2, dp: 4, zero_stage: 1}\n"
                             "cluster: {gpu: h100-sxm, num_gpus: 32, gpus_per_node: 4, nics_per_node: 4, topology: {tiers: 2, switch_radix: 16, routing: ecmp_hash}}\n");
   const SimulateResult r = simulate(p);
   ASSERT_TRUE(r.report) << r.error;
-  EXPECT_EQ(r.played_ranks, 32);
+  EXPECT_EQ(r.played_actors, 8);
 }
 
 }  // namespace
