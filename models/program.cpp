@@ -39,8 +39,11 @@ class StageLowering {
     chunks_ = plan::layers_per_chunk(p);
   }
 
-  StageProgram run() {
+  // `expected`: the instructions to make room for (the previous stage's count: stages differ
+  // little, and growing a vector of millions copies it and faults its pages in twice).
+  StageProgram run(std::size_t expected) {
     StageProgram sp;
+    sp.instrs.reserve(expected);
     sp.stage = stage_;
     sp.ranks = p_.cluster.num_gpus / prog_.stages;
     sp.schedule = stage_schedule(prog_.schedule, prog_.stages, stage_, prog_.microbatches, prog_.chunks);
@@ -356,7 +359,7 @@ class StageLowering {
 
 }  // namespace
 
-LowerResult lower(const plan::Plan& p) {
+LowerResult lower(const plan::Plan& p, const std::function<void(StageProgram&)>& each_stage) {
   LowerResult out;
   const auto& par = p.parallelism;
   const plan::DerivedFigures derived = plan::derive(p);
@@ -375,9 +378,12 @@ LowerResult lower(const plan::Plan& p) {
                 std::to_string(prog.microbatches) + ") to be a multiple of the pipeline stages (" + std::to_string(prog.stages) + ")";
     return out;
   }
+  std::size_t expected = 0;
   for (std::int64_t s = 0; s < prog.stages; ++s) {
     StageLowering lowering(p, prog, s, derived);
-    prog.classes.push_back(lowering.run());
+    prog.classes.push_back(lowering.run(expected));
+    expected = prog.classes.back().instrs.size() + prog.classes.back().instrs.size() / 16;
+    if (each_stage) each_stage(prog.classes.back());
   }
   out.program = std::move(prog);
   return out;

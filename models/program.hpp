@@ -90,7 +90,10 @@ std::vector<ScheduleItem> stage_schedule(plan::PipelineSchedule schedule, std::i
                                          std::int64_t microbatches, std::int64_t chunks);
 
 // Lowers a validated plan.
-LowerResult lower(const plan::Plan& plan);
+// `each_stage`, when given, is handed each stage's program as soon as it is lowered, to
+// rewrite in place (the simulator merges it into blocks there, so that a long pipeline's
+// per-operation instructions never all exist at once).
+LowerResult lower(const plan::Plan& plan, const std::function<void(StageProgram&)>& each_stage = {});
 
 // A rank's concrete view: its stage's instructions with the rank's peers and group ids.
 struct RankView {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -102,16 +103,28 @@ class Simulation {
 
   SimulateResult run() {
     SimulateResult out;
+    const bool debug = std::getenv("MESHWORK_SIM_DEBUG") != nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto lap = [&](const char* what) {
+      if (debug) std::fprintf(stderr, "%8.3f s  %s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), what);
+    };
+    const BlockTimer blocks{p_, layout_, timer_, options_.free_communication};
+    auto merge = [&](models::StageProgram& c) {
+      blocks_.push_back(options_.fine ? blocks.per_instruction(c) : blocks.coarsen(c));
+      c.instrs.shrink_to_fit();
+    };
     if (options_.program != nullptr) {
       program_ = *options_.program;
+      for (auto& c : program_.classes) merge(c);
     } else {
-      auto lowered = models::lower(p_);
+      auto lowered = models::lower(p_, merge);
       if (!lowered.program) {
         out.error = lowered.error;
         return out;
       }
       program_ = std::move(*lowered.program);
     }
+    lap("lowered and merged");
     auto built = topology::build(p_.cluster);
     if (!built.topology) {
       out.error = "cluster.topology: " + built.error;
@@ -161,11 +174,12 @@ class Simulation {
 #if defined(__SANITIZE_ADDRESS__)
     engine.set_config("contexts/factory:thread");  // ASan-clean contexts (the notes)
 #endif
-    const BlockTimer blocks{p_, layout_, timer_, options_.free_communication};
-    for (auto& c : program_.classes) blocks_.push_back(options_.fine ? blocks.per_instruction(c) : blocks.coarsen(c));
+
     find_peers();
     find_routes();
+    lap("routes");
     plan_actors();
+    lap("colours");
     build_platform();
     if (std::getenv("MESHWORK_SIM_DEBUG") != nullptr) {
       for (const auto& c : program_.classes) std::fprintf(stderr, "stage %lld: %zu instructions to play\n", static_cast<long long>(c.stage), c.instrs.size());
@@ -189,6 +203,7 @@ class Simulation {
       sg4::Actor::create("rank" + std::to_string(rep), host_of_[static_cast<std::size_t>(rep)], [this, a] { play(a); });
     }
     engine.run();
+    lap("played");
     makespan_ = sg4::Engine::get_clock();
     for (std::size_t a = 0; a < specs_.size(); ++a) {
       if (!actors_[a].finished) {
@@ -548,13 +563,16 @@ class Simulation {
 
   // What an actor (one rank, or a TP group) did, for the report and the trace.
   struct ActorState {
-    // Per instruction and played lane: the receive posted and not yet seen complete.
-    std::vector<std::pair<std::int64_t, std::int32_t>> receiving;
-    std::vector<sg4::ActorPtr> worker;
+    // Receives posted and not yet seen complete, and collectives' workers not yet joined, by
+    // instruction: a handful at a time, kept short so that a switch to this actor touches
+    // little memory.
+    std::vector<std::pair<std::int32_t, std::pair<std::int64_t, std::int32_t>>> receiving;
+    std::vector<std::pair<std::int32_t, sg4::ActorPtr>> workers;
     double busy_s = 0, recompute_s = 0, optimizer_s = 0;
     std::map<Wait, double> waited_s;
     double last_compute_end_s = 0;
-    double end_s = 0;  // when the actor's last instruction finished
+    double ready_s = 0;  // until when received data is still on its way
+    double end_s = 0;    // when the actor's last instruction finished
     bool finished = false;
     bool traced = false;
     std::size_t lanes = 1;
@@ -562,27 +580,39 @@ class Simulation {
     std::vector<double> issued_s;  // traced actors: when each instruction was issued
   };
 
+  // Sleeps until data received so far has arrived.
+  static void settle(const ActorState& st) {
+    const double now = sg4::Engine::get_clock();
+    if (st.ready_s > now) sg4::this_actor::sleep_for(st.ready_s - now);
+  }
+
   void wait_for(ActorState& st, std::int32_t i, const models::StageProgram* sp = nullptr) {
-    if (i < 0) return;
-    auto idx = static_cast<std::size_t>(i);
+    if (i < 0 || (st.receiving.empty() && st.workers.empty())) return;
+    const auto idx = static_cast<std::size_t>(i);
     bool waited = false;
-    double latency = 0;  // the lanes' transfers travel side by side
-    for (std::size_t l = 0; l < st.lanes; ++l) {
-      auto& key = st.receiving[idx * st.lanes + l];
-      if (key.second >= 0) {
-        latency = std::max(latency, receive(key));
-        key.second = -1;
-        waited = true;
+    double latency = 0;
+    for (std::size_t j = 0; j < st.receiving.size();) {
+      if (st.receiving[j].first != i) {
+        ++j;
+        continue;
       }
+      latency = std::max(latency, receive(st.receiving[j].second));
+      st.receiving.erase(st.receiving.begin() + static_cast<std::ptrdiff_t>(j));
+      waited = true;
     }
-    if (latency > 0) sg4::this_actor::sleep_for(latency);
-    // A traced receive: from its posting to when the rank saw it complete.
-    if (waited && st.traced && sp != nullptr && sp->instrs[idx].kind == InstrKind::recv) {
-      record(st, *sp, sp->instrs[idx], st.issued_s[idx], sg4::Engine::get_clock());
+    // The last byte is through; the data is there a route latency later (waited for by the
+    // next thing the actor does, in the same sleep as its compute when that comes next).
+    if (waited) {
+      const double arrived = sg4::Engine::get_clock() + latency;
+      st.ready_s = std::max(st.ready_s, arrived);
+      // A traced receive: from its posting to when the rank saw it complete.
+      if (st.traced && sp != nullptr && sp->instrs[idx].kind == InstrKind::recv) record(st, *sp, sp->instrs[idx], st.issued_s[idx], arrived);
     }
-    if (st.worker[idx]) {
-      st.worker[idx]->join();
-      st.worker[idx] = nullptr;
+    for (std::size_t j = 0; j < st.workers.size(); ++j) {
+      if (st.workers[j].first != i) continue;
+      st.workers[j].second->join();
+      st.workers.erase(st.workers.begin() + static_cast<std::ptrdiff_t>(j));
+      break;
     }
   }
 
@@ -594,8 +624,7 @@ class Simulation {
     const std::size_t n = sp.instrs.size();
     const std::size_t lanes = spec.lanes.size();
     st.lanes = lanes;
-    st.receiving.assign(n * lanes, {-1, -1});
-    st.worker.assign(n, nullptr);
+
     std::array<std::uint64_t, 6> collectives{};  // collectives issued so far, per stream
     if (st.traced) st.issued_s.assign(n, 0);
     std::array<std::int32_t, 6> last{-1, -1, -1, -1, -1, -1};
@@ -614,7 +643,8 @@ class Simulation {
         case InstrKind::compute: {
           // Idle compute time before this instruction is charged to what it waited for.
           wait_for(st, in.after, &sp);
-          const double now = sg4::Engine::get_clock();
+          const double clock = sg4::Engine::get_clock();
+          const double now = std::max(clock, st.ready_s);  // when the inputs are all there
           const double gap = now - st.last_compute_end_s;
           if (gap > 0) st.waited_s[in.after >= 0 ? wait_of(sp.instrs[static_cast<std::size_t>(in.after)]) : Wait::none] += gap;
           const BlockTime& bt = blocks_[static_cast<std::size_t>(sp.stage)][k];
@@ -625,13 +655,16 @@ class Simulation {
           // In-node collectives merged into the block: their time is exposed TP/CP time.
           st.waited_s[Wait::tp] += bt.tp_s * slow;
           st.waited_s[Wait::cp] += bt.cp_s * slow;
-          if (dt > 0) sg4::this_actor::execute(dt * kSpeed);  // the compute stream is this actor's own
+          // The compute stream is this actor's own: nothing shares it, so it is a sleep
+          // (an execution would cost SimGrid a max-min variable for nothing).
+          if (now + dt > clock) sg4::this_actor::sleep_for(now + dt - clock);
           st.last_compute_end_s = sg4::Engine::get_clock();
           if (st.traced) record(st, sp, in, now, st.last_compute_end_s);
           break;
         }
         case InstrKind::collective: {
           wait_for(st, in.after);
+          settle(st);
           const auto g = in.group;
           if (layout_.group_size(g) <= 1 || options_.free_communication) break;
           const std::size_t type = kind_type(g);
@@ -645,8 +678,12 @@ class Simulation {
           }
           ActorState* traced = st.traced ? &st : nullptr;
           // The stream's previous collective, if still running, is joined by this worker.
-          sg4::ActorPtr before = last[stream] >= 0 ? st.worker[static_cast<std::size_t>(last[stream])] : nullptr;
-          st.worker[k] = sg4::Actor::create("coll", host_of_[static_cast<std::size_t>(rep)], [this, joins = std::move(joins), f, type, traced, before, &sp, &in] {
+          sg4::ActorPtr before;
+          for (const auto& [idx, w] : st.workers) {
+            if (idx == last[stream]) before = w;
+          }
+          st.workers.emplace_back(static_cast<std::int32_t>(k), nullptr);
+          st.workers.back().second = sg4::Actor::create("coll", host_of_[static_cast<std::size_t>(rep)], [this, joins = std::move(joins), f, type, traced, before, &sp, &in] {
             if (before) before->join();
             const double start = sg4::Engine::get_clock();
             collective(joins, f, type);
@@ -656,6 +693,7 @@ class Simulation {
         }
         case InstrKind::send: {
           wait_for(st, in.after);
+          settle(st);
           const double bytes = options_.free_communication ? 0 : in.bytes;
           for (const std::int64_t r : spec.lanes) {
             const std::size_t type =
@@ -680,7 +718,7 @@ class Simulation {
             P2p& e = p2p_[p2p_key(r, in.tag)];
             e.posted = true;
             if (e.sent) start(e);
-            st.receiving[k * lanes + l] = {r, in.tag};
+            st.receiving.push_back({static_cast<std::int32_t>(k), {r, in.tag}});
           }
           break;
         }
@@ -692,7 +730,9 @@ class Simulation {
         [[maybe_unused]] const auto ignored = ::write(progress_fd_, line.data(), line.size());
       }
     }
-    for (std::size_t k = 0; k < n; ++k) wait_for(st, static_cast<std::int32_t>(k), &sp);
+    while (!st.receiving.empty()) wait_for(st, st.receiving.front().first, &sp);
+    while (!st.workers.empty()) wait_for(st, st.workers.front().first, &sp);
+    settle(st);
     // The tail after the last compute (the distributed optimizer's gather) is DP time.
     const double tail = sg4::Engine::get_clock() - st.last_compute_end_s;
     if (tail > 0) st.waited_s[Wait::dp] += tail;

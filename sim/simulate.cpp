@@ -2,6 +2,7 @@
 // progress and result from a pipe.
 #include "sim/simulate.hpp"
 
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -73,6 +74,11 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
     // The child: simulate, send the result, and end without running the parent's atexit
     // handlers or flushing its buffers a second time.
     ::close(fds[0]);
+    // The child lives for one simulation: keep freed memory for reuse instead of handing
+    // large blocks back to the kernel and faulting fresh pages in for the next (the
+    // per-operation Program of a long pipeline is hundreds of MB, built then coarsened).
+    ::mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
     SimulateOptions mine = options;
     mine.progress = nullptr;
     mine.cancel = nullptr;
