@@ -22,6 +22,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
   auto free_comm = std::make_shared<bool>(false);
   auto trace = std::make_shared<std::string>();
   auto fine = std::make_shared<bool>(false);
+  auto per_message = std::make_shared<bool>(false);
   auto trace_ranks = std::make_shared<std::vector<std::int64_t>>();
   cmd->add_option("PLAN", *file, "Plan file (YAML or JSON)")->required();
   cmd->add_flag("--json", *json, "Print the Report as JSON");
@@ -29,6 +30,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
   cmd->add_flag("--free-communication", *free_comm, "Make all communication free (compute and the schedule's bubble only)");
   cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace (JSON) to this file");
   cmd->add_flag("--fine", *fine, "One event per instruction, every collective as flows (slower; the reference)");
+  cmd->add_flag("--per-message", *per_message, "Every ring step of a collective as its own messages (slower; the reference for the per-edge flows)");
   cmd->add_option("--trace-ranks", *trace_ranks, "Ranks to trace, comma-separated (default: the first rank of each stage)")->delimiter(',');
   cmd->callback([=, &io] {
     const auto loaded = load_plan_for(io, *file, "simulate");
@@ -42,6 +44,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
     options.free_communication = *free_comm;
     options.trace_path = *trace;
     options.fine = *fine;
+    options.per_message = *per_message;
     options.trace_ranks = *trace_ranks;
     const bool tty = ::isatty(STDERR_FILENO) != 0;
     if (tty) {

@@ -522,12 +522,35 @@ class Simulation {
       mine.push_back(key);
       for (const auto colour : colours) {
         const std::int64_t from = rep_[static_cast<std::size_t>(colour)];
-        extra = std::max(extra, f.steps * flow_class_[flow_class_of(from, type)].latency_s);
-        if (auto flow = send_flow(from, type, f.bytes)) flows.push_back(std::move(flow));
+        const double latency = flow_class_[flow_class_of(from, type)].latency_s;
+        if (options_.per_message) {
+          extra = std::max(extra, latency);  // this step's
+          if (auto flow = send_flow(from, type, f.bytes / f.steps)) flows.push_back(std::move(flow));
+        } else {
+          extra = std::max(extra, f.steps * latency);
+          if (auto flow = send_flow(from, type, f.bytes)) flows.push_back(std::move(flow));
+        }
       }
     }
     for (auto& fl : flows) fl->wait();
     if (!mine.empty() && extra > 0) sg4::this_actor::sleep_for(extra);
+    if (options_.per_message && !mine.empty()) {
+      // The first step was the flows above, with S/steps each; the other steps follow, each
+      // once the previous has arrived on every edge.
+      for (int step = 1; step < static_cast<int>(std::llround(f.steps)); ++step) {
+        flows.clear();
+        double latency = 0;
+        for (const auto key : mine) {
+          for (const auto colour : group_colours_.at(kind_in(joins, key))) {
+            const std::int64_t from = rep_[static_cast<std::size_t>(colour)];
+            latency = std::max(latency, flow_class_[flow_class_of(from, type)].latency_s);
+            if (auto flow = send_flow(from, type, f.bytes / f.steps)) flows.push_back(std::move(flow));
+          }
+        }
+        for (auto& fl : flows) fl->wait();
+        if (latency > 0) sg4::this_actor::sleep_for(latency);
+      }
+    }
     auto leave = [&](std::uint64_t key, std::int32_t kind) {
       if (++colls_[key].left == static_cast<std::int64_t>(group_colours_.at(kind).size())) colls_.erase(key);
     };

@@ -42,6 +42,11 @@ struct SimulateOptions {
   // are merged into one block, the collectives timed by the ring formula on the NVLink links
   // they would have used alone: the same step, with a fraction of the events.
   bool fine = false;
+  // Each collective as its ring's 2(n-1) (or n-1) steps, every step a message of S/n per ring
+  // edge that starts when the previous step has arrived everywhere (the reference the
+  // one-flow-per-edge aggregate is checked against, simgrid-3.32-notes.md). Slower by the
+  // number of steps.
+  bool per_message = false;
   // Play this Program instead of the plan's own lowering (tests time single collectives).
   const models::Program* program = nullptr;
   // Play one actor per colour of alike actors (sim/symmetry.hpp). Off: every actor is
