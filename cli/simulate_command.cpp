@@ -72,6 +72,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
       for (const auto& l : r.hottest_links) links.push_back({{"link", l.name}, {"utilisation", l.busy_fraction}, {"bytes", l.bytes}});
       j["hottest_links"] = links;
       j["flows"] = r.flows;
+      j["played_actors"] = r.played_actors;
       io.out << j.dump(2) << '\n';
       return;
     }

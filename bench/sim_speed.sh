@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The simulator's speed against the issue's budgets: wall time and peak memory of
+# `meshwork simulate` on the benchmark plans, median of N runs (default 3), with the
+# 32-GPU NAR21 1.7B run as the baseline measured side by side (this machine is shared:
+# compare ratios across days, not seconds).
+#
+#   bench/sim_speed.sh [build/release/cli/meshwork] [runs]
+set -euo pipefail
+bin="${1:-build/release/cli/meshwork}"
+runs="${2:-3}"
+cd "$(dirname "$0")/.."
+plans=(
+  "scenarios/published/nar21-1.7b.yaml|baseline: NAR21 1.7B, 32 GPUs|-"
+  "scenarios/gpt3-175b-a100-1024.yaml|GPT-3 175B, 1,024 A100, TP8 PP8 DP16|1 s"
+  "scenarios/published/nar21-1t.yaml|1T, 3,072 A100, TP8 PP64 DP6|5 s"
+  "scenarios/heldout/llama3-405b-h100-16384.yaml|Llama-3-405B-shaped, 16,384 H100, TP8 PP16 DP128, pods 1:7|30 s, 4 GB"
+  "scenarios/bench/llama3-405b-h100-16384-degraded.yaml|the same, one spine link at half rate, one GPU 10% slow|60 s"
+)
+printf '| plan | budget | wall (s), median of %s | peak RSS (MB) | ratio to baseline | played actors |\n|---|---|---|---|---|---|\n' "$runs"
+base=""
+for entry in "${plans[@]}"; do
+  IFS='|' read -r plan what budget <<<"$entry"
+  walls=()
+  rss=0
+  for ((i = 0; i < runs; i++)); do
+    out=$( { /usr/bin/time -f "TIME %e %M" "$bin" simulate "$plan" --json > /tmp/sim_speed.json; } 2>&1 | grep '^TIME')
+    walls+=("$(echo "$out" | awk '{print $2}')")
+    rss=$(echo "$out" | awk -v r="$rss" '{print ($3 > r ? $3 : r)}')
+  done
+  median=$(printf '%s\n' "${walls[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}')
+  [[ -z "$base" ]] && base="$median"
+  ratio=$(awk -v m="$median" -v b="$base" 'BEGIN {printf "%.1f", m / b}')
+  actors=$(python3 -c 'import json; print(json.load(open("/tmp/sim_speed.json")).get("played_actors", "?"))' 2>/dev/null || echo "?")
+  printf '| %s | %s | %s | %d | %s | %s |\n' "$what" "$budget" "$median" $((rss / 1024)) "$ratio" "$actors"
+done
