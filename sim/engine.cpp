@@ -433,6 +433,34 @@ class Simulation {
         by_colour[static_cast<std::size_t>(k)] = zone->create_link("k" + std::to_string(k), links_[slot / 2].bytes_per_s)->set_latency(0);
       }
     }
+    // Per flow class, the members it puts on one link of each colour it crosses.
+    std::vector<std::map<std::int32_t, std::int32_t>> per_colour(flow_class_.size());
+    for (std::size_t i = 0; i < flow_class_.size(); ++i) {
+      for (const auto& [slot, count] : flow_class_[i].on_slot) per_colour[i][colouring_.link_colour[slot]] = count;
+    }
+    // A link colour crossed by exactly the same classes with the same weights as another of
+    // no more capacity can never bind before it (a GPU's link to its NIC and the NIC's to its
+    // leaf carry the same flows): it is left out of every route, which changes no rate.
+    std::vector<std::vector<std::pair<std::size_t, std::int32_t>>> users(static_cast<std::size_t>(colouring_.link_colours));
+    for (std::size_t i = 0; i < flow_class_.size(); ++i) {
+      for (const auto& [k, count] : per_colour[i]) users[static_cast<std::size_t>(k)].emplace_back(i, count);
+    }
+    std::vector<bool> dominated(users.size(), false);
+    if (!options_.free_communication) {
+      std::map<std::vector<std::pair<std::size_t, std::int32_t>>, std::int32_t> tightest;  // users -> the link colour kept
+      for (std::size_t k = 0; k < users.size(); ++k) {
+        if (users[k].empty()) continue;
+        const auto [it, fresh] = tightest.emplace(users[k], static_cast<std::int32_t>(k));
+        if (fresh) continue;
+        const auto kept = static_cast<std::size_t>(it->second);
+        if (by_colour[k]->get_bandwidth() < by_colour[kept]->get_bandwidth()) {
+          dominated[kept] = true;
+          it->second = static_cast<std::int32_t>(k);
+        } else {
+          dominated[k] = true;
+        }
+      }
+    }
     flow_host_.assign(flow_class_.size(), nullptr);
     for (std::size_t i = 0; i < flow_class_.size(); ++i) {
       const FlowClass& fc = flow_class_[i];
@@ -441,9 +469,8 @@ class Simulation {
       if (options_.free_communication) {
         route.push_back(free_link);
       } else {
-        std::map<std::int32_t, std::int32_t> per_colour;  // link colour -> members on one such link
-        for (const auto& [slot, count] : fc.on_slot) per_colour[colouring_.link_colour[slot]] = count;
-        for (const auto& [k, count] : per_colour) {
+        for (const auto& [k, count] : per_colour[i]) {
+          if (dominated[static_cast<std::size_t>(k)]) continue;
           for (std::int32_t j = 0; j < count; ++j) route.push_back(by_colour[static_cast<std::size_t>(k)]);
         }
       }
@@ -471,8 +498,9 @@ class Simulation {
     std::size_t type = 0;
     double bytes = 0;
     bool sent = false, posted = false;
+    bool prepared = false;       // the receiver made the flow; the send starts it
     sg4::CommPtr flow;
-    sg4::SemaphorePtr ready;  // the receiver, waiting for the send
+    sg4::SemaphorePtr ready;  // the receiver, waiting for a send without a flow
   };
   static std::uint64_t p2p_key(std::int64_t rank, std::int32_t tag) {
     return (static_cast<std::uint64_t>(rank) << 32) | static_cast<std::uint32_t>(tag);
@@ -480,18 +508,41 @@ class Simulation {
   void start(P2p& e) {
     if (e.src >= 0 && e.bytes > 0) e.flow = send_flow(e.src, e.type, e.bytes);
   }
+  // The receiver `r` posts its receive of `in`. When the send has not come yet, it makes
+  // the flow (unstarted) that its sender's class will play, so that it can wait on that one
+  // flow whichever comes first: the sender is r's neighbour on in.peer_stage.
+  void post(std::int64_t r, const Instr& in) {
+    P2p& e = p2p_[p2p_key(r, in.tag)];
+    e.posted = true;
+    if (e.sent) {
+      start(e);
+      return;
+    }
+    const std::size_t next_type = kinds_.size();
+    const std::int64_t my_stage = layout_.coord(r).pp;
+    if (options_.free_communication || in.bytes <= 0 || in.peer_stage == my_stage) return;
+    const std::int64_t prev = peer_[next_type + 1][static_cast<std::size_t>(r)];
+    const std::int64_t sender = in.peer_stage == layout_.coord(prev).pp ? prev : peer_[next_type][static_cast<std::size_t>(r)];
+    const std::int64_t after_sender = peer_[next_type][static_cast<std::size_t>(sender)];
+    e.src = rep_[static_cast<std::size_t>(colour_of(sender))];
+    e.type = my_stage == layout_.coord(after_sender).pp ? next_type : next_type + 1;
+    e.bytes = in.bytes;
+    e.prepared = true;
+    e.flow = sg4::Comm::sendto_init(flow_host_[flow_class_of(e.src, e.type)], sink_)->set_payload_size(static_cast<std::uint64_t>(std::llround(e.bytes)));
+  }
   // Blocks until the last byte of the transfer to `key` (receiving rank, tag) is through;
   // returns the route latency still to wait.
   double receive(const std::pair<std::int64_t, std::int32_t>& key) {
     auto it = p2p_.find(p2p_key(key.first, key.second));
-    if (!it->second.sent) {
-      it->second.ready = sg4::Semaphore::create(0);
-      it->second.ready->acquire();
-    }
     P2p& e = it->second;
+    if (!e.flow && !e.sent) {
+      e.ready = sg4::Semaphore::create(0);
+      e.ready->acquire();
+    }
     double latency = 0;
     if (e.flow) {
-      e.flow->wait();
+      // Activity's wait, not Comm's: Comm's would start a prepared flow itself.
+      static_cast<sg4::Activity&>(*e.flow).wait_for(-1.0);
       latency = flow_class_[flow_class_of(e.src, e.type)].latency_s;
     }
     p2p_.erase(it);
@@ -726,10 +777,21 @@ class Simulation {
             // isend/irecv): nothing waits for one but its receiver, the one playing the
             // peer's colour.
             P2p& e = p2p_[p2p_key(rep_[static_cast<std::size_t>(colour_of(peer))], in.tag)];
+            e.sent = true;
+            if (e.prepared) {
+              // The receiver made this flow for the class it expected.
+              if (flow_class_of(e.src, e.type) != flow_class_of(r, type) || e.bytes != bytes) {
+                throw std::logic_error("pipeline transfer " + std::to_string(in.tag) + " from rank " + std::to_string(r) + " is not the one its receiver expected");
+              }
+              FlowClass& fc = flow_class_[flow_class_of(r, type)];
+              fc.bytes += bytes;
+              ++fc.played;
+              e.flow->start();
+              continue;
+            }
             e.src = peer == r ? -1 : r;
             e.type = type;
             e.bytes = bytes;
-            e.sent = true;
             if (e.posted) start(e);
             if (e.ready) e.ready->release();
           }
@@ -738,9 +800,7 @@ class Simulation {
         case InstrKind::recv: {
           for (std::size_t l = 0; l < lanes; ++l) {
             const std::int64_t r = spec.lanes[l];
-            P2p& e = p2p_[p2p_key(r, in.tag)];
-            e.posted = true;
-            if (e.sent) start(e);
+            post(r, in);
             st.receiving.push_back({static_cast<std::int32_t>(k), {r, in.tag}});
           }
           break;
