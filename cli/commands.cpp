@@ -38,6 +38,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   add_topology_command(app, io);
   add_program_command(app, io);
   add_simulate_command(app, io);
+  add_reliability_command(app, io);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them in reverse
   try {

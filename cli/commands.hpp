@@ -12,6 +12,7 @@
 
 #include "plan/diagnostics.hpp"
 #include "plan/plan.hpp"
+#include "report/report.hpp"
 
 namespace meshwork::cli {
 
@@ -32,6 +33,9 @@ void add_search_command(CLI::App& app, Io& io);
 void add_topology_command(CLI::App& app, Io& io);
 void add_program_command(CLI::App& app, Io& io);
 void add_simulate_command(CLI::App& app, Io& io);
+void add_reliability_command(CLI::App& app, Io& io);
+// The reliability section as text (reliability_command.cpp); `daly_s` is Daly's optimum.
+void print_reliability(std::ostream& out, const report::Reliability& r, double daly_s);
 
 // Runs `meshwork ARGS...` and returns its exit code: 0 success, 1 a plan with errors or a
 // failed command, 2 bad usage.

@@ -7,6 +7,8 @@
 
 #include "cli/commands.hpp"
 #include "plan/plan_io.hpp"
+#include "plan/units.hpp"
+#include "sim/reliability.hpp"
 #include "report/report_io.hpp"
 #ifdef MESHWORK_HAVE_SIMGRID
 #include "sim/simulate.hpp"
@@ -24,6 +26,8 @@ void add_simulate_command(CLI::App& app, Io& io) {
   auto fine = std::make_shared<bool>(false);
   auto per_message = std::make_shared<bool>(false);
   auto trace_ranks = std::make_shared<std::vector<std::int64_t>>();
+  auto horizon = std::make_shared<std::string>();
+  auto trials = std::make_shared<std::int64_t>(0);
   cmd->add_option("PLAN", *file, "Plan file (YAML or JSON)")->required();
   cmd->add_flag("--json", *json, "Print the Report as JSON");
   cmd->add_flag("--explain", *explain, "Where the step's time went, largest first");
@@ -31,6 +35,8 @@ void add_simulate_command(CLI::App& app, Io& io) {
   cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace (JSON) to this file");
   cmd->add_flag("--fine", *fine, "One event per instruction, every collective as flows (slower; the reference)");
   cmd->add_flag("--per-message", *per_message, "Every ring step of a collective as its own messages (slower; the reference for the per-edge flows)");
+  cmd->add_option("--horizon", *horizon, "Add the reliability of a run this long (\"54d\", or \"tokens\" for the plan's token target) at the simulated step time");
+  cmd->add_option("--trials", *trials, "With --horizon: Monte Carlo trials (default: the plan's run.trials)");
   cmd->add_option("--trace-ranks", *trace_ranks, "Ranks to trace, comma-separated (default: the first rank of each stage)")->delimiter(',');
   cmd->callback([=, &io] {
     const auto loaded = load_plan_for(io, *file, "simulate");
@@ -65,7 +71,31 @@ void add_simulate_command(CLI::App& app, Io& io) {
       io.err << *file << ": error: " << r.error << '\n';
       io.exit_code = 1;
     }
-    const report::Report& rep = *r.report;
+    report::Report rep = *r.report;
+    double daly = 0;
+    if (!horizon->empty()) {
+      plan::Plan run = p;
+      if (*trials > 0) run.run.trials = *trials;
+      if (*horizon != "tokens") {
+        const auto q = plan::parse_quantity(*horizon, plan::Unit::seconds);
+        if (!q.value || *q.value <= 0) {
+          io.err << "meshwork simulate: --horizon: " << (q.error.empty() ? "must be a positive duration, or tokens" : q.error) << '\n';
+          io.exit_code = 2;
+          return;
+        }
+        run.run.horizon_s = *q.value;
+        run.training.tokens = 0;
+      } else if (run.training.tokens <= 0) {
+        io.err << "meshwork simulate: --horizon tokens: the plan gives no training.tokens\n";
+        io.exit_code = 2;
+        return;
+      }
+      const reliability::Derived d = reliability::inputs_for(run, rep.step_time_s);
+      const auto s = reliability::run(d.inputs, run.run.trials, static_cast<std::uint64_t>(run.run.seed));
+      rep.reliability = reliability::to_report(d, s, static_cast<std::uint64_t>(run.run.seed));
+      const double stall = d.inputs.async ? d.inputs.snapshot_s : d.inputs.write_s;
+      daly = std::isfinite(d.mtti_s) ? reliability::daly_interval_s(stall, d.mtti_s) : 0;
+    }
     if (*json) {
       nlohmann::json j = report::to_json(rep);
       nlohmann::json links = nlohmann::json::array();
@@ -111,6 +141,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
         io.out << buf;
       }
     }
+    if (rep.reliability) print_reliability(io.out, *rep.reliability, daly);
 #endif
   });
 }

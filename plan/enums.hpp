@@ -24,6 +24,8 @@ enum class FailureEventKind { gpu_down, node_down, nic_down, link_down, switch_d
 enum class CheckpointMode { sync, async };
 enum class CheckpointTier { memory, persistent };
 enum class FailureResponse { restart, shrink_dp };
+enum class FailureDistribution { exponential, weibull };
+enum class FailurePreset { none, llama3 };
 
 template <class E>
 struct EnumNames;
@@ -80,6 +82,11 @@ MESHWORK_ENUM_NAMES(CheckpointTier, std::pair{CheckpointTier::memory, std::strin
                     std::pair{CheckpointTier::persistent, std::string_view("persistent")});
 MESHWORK_ENUM_NAMES(FailureResponse, std::pair{FailureResponse::restart, std::string_view("restart")},
                     std::pair{FailureResponse::shrink_dp, std::string_view("shrink_dp")});
+
+MESHWORK_ENUM_NAMES(FailureDistribution, std::pair{FailureDistribution::exponential, std::string_view("exponential")},
+                    std::pair{FailureDistribution::weibull, std::string_view("weibull")});
+MESHWORK_ENUM_NAMES(FailurePreset, std::pair{FailurePreset::none, std::string_view("none")},
+                    std::pair{FailurePreset::llama3, std::string_view("llama3")});
 
 #undef MESHWORK_ENUM_NAMES
 

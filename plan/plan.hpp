@@ -199,13 +199,28 @@ struct DegradedLink {
 };
 
 struct FailureConfig {
+  // Rates of a published fleet (sim/reliability.cpp derives them); mtbf_hours fields that are
+  // given override the preset's.
+  FailurePreset preset = FailurePreset::none;
   MtbfHours mtbf_hours;
+  FailureDistribution distribution = FailureDistribution::exponential;
+  double weibull_shape = 0.7;  // Schroeder & Gibson (DSN 2006): time between failures, shape 0.7-0.8
   std::vector<FailureEvent> events;
   std::vector<Straggler> stragglers;
   std::vector<DegradedLink> degraded_links;
   double sdc_per_gpu_hour = 0;
+  double sdc_check_s = 3600;   // checksum comparison (or loss-spike check) interval
   double detection_s = 60;
   double restart_s = 600;
+  double repair_s = 86400;     // a failed node back in the pool (a hot spare again)
+  double requeue_s = 0;        // replacement nodes from the scheduler, when no hot spare is left
+  // Slowdowns that do not stop the job, over the run: arrivals, how long one lasts, how bad.
+  double straggler_per_gpu_day = 0;
+  double straggler_slowdown = 1.1;
+  double straggler_s = 7200;
+  double degradation_per_link_day = 0;
+  double degraded_bandwidth_factor = 0.5;
+  double degradation_s = 14400;
 
   bool operator==(const FailureConfig&) const = default;
 };
@@ -226,6 +241,9 @@ struct CheckpointConfig {
   double read_gbytes_per_s = 1000;  // NAR21 §5.10: 1 TB/s read, the filesystem maximum
   CheckpointMode mode = CheckpointMode::async;
   std::vector<CheckpointTier> tiers = {CheckpointTier::persistent};
+  // Device-to-host copy rate per GPU: the stall of an asynchronous or in-memory checkpoint
+  // (PCIe 4.0 x16: 32 GB/s per direction, about 25 achieved).
+  double snapshot_gbytes_per_s = 25;
   std::int64_t spares = 0;
   FailureResponse on_failure = FailureResponse::restart;
 

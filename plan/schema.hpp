@@ -180,11 +180,23 @@ void describe(V& v, DegradedLink& s) {
 
 template <class V>
 void describe(V& v, FailureConfig& s) {
+  v.field(s.preset, {.key = "preset", .doc = "Failure rates of a published fleet: llama3 (Llama 3 405B, 54 days on 16K H100; fields of mtbf_hours given override it)."});
   v.section(s.mtbf_hours, {.key = "mtbf_hours", .doc = "Failure rates per component class, as MTBF of one component."});
+  v.field(s.distribution, {.key = "distribution", .doc = "Time between a class's interruptions: exponential, or weibull with weibull_shape."});
+  v.field(s.weibull_shape, {.key = "weibull_shape", .doc = "Shape of the Weibull distribution (below 1: failures cluster).", .min = 0.05, .max = 20});
   v.list(s.events, {.key = "events", .doc = "Scheduled events."});
   v.list(s.stragglers, {.key = "stragglers", .doc = "Ranks that compute slower."});
   v.list(s.degraded_links, {.key = "degraded_links", .doc = "Links running below their bandwidth."});
   v.field(s.sdc_per_gpu_hour, {.key = "sdc_per_gpu_hour", .doc = "Silent data corruptions per GPU-hour.", .min = 0, .max = 1});
+  v.field(s.sdc_check_s, {.key = "sdc_check_s", .doc = "Time between checks that catch a silent corruption (checksums, loss spikes).", .unit = Unit::seconds, .min = 0, .max = 1e9, .min_exclusive = true});
+  v.field(s.repair_s, {.key = "repair_s", .doc = "Time until a failed node is back in the pool (a hot spare again).", .unit = Unit::seconds, .min = 0, .max = 1e9});
+  v.field(s.requeue_s, {.key = "requeue_s", .doc = "Time to get replacement nodes from the scheduler when no hot spare is left (on top of restart_s).", .unit = Unit::seconds, .min = 0, .max = 1e9});
+  v.field(s.straggler_per_gpu_day, {.key = "straggler_per_gpu_day", .doc = "Arrivals of a slow GPU (thermal, clocks) per GPU-day over the run.", .min = 0, .max = 1e3});
+  v.field(s.straggler_slowdown, {.key = "straggler_slowdown", .doc = "Compute time multiplier of such a GPU.", .min = 1, .max = 1e3});
+  v.field(s.straggler_s, {.key = "straggler_s", .doc = "How long a GPU stays slow.", .unit = Unit::seconds, .min = 0, .max = 1e9, .min_exclusive = true});
+  v.field(s.degradation_per_link_day, {.key = "degradation_per_link_day", .doc = "Arrivals of a degraded link per link-day over the run.", .min = 0, .max = 1e3});
+  v.field(s.degraded_bandwidth_factor, {.key = "degraded_bandwidth_factor", .doc = "Remaining fraction of such a link's bandwidth.", .min = 0, .max = 1, .min_exclusive = true});
+  v.field(s.degradation_s, {.key = "degradation_s", .doc = "How long a link stays degraded.", .unit = Unit::seconds, .min = 0, .max = 1e9, .min_exclusive = true});
   v.field(s.detection_s, {.key = "detection_s", .doc = "Time from a failure to its detection.", .unit = Unit::seconds, .min = 0, .max = 1e9});
   v.field(s.restart_s, {.key = "restart_s", .doc = "Time to requeue and restart the job, before the checkpoint load.", .unit = Unit::seconds, .min = 0, .max = 1e9});
 }
@@ -196,6 +208,7 @@ void describe(V& v, CheckpointConfig& s) {
   v.field(s.read_gbytes_per_s, {.key = "read_gbytes_per_s", .doc = "Aggregate read bandwidth from persistent storage.", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e9, .min_exclusive = true});
   v.field(s.mode, {.key = "mode", .doc = "sync: the step waits for the write; async: only for the device-to-host snapshot."});
   v.field(s.tiers, {.key = "tiers", .doc = "Where checkpoints are kept, fastest first."});
+  v.field(s.snapshot_gbytes_per_s, {.key = "snapshot_gbytes_per_s", .doc = "Device-to-host copy rate per GPU (the stall of an async or in-memory checkpoint).", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e6, .min_exclusive = true});
   v.field(s.spares, {.key = "spares", .doc = "Hot-spare nodes that replace a failed node.", .min = 0, .max = 1 << 20});
   v.field(s.on_failure, {.key = "on_failure", .doc = "After a failure without a spare: restart on the same mesh, or shrink data parallelism."});
 }

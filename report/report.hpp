@@ -3,6 +3,7 @@
 // figures. Plain values; the writers are in report_io.hpp.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,23 @@ struct Provenance {
   std::int64_t seed = 0;
 };
 
+// A whole run with failures (sim/reliability.hpp): Monte Carlo means over trials, 95%
+// intervals as half-widths.
+struct Reliability {
+  double horizon_s = 0;          // the run modelled (0 when it runs to the token target)
+  std::int64_t trials = 0;
+  std::int64_t seed = 0;
+  double goodput = 0, goodput_ci95 = 0;  // ETTR: training kept over wall-clock time
+  double interruptions = 0;              // per run
+  double mtti_s = 0;                     // mean time to interruption (the plan's rates)
+  double time_to_train_s = 0, time_to_train_ci95 = 0;  // with a token target
+  double checkpoint_interval_s = 0;      // used
+  double checkpoint_bytes = 0;
+  double best_interval_s = 0;            // from a sweep; 0 when none was run
+  std::vector<std::pair<std::string, double>> interruptions_by_cause;  // per run
+  std::vector<std::pair<std::string, double>> losses_s;               // per run, by cause
+};
+
 struct Report {
   std::int64_t schema_version = kReportSchemaVersion;
   Method method = Method::estimated;
@@ -75,6 +93,7 @@ struct Report {
   Power power;
   std::vector<std::string> notes;  // what the model assumed or could not do
   Provenance provenance;
+  std::optional<Reliability> reliability;  // when a run was modelled
 
   // The fullest GPU of any pipeline stage, GiB.
   [[nodiscard]] double max_memory_gib() const {

@@ -24,6 +24,7 @@ constexpr const char* kDefinitions[][2] = {
     {"breakdown", "seconds of the step; the parts add up to step_time_s; communication is what is exposed, not hidden under compute"},
     {"memory", "per GPU of each pipeline stage, GiB (2^30 bytes)"},
     {"tokens_per_s", "global batch x sequence length / step time"},
+    {"reliability", "a whole run by Monte Carlo: goodput (ETTR) is training kept over wall-clock time; means per run over trials, ci95 the half-width of the 95% interval; losses_s by cause add up with the training kept to the wall-clock time"},
 };
 
 }  // namespace
@@ -71,6 +72,26 @@ nlohmann::json to_json(const Report& r) {
                      {"hardware_profile", r.provenance.hardware_profile},
                      {"seed", r.provenance.seed},
                      {"method", std::string(to_string(r.method))}};
+  if (r.reliability) {
+    const Reliability& x = *r.reliability;
+    nlohmann::json by_cause = nlohmann::json::object(), losses = nlohmann::json::object();
+    for (const auto& [k, v] : x.interruptions_by_cause) by_cause[k] = v;
+    for (const auto& [k, v] : x.losses_s) losses[k] = v;
+    j["reliability"] = {{"horizon_s", x.horizon_s},
+                        {"trials", x.trials},
+                        {"seed", x.seed},
+                        {"goodput", x.goodput},
+                        {"goodput_ci95", x.goodput_ci95},
+                        {"interruptions", x.interruptions},
+                        {"mtti_s", x.mtti_s},
+                        {"time_to_train_s", x.time_to_train_s},
+                        {"time_to_train_ci95", x.time_to_train_ci95},
+                        {"checkpoint_interval_s", x.checkpoint_interval_s},
+                        {"checkpoint_bytes", x.checkpoint_bytes},
+                        {"best_interval_s", x.best_interval_s},
+                        {"interruptions_by_cause", by_cause},
+                        {"losses_s", losses}};
+  }
   nlohmann::json defs = nlohmann::json::object();
   for (const auto& [key, text] : kDefinitions) defs[key] = text;
   j["definitions"] = defs;
@@ -107,6 +128,25 @@ Report from_json(const nlohmann::json& j) {
   const auto& pv = j.at("provenance");
   r.provenance = {pv.at("meshwork_version"), pv.at("meshwork_commit"), pv.at("plan_hash"), pv.at("hardware_profile"),
                   pv.at("seed")};
+  if (j.contains("reliability")) {
+    const auto& x = j.at("reliability");
+    Reliability y;
+    y.horizon_s = x.at("horizon_s");
+    y.trials = x.at("trials");
+    y.seed = x.at("seed");
+    y.goodput = x.at("goodput");
+    y.goodput_ci95 = x.at("goodput_ci95");
+    y.interruptions = x.at("interruptions");
+    y.mtti_s = x.at("mtti_s");
+    y.time_to_train_s = x.at("time_to_train_s");
+    y.time_to_train_ci95 = x.at("time_to_train_ci95");
+    y.checkpoint_interval_s = x.at("checkpoint_interval_s");
+    y.checkpoint_bytes = x.at("checkpoint_bytes");
+    y.best_interval_s = x.at("best_interval_s");
+    for (const auto& [k, v] : x.at("interruptions_by_cause").items()) y.interruptions_by_cause.emplace_back(k, v.get<double>());
+    for (const auto& [k, v] : x.at("losses_s").items()) y.losses_s.emplace_back(k, v.get<double>());
+    r.reliability = std::move(y);
+  }
   return r;
 }
 
