@@ -358,6 +358,23 @@ class Validator {
     if (plan_.checkpoint.spares > 0 && plan_.checkpoint.spares >= c_.num_nodes() && c_.num_nodes() > 0) {
       d_.warning("checkpoint.spares", "as many spare nodes as the job has nodes");
     }
+    const auto& k = plan_.checkpoint;
+    const auto& f = plan_.failures;
+    if (k.on_failure == FailureResponse::shrink_dp && p_.data_parallel_size == 1) {
+      d_.error("checkpoint.on_failure", "shrink_dp needs data parallelism above 1 (parallelism.data_parallel_size is 1)");
+    }
+    if (!k.tiers.empty() && std::find(k.tiers.begin(), k.tiers.end(), CheckpointTier::persistent) == k.tiers.end()) {
+      d_.warning("checkpoint.tiers", "without a persistent tier, a node failing with its in-memory partner restarts training from the beginning");
+    }
+    if (!k.interval.automatic && k.interval.seconds > plan_.run.horizon_s) {
+      d_.warning("checkpoint.interval", "longer than run.horizon: no checkpoint is ever taken");
+    }
+    for (std::size_t i = 0; i < f.events.size(); ++i) {
+      if (f.events[i].at_s > plan_.run.horizon_s) d_.warning(index_path("failures.events", i) + ".at", "after run.horizon: it never happens");
+    }
+    if (f.distribution == FailureDistribution::exponential && f.weibull_shape != FailureConfig{}.weibull_shape) {
+      d_.warning("failures.weibull_shape", "has no effect with distribution: exponential");
+    }
   }
 
   const Plan& plan_;

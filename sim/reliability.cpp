@@ -442,6 +442,7 @@ Trial run_trial(const Inputs& in, std::uint64_t seed) {
     const double cycle = stall + in.interval_s;
     const double phi = fs * fk;
     double k = std::floor((until - t) / cycle);
+    if (t + k * cycle >= until) k -= 1;  // stop short of `until`: its event is still to come
     if (target > 0) k = std::min(k, std::floor((target - work) / (phi * in.interval_s)));
     if (!(k >= 2)) return false;
     const double last_at = t + (k - 1) * cycle;  // the last snapshot of the run
@@ -474,7 +475,11 @@ Trial run_trial(const Inputs& in, std::uint64_t seed) {
     double t_next = std::min(t_fail, target > 0 ? t + (target - work) / phi : in.horizon_s);
     t_next = std::min(t_next, stop_wall);
     // Checks happen on the step boundary every sdc_check_s of wall time.
-    const double t_check = corrupted_at < kInf ? (std::floor(std::max(t, corrupted_at) / in.sdc_check_s) + 1) * in.sdc_check_s : kInf;
+    double t_check = kInf;
+    if (corrupted_at < kInf) {
+      t_check = std::ceil(std::max(t, corrupted_at) / in.sdc_check_s) * in.sdc_check_s;
+      if (t_check <= corrupted_at) t_check += in.sdc_check_s;
+    }
     double t_persist = kInf, t_memory = kInf;
     if (in.persistent_tier) t_persist = std::max({t, t + (in.interval_s - since_persist), inflight_active ? inflight_done : 0.0});
     if (in.memory_tier) t_memory = std::max(t, t + (in.memory_interval_s - since_memory));

@@ -182,8 +182,30 @@ TEST(Cli, ReadmeFieldReferenceMatchesTheSchema) {
   EXPECT_EQ(meshwork({"schema"}).out, plan::field_reference_markdown());
 }
 
+TEST(Cli, ReliabilityPrintsGoodputAndItsSweepWritesCsvAndSvg) {
+  const fs::path dir = fs::temp_directory_path() / "meshwork-reliability-test";
+  fs::create_directories(dir);
+  const std::string plan = (kSource / "scenarios/heldout/llama3-405b-h100-16384.yaml").string();
+  Outcome r = meshwork({"reliability", plan, "--trials", "20"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("goodput (ETTR)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("interruptions by cause: gpu"), std::string::npos) << r.out;
+  r = meshwork({"reliability", plan, "--trials", "10", "--horizon", "7d", "--sweep-interval", "--csv", (dir / "s.csv").string(), "--svg",
+                (dir / "s.svg").string(), "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j.at("reliability").at("goodput").get<double>(), 0.5);
+  EXPECT_GT(j.at("reliability").at("best_interval_s").get<double>(), 0);
+  EXPECT_EQ(j.at("reliability").at("horizon_s").get<double>(), 7 * 86400.0);
+  EXPECT_NE(read(dir / "s.csv").find("interval_s,goodput"), std::string::npos);
+  EXPECT_NE(read(dir / "s.svg").find("<svg"), std::string::npos);
+  // Bad input: a usage error, not a crash.
+  EXPECT_EQ(meshwork({"reliability", plan, "--horizon", "soon"}).code, 2);
+  fs::remove_all(dir);
+}
+
 TEST(Cli, HelpForEverySubcommandAndUsageErrors) {
-  for (const char* sub : {"validate", "show", "presets", "schema", "import-hf"}) {
+  for (const char* sub : {"validate", "show", "presets", "schema", "import-hf", "reliability"}) {
     const Outcome r = meshwork({sub, "--help"});
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub << ": " << r.out;

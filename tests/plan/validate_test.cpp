@@ -373,5 +373,33 @@ TEST(Validate, EveryProblemIsReportedAtOnce) {
   EXPECT_GE(d.error_count(), 4u) << dump(d);
 }
 
+TEST(Validate, FailureAndCheckpointPoliciesAreChecked) {
+  Plan p = base_plan();
+  p.checkpoint.on_failure = FailureResponse::shrink_dp;
+  const std::int64_t dp = p.parallelism.data_parallel_size;
+  p.parallelism.data_parallel_size = 1;
+  p.cluster.num_gpus /= dp;
+  EXPECT_TRUE(has_error(check(p), "checkpoint.on_failure", "shrink_dp needs data parallelism above 1")) << dump(check(p));
+  Plan q = base_plan();
+  q.checkpoint.tiers = {CheckpointTier::memory};
+  EXPECT_TRUE(has_warning(check(q), "checkpoint.tiers", "without a persistent tier")) << dump(check(q));
+  q = base_plan();
+  q.checkpoint.interval = {false, 100 * 86400.0};
+  q.run.horizon_s = 10 * 86400.0;
+  EXPECT_TRUE(has_warning(check(q), "checkpoint.interval", "longer than run.horizon")) << dump(check(q));
+  q = base_plan();
+  q.failures.events.push_back({20 * 86400.0, FailureEventKind::maintenance, ""});
+  q.run.horizon_s = 10 * 86400.0;
+  EXPECT_TRUE(has_warning(check(q), "failures.events[0].at", "after run.horizon")) << dump(check(q));
+}
+
+TEST(Validate, FailureFieldsOutOfRangeAreDiagnosticsWithTheirPath) {
+  const auto r = load_yaml(std::string(testing::kBasePlan) + "failures: {weibull_shape: 0, sdc_check_s: 0, straggler_slowdown: 0.5}\ncheckpoint: {snapshot_gbytes_per_s: -1}\n");
+  EXPECT_TRUE(has_error(r.diagnostics, "failures.weibull_shape", "")) << dump(r.diagnostics);
+  EXPECT_TRUE(has_error(r.diagnostics, "failures.sdc_check_s", "")) << dump(r.diagnostics);
+  EXPECT_TRUE(has_error(r.diagnostics, "failures.straggler_slowdown", "")) << dump(r.diagnostics);
+  EXPECT_TRUE(has_error(r.diagnostics, "checkpoint.snapshot_gbytes_per_s", "")) << dump(r.diagnostics);
+}
+
 }  // namespace
 }  // namespace meshwork::plan
