@@ -83,17 +83,17 @@ class ClassZone : public simgrid::kernel::routing::NetZoneImpl {
  public:
   explicit ClassZone(const std::string& name) : NetZoneImpl(name) {}
   void set_route(const sg4::Host* from, const std::vector<sg4::Link*>& links) {
-    auto& route = routes_[from->get_netpoint()];
-    for (const auto* l : links) route.push_back(l->get_impl());
+    const auto id = from->get_netpoint()->id();
+    if (id >= routes_.size()) routes_.resize(id + 1);
+    for (const auto* l : links) routes_[id].push_back(l->get_impl());
   }
   void get_local_route(const simgrid::kernel::routing::NetPoint* src, const simgrid::kernel::routing::NetPoint* /*dst*/,
                        simgrid::kernel::routing::Route* into, double* /*latency*/) override {
-    const auto it = routes_.find(src);
-    if (it != routes_.end()) into->link_list_.insert(into->link_list_.end(), it->second.begin(), it->second.end());
+    if (src->id() < routes_.size()) into->link_list_.insert(into->link_list_.end(), routes_[src->id()].begin(), routes_[src->id()].end());
   }
 
  private:
-  std::unordered_map<const simgrid::kernel::routing::NetPoint*, std::vector<simgrid::kernel::resource::StandardLinkImpl*>> routes_;
+  std::vector<std::vector<simgrid::kernel::resource::StandardLinkImpl*>> routes_;  // by source netpoint id
 };
 
 class Simulation {
@@ -705,6 +705,7 @@ class Simulation {
     const double slow = pace_[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(rep)])];  // the actor's slowest member
     const std::int64_t my_stage = layout_.coord(rep).pp;
     const std::size_t next_type = kinds_.size();
+    const std::int64_t next_stage = (my_stage + 1) % program_.stages;
     std::size_t reported = 0;
     for (std::size_t k = 0; k < n; ++k) {
       const Instr& in = sp.instrs[k];
@@ -770,8 +771,7 @@ class Simulation {
           settle(st);
           const double bytes = options_.free_communication ? 0 : in.bytes;
           for (const std::int64_t r : spec.lanes) {
-            const std::size_t type =
-                in.peer_stage == my_stage || in.peer_stage == layout_.coord(peer_[next_type][static_cast<std::size_t>(r)]).pp ? next_type : next_type + 1;
+            const std::size_t type = in.peer_stage == my_stage || in.peer_stage == next_stage ? next_type : next_type + 1;
             const std::int64_t peer = in.peer_stage == my_stage ? r : peer_[type][static_cast<std::size_t>(r)];
             // Sends are buffered, as the Program's replay takes them (Megatron batches
             // isend/irecv): nothing waits for one but its receiver, the one playing the
