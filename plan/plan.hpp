@@ -176,6 +176,13 @@ struct MtbfHours {
   bool operator==(const MtbfHours&) const = default;
 };
 
+// Interruptions of the whole job per 1,000 node-days, by the failing component's class.
+struct NodeDayRates {
+  double gpu = 0, hbm = 0, nic = 0, link = 0, network_switch = 0, node = 0, software = 0;
+
+  bool operator==(const NodeDayRates&) const = default;
+};
+
 struct FailureEvent {
   double at_s = 0;
   FailureEventKind kind = FailureEventKind::gpu_down;
@@ -203,6 +210,9 @@ struct FailureConfig {
   // given override the preset's.
   FailurePreset preset = FailurePreset::none;
   MtbfHours mtbf_hours;
+  // The same classes as fleets often count them: interruptions per 1,000 node-days (added to
+  // the MTBF's rates).
+  NodeDayRates per_1000_node_days;
   FailureDistribution distribution = FailureDistribution::exponential;
   double weibull_shape = 0.7;  // Schroeder & Gibson (DSN 2006): time between failures, shape 0.7-0.8
   std::vector<FailureEvent> events;

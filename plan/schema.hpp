@@ -160,6 +160,17 @@ void describe(V& v, MtbfHours& s) {
 }
 
 template <class V>
+void describe(V& v, NodeDayRates& s) {
+  v.field(s.gpu, {.key = "gpu", .doc = "GPU failures per 1,000 node-days.", .min = 0, .max = 1e9});
+  v.field(s.hbm, {.key = "hbm", .doc = "HBM failures per 1,000 node-days.", .min = 0, .max = 1e9});
+  v.field(s.nic, {.key = "nic", .doc = "NIC failures per 1,000 node-days.", .min = 0, .max = 1e9});
+  v.field(s.link, {.key = "link", .doc = "Link or cable failures per 1,000 node-days.", .min = 0, .max = 1e9});
+  v.field(s.network_switch, {.key = "switch", .doc = "Switch failures per 1,000 node-days.", .min = 0, .max = 1e9});
+  v.field(s.node, {.key = "node", .doc = "Host failures per 1,000 node-days.", .aliases = "host", .min = 0, .max = 1e9});
+  v.field(s.software, {.key = "software", .doc = "Software faults per 1,000 node-days.", .min = 0, .max = 1e9});
+}
+
+template <class V>
 void describe(V& v, FailureEvent& s) {
   v.field(s.at_s, {.key = "at", .doc = "Time of the event from the start of the run.", .unit = Unit::seconds, .min = 0, .max = 1e12, .required = false});
   v.field(s.kind, {.key = "kind", .doc = "What happens."});
@@ -182,6 +193,7 @@ template <class V>
 void describe(V& v, FailureConfig& s) {
   v.field(s.preset, {.key = "preset", .doc = "Failure rates of a published fleet: llama3 (Llama 3 405B, 54 days on 16K H100; fields of mtbf_hours given override it)."});
   v.section(s.mtbf_hours, {.key = "mtbf_hours", .doc = "Failure rates per component class, as MTBF of one component."});
+  v.section(s.per_1000_node_days, {.key = "per_1000_node_days", .doc = "Failure rates per component class, as interruptions per 1,000 node-days (added to mtbf_hours'); the fields' units are counts."});
   v.field(s.distribution, {.key = "distribution", .doc = "Time between a class's interruptions: exponential, or weibull with weibull_shape."});
   v.field(s.weibull_shape, {.key = "weibull_shape", .doc = "Shape of the Weibull distribution (below 1: failures cluster).", .min = 0.05, .max = 20});
   v.list(s.events, {.key = "events", .doc = "Scheduled events."});

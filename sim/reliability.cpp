@@ -9,6 +9,7 @@
 
 #include "models/estimate.hpp"
 #include "models/params.hpp"
+#include "plan/validate.hpp"
 #include "topology/analysis.hpp"
 #include "topology/builders.hpp"
 
@@ -170,6 +171,16 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
   at(Cause::network_switch) = rate(switches, m.network_switch);
   at(Cause::node) = rate(nodes, m.node);
   at(Cause::software) = rate(nodes, m.software);
+  // Per 1,000 node-days: the job's nodes x r / 1000 per day.
+  const auto& nd = f.per_1000_node_days;
+  const double per_node_day = nodes / 1000 / kDay;
+  at(Cause::gpu) += nd.gpu * per_node_day;
+  at(Cause::hbm) += nd.hbm * per_node_day;
+  at(Cause::nic) += nd.nic * per_node_day;
+  at(Cause::link) += nd.link * per_node_day;
+  at(Cause::network_switch) += nd.network_switch * per_node_day;
+  at(Cause::node) += nd.node * per_node_day;
+  at(Cause::software) += nd.software * per_node_day;
   in.weibull = f.distribution == plan::FailureDistribution::weibull;
   in.weibull_shape = f.weibull_shape;
   in.sdc_per_s = sdc_per_gpu_hour * gpus / kHour;
@@ -226,6 +237,26 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
   in.spares = k.spares;
   in.shrink = k.on_failure == plan::FailureResponse::shrink_dp;
   in.replicas = std::max<std::int64_t>(par.data_parallel_size, 1);
+  if (in.shrink) {
+    // The smaller mesh keeps the global batch where it divides (more micro-batches per
+    // replica), else the largest that does; its step and tokens re-derived by the estimate.
+    const report::Report healthy = models::estimate(p);
+    in.shrunk_throughput.push_back(1.0);
+    for (std::int64_t lost = 1; lost < std::min<std::int64_t>(in.replicas, 9); ++lost) {
+      plan::Plan smaller = p;
+      const std::int64_t dp = in.replicas - lost;
+      smaller.parallelism.data_parallel_size = dp;
+      smaller.cluster.num_gpus = p.cluster.num_gpus / in.replicas * dp;
+      const std::int64_t unit = std::max<std::int64_t>(p.training.micro_batch_size, 1) * dp;
+      smaller.training.global_batch_size = std::max(unit, p.training.global_batch_size / unit * unit);
+      double factor = static_cast<double>(dp) / static_cast<double>(in.replicas);
+      if (!plan::validate(smaller).has_errors() && healthy.tokens_per_s > 0) {
+        const report::Report r = models::estimate(smaller);
+        if (r.tokens_per_s > 0) factor = r.tokens_per_s / healthy.tokens_per_s;
+      }
+      in.shrunk_throughput.push_back(std::min(1.0, factor));
+    }
+  }
 
   // Slowdowns and the step time of those cluster states.
   in.straggler_per_s = f.straggler_per_gpu_day * gpus / kDay;
@@ -296,7 +327,11 @@ Trial run_trial(const Inputs& in, std::uint64_t seed) {
     if (!degradations.empty()) f = std::max(f, in.degradation_factor);
     return 1 / f;
   };
-  auto shrink_factor = [&] { return static_cast<double>(in.replicas - lost_replicas) / static_cast<double>(in.replicas); };
+  auto shrink_factor = [&] {
+    const auto k = static_cast<std::size_t>(lost_replicas);
+    if (k < in.shrunk_throughput.size()) return in.shrunk_throughput[k];
+    return static_cast<double>(in.replicas - lost_replicas) / static_cast<double>(in.replicas);
+  };
   auto next_failure = [&](Cause& cause) {
     double when = kInf;
     for (std::size_t c = 0; c < kCauses; ++c) {

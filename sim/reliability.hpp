@@ -71,6 +71,9 @@ struct Inputs {
   double requeue_s = 0;              // getting other nodes from the scheduler, without a spare
   bool shrink = false;               // shrink data parallelism instead of requeueing
   std::int64_t replicas = 1;         // data-parallel replicas; a lost node takes its replica
+  // Throughput with k replicas lost, over the healthy one (index k); beyond the table, or when
+  // empty, (replicas - k) / replicas.
+  std::vector<double> shrunk_throughput;
   // Slowdowns: arrivals per second, duration, the step time multiplier while one lasts.
   double straggler_per_s = 0, straggler_s = 0, straggler_factor = 1;
   double degradation_per_s = 0, degradation_s = 0, degradation_factor = 1;

@@ -177,13 +177,20 @@ TEST(Reliability, ThePlanGivesTheJobsRatesAndItsCheckpoint) {
   auto loaded = plan::load_plan_text(
       "model: gpt3-175b\ntraining: {global_batch_size: 1536, tokens: 300e9}\nparallelism: {tp: 8, pp: 8, dp: 16}\n"
       "cluster: {gpu: a100-sxm-80gb, num_gpus: 1024, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 200}\n"
-      "failures: {mtbf_hours: {gpu: 50000, node: 20000}}\ncheckpoint: {write_gbytes_per_s: 273, mode: sync}\n",
+      "failures: {mtbf_hours: {gpu: 50000, node: 20000}, per_1000_node_days: {software: 5}}\n"
+      "checkpoint: {write_gbytes_per_s: 273, mode: sync, on_failure: shrink_dp}\n",
       plan::Format::yaml);
   ASSERT_TRUE(loaded.ok());
   const Derived d = inputs_for(loaded.plan, 30.0);
   EXPECT_NEAR(d.inputs.rate_per_s[static_cast<std::size_t>(Cause::gpu)], 1024 / (50000 * kHour), 1e-15);
   EXPECT_NEAR(d.inputs.rate_per_s[static_cast<std::size_t>(Cause::node)], 128 / (20000 * kHour), 1e-15);
-  EXPECT_NEAR(d.mtti_s, 1 / (1024 / (50000 * kHour) + 128 / (20000 * kHour)), 1e-6);
+  EXPECT_NEAR(d.inputs.rate_per_s[static_cast<std::size_t>(Cause::software)], 128 * 5 / 1000.0 / (24 * kHour), 1e-15);
+  EXPECT_NEAR(d.mtti_s, 1 / (1024 / (50000 * kHour) + 128 / (20000 * kHour) + 128 * 5 / 1000.0 / (24 * kHour)), 1e-6);
+  // One replica of 16 lost: the estimate of the 15-replica mesh, the global batch kept where
+  // it divides (1536 does not by 15: 1530), a little under 15/16 of the throughput.
+  ASSERT_GE(d.inputs.shrunk_throughput.size(), 2u);
+  EXPECT_GT(d.inputs.shrunk_throughput[1], 0.85);
+  EXPECT_LT(d.inputs.shrunk_throughput[1], 1.0);
   // 175 B parameters x 14 B: 2.45 TB, written at 273 GB/s.
   EXPECT_NEAR(d.checkpoint_bytes / 1e12, 2.45, 0.05);
   EXPECT_NEAR(d.inputs.write_s, d.checkpoint_bytes / 273e9, 1e-9);
