@@ -27,6 +27,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
   auto per_message = std::make_shared<bool>(false);
   auto trace_ranks = std::make_shared<std::vector<std::int64_t>>();
   auto horizon = std::make_shared<std::string>();
+  auto fail = std::make_shared<std::string>();
   auto trials = std::make_shared<std::int64_t>(0);
   cmd->add_option("PLAN", *file, "Plan file (YAML or JSON)")->required();
   cmd->add_flag("--json", *json, "Print the Report as JSON");
@@ -36,6 +37,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
   cmd->add_flag("--fine", *fine, "One event per instruction, every collective as flows (slower; the reference)");
   cmd->add_flag("--per-message", *per_message, "Every ring step of a collective as its own messages (slower; the reference for the per-edge flows)");
   cmd->add_option("--horizon", *horizon, "Add the reliability of a run this long (\"54d\", or \"tokens\" for the plan's token target) at the simulated step time");
+  cmd->add_option("--fail", *fail, "A failure inside the step: TARGET@TIME, TARGET gpuN, nodeN or a link (leaf3-spine1), e.g. node2@1.5s");
   cmd->add_option("--trials", *trials, "With --horizon: Monte Carlo trials (default: the plan's run.trials)");
   cmd->add_option("--trace-ranks", *trace_ranks, "Ranks to trace, comma-separated (default: the first rank of each stage)")->delimiter(',');
   cmd->callback([=, &io] {
@@ -52,6 +54,16 @@ void add_simulate_command(CLI::App& app, Io& io) {
     options.fine = *fine;
     options.per_message = *per_message;
     options.trace_ranks = *trace_ranks;
+    if (!fail->empty()) {
+      const auto at = fail->rfind('@');
+      const auto q = at == std::string::npos ? plan::ParsedQuantity{} : plan::parse_quantity(fail->substr(at + 1), plan::Unit::seconds);
+      if (at == std::string::npos || at == 0 || !q.value || *q.value < 0) {
+        io.err << "meshwork simulate: --fail: expected TARGET@TIME (node2@1.5s), got \"" << *fail << "\"" << (q.error.empty() ? "" : ": " + q.error) << '\n';
+        io.exit_code = 2;
+        return;
+      }
+      options.failure = sim::SimulateOptions::Failure{fail->substr(0, at), *q.value};
+    }
     const bool tty = ::isatty(STDERR_FILENO) != 0;
     if (tty) {
       options.progress = [&io](double f) {
@@ -62,6 +74,17 @@ void add_simulate_command(CLI::App& app, Io& io) {
     }
     const sim::SimulateResult r = sim::simulate(p, options);
     if (tty) io.err << "\r                  \r" << std::flush;
+    if (r.interruption) {
+      const auto& i = *r.interruption;
+      char line[400];
+      std::snprintf(line, sizeof line,
+                    "plan %s: %s failed %.3f s into the step; the step cannot finish: %lld ranks stopped with it, %lld of the other %lld wait for "
+                    "good from %.3f s (NCCL's watchdog ends the job after failures.detection_s)\n",
+                    p.name.c_str(), i.target.c_str(), i.at_s, static_cast<long long>(i.ranks_stopped), static_cast<long long>(i.ranks_waiting),
+                    static_cast<long long>(i.ranks - i.ranks_stopped), i.stalled_s);
+      io.out << line;
+      return;
+    }
     if (!r.report) {
       io.err << *file << ": error: " << r.error << '\n';
       io.exit_code = 1;

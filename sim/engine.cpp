@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <simgrid/kernel/routing/NetPoint.hpp>
 #include <simgrid/kernel/routing/NetZoneImpl.hpp>
+#include <simgrid/Exception.hpp>
 #include <simgrid/s4u.hpp>
 #include <unordered_map>
 
@@ -142,6 +143,12 @@ class Simulation {
     for (const auto& s : p_.failures.stragglers) {
       if (s.rank >= 0 && s.rank < world_) slowdown_[static_cast<std::size_t>(s.rank)] = s.slowdown;
     }
+    if (options_.failure) {
+      if (auto err = resolve_failure()) {
+        out.error = "failure: " + *err;
+        return out;
+      }
+    }
     for (const auto r : options_.trace_ranks) {
       if (r < 0 || r >= world_) {
         out.error = "--trace-ranks: rank " + std::to_string(r) + " is outside the plan's " + std::to_string(world_) + " ranks";
@@ -150,10 +157,14 @@ class Simulation {
     }
 
     // SimGrid's own log is for SimGrid's developers: warnings and worse only.
-    int argc = 2;
+    // A failure leaves ranks waiting for good: SimGrid's engine reports that as a deadlock
+    // (which is the point here), so its log is silenced then.
+    int argc = options_.failure ? 4 : 2;
     char name[] = "meshwork";
     char quiet[] = "--log=root.thresh:warning";
-    char* argv[] = {name, quiet, nullptr};
+    char alone[] = "--log=ker_engine.add:0";
+    char hush[] = "--log=ker_engine.app:file:/dev/null";
+    char* argv[] = {name, quiet, alone, hush, nullptr};
     sg4::Engine engine(&argc, argv);
     // The network model, set explicitly: CM02 without cross-traffic or TCP windows matches
     // the exact ring formulas (simgrid-3.32-notes.md, "Network model"). Links carry no
@@ -202,9 +213,33 @@ class Simulation {
       const std::int64_t rep = specs_[a].lanes.front();
       sg4::Actor::create("rank" + std::to_string(rep), host_of_[static_cast<std::size_t>(rep)], [this, a] { play(a); });
     }
+    if (options_.failure) {
+      // A daemon: a failure due after the step has ended does not hold the step.
+      sg4::Actor::create("failure", sink_, [this] {
+        sg4::this_actor::sleep_until(options_.failure->at_s);
+        for (auto* h : failing_hosts_) h->turn_off();
+        for (auto* l : failing_links_) l->turn_off();
+      })->daemonize();
+    }
     engine.run();
     lap("played");
     makespan_ = sg4::Engine::get_clock();
+    if (options_.failure && options_.failure->at_s < makespan_) {
+      // Who stopped with the failed host, who waits for good, and when the last one stopped.
+      Interruption i;
+      i.target = options_.failure->target;
+      i.at_s = options_.failure->at_s;
+      i.ranks = world_;
+      for (std::int64_t r = 0; r < world_; ++r) {
+        const ActorState& st = actors_[played_actor_of(r)];
+        i.stalled_s = std::max(i.stalled_s, st.last_active_s);
+        if (failing_rank_[static_cast<std::size_t>(r)]) ++i.ranks_stopped;
+        else if (!st.finished) ++i.ranks_waiting;
+      }
+      out.interruption = i;
+      out.played_actors = colouring_.colours;
+      return out;
+    }
     for (std::size_t a = 0; a < specs_.size(); ++a) {
       if (!actors_[a].finished) {
         out.error = "rank " + std::to_string(specs_[a].lanes.front()) + " did not finish its Program (a deadlock in the simulation)";
@@ -230,6 +265,42 @@ class Simulation {
  private:
   const models::StageProgram& stage_of(std::int64_t rank) const {
     return program_.classes[static_cast<std::size_t>(layout_.coord(rank).pp)];
+  }
+
+  // The failure's target: a GPU (its rank), a node (its ranks) or a link (both directions).
+  std::optional<std::string> resolve_failure() {
+    const std::string& target = options_.failure->target;
+    failing_rank_.assign(static_cast<std::size_t>(world_), false);
+    auto index_after = [&](std::string_view prefix) -> std::int64_t {
+      if (target.rfind(prefix, 0) != 0 || target.size() == prefix.size()) return -1;
+      std::int64_t v = 0;
+      for (char ch : target.substr(prefix.size())) {
+        if (ch < '0' || ch > '9' || v > (std::int64_t{1} << 40)) return -1;
+        v = v * 10 + (ch - '0');
+      }
+      return v;
+    };
+    if (const auto g = index_after("gpu"); g >= 0) {
+      if (g >= world_) return "gpu" + std::to_string(g) + " is outside the plan's " + std::to_string(world_) + " GPUs";
+      failing_rank_[static_cast<std::size_t>(g)] = true;
+      return std::nullopt;
+    }
+    if (const auto n = index_after("node"); n >= 0) {
+      const std::int64_t per = std::max<std::int64_t>(p_.cluster.gpus_per_node, 1);
+      if (n * per >= world_) return "node" + std::to_string(n) + " is outside the plan's nodes";
+      for (std::int64_t r = n * per; r < std::min(world_, (n + 1) * per); ++r) failing_rank_[static_cast<std::size_t>(r)] = true;
+      return std::nullopt;
+    }
+    for (auto e : boost::make_iterator_range(boost::edges(topo_.graph))) {
+      auto a = boost::source(e, topo_.graph), b = boost::target(e, topo_.graph);
+      const std::string ab = topology::vertex_name(topo_, a) + "-" + topology::vertex_name(topo_, b);
+      const std::string ba = topology::vertex_name(topo_, b) + "-" + topology::vertex_name(topo_, a);
+      if (ab == target || ba == target) {
+        failing_link_ = topo_.graph[e].id;
+        return std::nullopt;
+      }
+    }
+    return "no GPU (gpuN), node (nodeN) or link (as `meshwork topology` names them) is named \"" + target + "\"";
   }
 
   // Who each rank sends to: its ring successor in every group a collective uses (type k of
@@ -328,7 +399,10 @@ class Simulation {
     for (std::size_t v = 0; v < nodes; ++v) {
       fs.actor[v] = static_cast<std::int64_t>(v);
       for (auto r : lanes[v]) pace_[v] = std::max(pace_[v], slowdown_[static_cast<std::size_t>(r)]);
-      fs.initial[v] = start.emplace(std::pair{layout_.coord(lanes[v].front()).pp, pace_[v]}, static_cast<std::int64_t>(start.size())).first->second;
+      // A node that will fail is unlike any other.
+      bool doomed = false;
+      for (auto r : lanes[v]) doomed = doomed || (!failing_rank_.empty() && failing_rank_[static_cast<std::size_t>(r)]);
+      fs.initial[v] = start.emplace(std::pair{layout_.coord(lanes[v].front()).pp * 2 + (doomed ? 1 : 0), pace_[v]}, static_cast<std::int64_t>(start.size())).first->second;
     }
     fs.peer.assign(types, std::vector<std::int64_t>(nodes, -1));
     fs.group.assign(types, {});
@@ -357,6 +431,10 @@ class Simulation {
     }
     fs.capacity.resize(2 * links_.size());
     for (std::size_t i = 0; i < links_.size(); ++i) fs.capacity[2 * i] = fs.capacity[2 * i + 1] = links_[i].bytes_per_s;
+    if (failing_link_ >= 0) {
+      fs.mark.assign(fs.capacity.size(), 0);
+      fs.mark[static_cast<std::size_t>(2 * failing_link_)] = fs.mark[static_cast<std::size_t>(2 * failing_link_ + 1)] = 1;
+    }
     colouring_ = colour_ranks(fs, options_.mirror_alike);
 
     // One played actor per colour, led by its first rank.
@@ -420,6 +498,7 @@ class Simulation {
     for (const auto& spec : specs_) {
       auto* host = zone->create_host("gpu" + std::to_string(spec.lanes.front()), kSpeed);
       for (auto r : spec.lanes) host_of_[static_cast<std::size_t>(r)] = host;
+      if (!failing_rank_.empty() && failing_rank_[static_cast<std::size_t>(spec.lanes.front())]) failing_hosts_.push_back(host);
     }
     sink_ = zone->create_host("sink", kSpeed);
     std::vector<sg4::Link*> by_colour(static_cast<std::size_t>(colouring_.link_colours), nullptr);
@@ -431,6 +510,7 @@ class Simulation {
         const auto k = colouring_.link_colour[slot];
         if (k < 0 || by_colour[static_cast<std::size_t>(k)] != nullptr) continue;
         by_colour[static_cast<std::size_t>(k)] = zone->create_link("k" + std::to_string(k), links_[slot / 2].bytes_per_s)->set_latency(0);
+        if (failing_link_ >= 0 && slot / 2 == static_cast<std::size_t>(failing_link_)) failing_links_.push_back(by_colour[static_cast<std::size_t>(k)]);
       }
     }
     // Per flow class, the members it puts on one link of each colour it crosses.
@@ -450,6 +530,7 @@ class Simulation {
       std::map<std::vector<std::pair<std::size_t, std::int32_t>>, std::int32_t> tightest;  // users -> the link colour kept
       for (std::size_t k = 0; k < users.size(); ++k) {
         if (users[k].empty()) continue;
+        if (std::find(failing_links_.begin(), failing_links_.end(), by_colour[k]) != failing_links_.end()) continue;  // kept: it fails
         const auto [it, fresh] = tightest.emplace(users[k], static_cast<std::int32_t>(k));
         if (fresh) continue;
         const auto kept = static_cast<std::size_t>(it->second);
@@ -479,6 +560,10 @@ class Simulation {
     }
     zone->seal();
   }
+
+  // A transfer that failed (its link went down): NCCL's ranks wait for it until their
+  // watchdog fires; so does this actor, for good.
+  static void hang() { sg4::this_actor::suspend(); }
 
   // A flow of `type` from played rank `from`, standing for its class.
   sg4::CommPtr send_flow(std::int64_t from, std::size_t type, double bytes) {
@@ -542,7 +627,11 @@ class Simulation {
     double latency = 0;
     if (e.flow) {
       // Activity's wait, not Comm's: Comm's would start a prepared flow itself.
-      static_cast<sg4::Activity&>(*e.flow).wait_for(-1.0);
+      try {
+        static_cast<sg4::Activity&>(*e.flow).wait_for(-1.0);
+      } catch (const simgrid::NetworkFailureException&) {
+        hang();
+      }
       latency = flow_class_[flow_class_of(e.src, e.type)].latency_s;
     }
     p2p_.erase(it);
@@ -583,7 +672,13 @@ class Simulation {
         }
       }
     }
-    for (auto& fl : flows) fl->wait();
+    for (auto& fl : flows) {
+      try {
+        fl->wait();
+      } catch (const simgrid::NetworkFailureException&) {
+        hang();
+      }
+    }
     if (!mine.empty() && extra > 0) sg4::this_actor::sleep_for(extra);
     if (options_.per_message && !mine.empty()) {
       // The first step was the flows above, with S/steps each; the other steps follow, each
@@ -598,7 +693,13 @@ class Simulation {
             if (auto flow = send_flow(from, type, f.bytes / f.steps)) flows.push_back(std::move(flow));
           }
         }
-        for (auto& fl : flows) fl->wait();
+        for (auto& fl : flows) {
+          try {
+            fl->wait();
+          } catch (const simgrid::NetworkFailureException&) {
+            hang();
+          }
+        }
         if (latency > 0) sg4::this_actor::sleep_for(latency);
       }
     }
@@ -646,6 +747,7 @@ class Simulation {
     std::map<Wait, double> waited_s;
     double last_compute_end_s = 0;
     double ready_s = 0;  // until when received data is still on its way
+    double last_active_s = 0;  // when it last finished something (a failure stops it)
     double end_s = 0;    // when the actor's last instruction finished
     bool finished = false;
     bool traced = false;
@@ -734,6 +836,7 @@ class Simulation {
           // (an execution would cost SimGrid a max-min variable for nothing).
           if (now + dt > clock) sg4::this_actor::sleep_for(now + dt - clock);
           st.last_compute_end_s = sg4::Engine::get_clock();
+          st.last_active_s = st.last_compute_end_s;
           if (st.traced) record(st, sp, in, now, st.last_compute_end_s);
           break;
         }
@@ -951,6 +1054,10 @@ class Simulation {
   std::vector<sg4::Host*> flow_host_;              // per flow class
   sg4::Host* sink_ = nullptr;
   std::vector<std::int64_t> traced_;
+  std::vector<bool> failing_rank_;                 // per rank: on the host that fails (failure)
+  std::int64_t failing_link_ = -1;                 // the topology link that fails
+  std::vector<sg4::Host*> failing_hosts_;
+  std::vector<sg4::Link*> failing_links_;
   std::unordered_map<std::uint64_t, P2p> p2p_;  // by p2p_key(receiving rank, tag)
   std::unordered_map<std::uint64_t, Coll> colls_;  // by (type, stream, group kind, ordinal)
   std::vector<double> link_bytes_;                 // per directed link slot

@@ -39,6 +39,11 @@ std::string result_to_json(const SimulateResult& r) {
   j["hottest_links"] = links;
   j["flows"] = r.flows;
   j["played_actors"] = r.played_actors;
+  if (r.interruption) {
+    const auto& i = *r.interruption;
+    j["interruption"] = {{"target", i.target},       {"at_s", i.at_s},   {"stalled_s", i.stalled_s}, {"ranks_stopped", i.ranks_stopped},
+                         {"ranks_waiting", i.ranks_waiting}, {"ranks", i.ranks}};
+  }
   j["error"] = r.error;
   return j.dump();
 }
@@ -52,6 +57,10 @@ SimulateResult result_from_json(const std::string& text) {
   }
   r.flows = j.at("flows").get<std::int64_t>();
   r.played_actors = j.at("played_actors").get<std::int64_t>();
+  if (j.contains("interruption")) {
+    const auto& i = j.at("interruption");
+    r.interruption = Interruption{i.at("target"), i.at("at_s"), i.at("stalled_s"), i.at("ranks_stopped"), i.at("ranks_waiting"), i.at("ranks")};
+  }
   r.error = j.at("error").get<std::string>();
   return r;
 }

@@ -49,6 +49,15 @@ struct SimulateOptions {
   bool per_message = false;
   // Play this Program instead of the plan's own lowering (tests time single collectives).
   const models::Program* program = nullptr;
+  // A failure inside the step: at `at_s`, a GPU ("gpu17", its rank), a node ("node3") or a
+  // link ("leaf3-spine1", as `meshwork topology` names them) goes down. SimGrid turns the
+  // host or link off: the ranks on it stop, flows crossing it fail, and whoever waits for
+  // them waits for good, as NCCL's ranks do until their watchdog fires.
+  struct Failure {
+    std::string target;
+    double at_s = 0;
+  };
+  std::optional<Failure> failure;
   // Play one actor per colour of alike actors (sim/symmetry.hpp). Off: every actor is
   // played (the check that the reduction is exact).
   bool mirror_alike = true;
@@ -60,8 +69,19 @@ struct LinkUse {
   double bytes = 0;
 };
 
+// What a failure inside the step did.
+struct Interruption {
+  std::string target;
+  double at_s = 0;
+  double stalled_s = 0;              // when the last rank still working stopped
+  std::int64_t ranks_stopped = 0;    // on the failed host or node
+  std::int64_t ranks_waiting = 0;    // blocked for good on a transfer or collective
+  std::int64_t ranks = 0;
+};
+
 struct SimulateResult {
-  std::optional<report::Report> report;  // method: simulated
+  std::optional<report::Report> report;  // method: simulated; absent when interrupted
+  std::optional<Interruption> interruption;
   std::vector<LinkUse> hottest_links;    // most bytes first (up to 10)
   std::int64_t flows = 0;                // network flows, played or mirrored
   std::int64_t played_actors = 0;        // actors played (TP groups or ranks; the rest mirrored)

@@ -73,6 +73,7 @@ Colouring colour_ranks(const FlowSystem& s, bool refine) {
     for (std::size_t slot = 0; slot < on_slot.size(); ++slot) {
       if (on_slot[slot].empty()) continue;
       sig.assign(1, std::bit_cast<std::int64_t>(s.capacity[slot]));
+      sig.push_back(slot < s.mark.size() ? s.mark[slot] : 0);
       append_counted(on_slot[slot], sig);
       c.link_colour[slot] = links.id(sig);
     }

@@ -38,8 +38,10 @@ struct FlowSystem {
   std::vector<std::vector<double>> latency_s;
   // Per flow type: the collective group of each rank (-1: the type is not a collective's).
   std::vector<std::vector<std::int64_t>> group;
-  // Per directed link slot: its capacity in bytes per second.
+  // Per directed link slot: its capacity in bytes per second, and a mark that sets it apart
+  // (a link that will fail); empty marks: none.
   std::vector<double> capacity;
+  std::vector<std::int64_t> mark;
 };
 
 struct Colouring {

@@ -224,6 +224,48 @@ TEST(Simulate, DestinationModKRoutingKeepsTheCrossLeafExchangeFreeOfCollisionsOn
   EXPECT_NEAR(b.report->step_time_s / a.report->step_time_s, 2.0, 0.001);
 }
 
+// Failures inside the step, with SimGrid's own machinery: a host turned off stops its ranks,
+// a link turned off fails the flows on it, and the ranks waiting for them wait for good.
+TEST(Simulate, AFailureInsideTheStepStopsItWhereItHits) {
+  const plan::Plan ring = load("model: tiny\ntraining: {global_batch_size: 8, precision: bf16}\nparallelism: {dp: 8, zero_stage: 0}\n"
+                               "cluster: {gpu: h100-sxm, num_gpus: 8, gpus_per_node: 1, nics_per_node: 1, nic_bandwidth_gbps: 400, "
+                               "topology: {tiers: 2, switch_radix: 16}}\n");
+  const auto prog = one_collective(plan::GroupKind::dp, models::Collective::all_reduce, 1e9, 1, 8);
+  SimulateOptions o;
+  o.program = &prog;
+  const SimulateResult whole = simulate(ring, o);
+  ASSERT_TRUE(whole.report) << whole.error;
+  const double step = whole.report->step_time_s;
+  // A NIC's link to its leaf, half-way through the all-reduce: every rank is left waiting.
+  o.failure = SimulateOptions::Failure{"nic3-leaf0", step / 2};
+  SimulateResult r = simulate(ring, o);
+  ASSERT_TRUE(r.interruption) << r.error;
+  EXPECT_FALSE(r.report);
+  EXPECT_DOUBLE_EQ(r.interruption->at_s, step / 2);
+  EXPECT_EQ(r.interruption->ranks_stopped, 0);
+  EXPECT_EQ(r.interruption->ranks_waiting, 8);
+  // A GPU of a pipeline, a tenth into the step: it stops, the rest wait for good.
+  const plan::Plan pipe = pipeline("1f1b", 1);
+  const SimulateResult clean = simulate(pipe);
+  ASSERT_TRUE(clean.report) << clean.error;
+  SimulateOptions g;
+  g.failure = SimulateOptions::Failure{"gpu2", clean.report->step_time_s / 10};
+  r = simulate(pipe, g);
+  ASSERT_TRUE(r.interruption) << r.error;
+  EXPECT_EQ(r.interruption->ranks_stopped, 1);
+  EXPECT_EQ(r.interruption->ranks_waiting, 3);
+  EXPECT_LT(r.interruption->stalled_s, clean.report->step_time_s);
+  // Due after the step: the step is whole. An unknown target: an error, not a crash.
+  g.failure = SimulateOptions::Failure{"gpu2", 10 * clean.report->step_time_s};
+  r = simulate(pipe, g);
+  ASSERT_TRUE(r.report) << r.error;
+  EXPECT_DOUBLE_EQ(r.report->step_time_s, clean.report->step_time_s);
+  g.failure = SimulateOptions::Failure{"spine99-core7", 0.1};
+  r = simulate(pipe, g);
+  EXPECT_FALSE(r.report);
+  EXPECT_NE(r.error.find("no GPU"), std::string::npos) << r.error;
+}
+
 TEST(Simulate, TheTraceHasAProcessPerTracedRankAndAThreadPerStream) {
   const auto path = std::filesystem::temp_directory_path() / "meshwork-sim-trace.json";
   SimulateOptions o;
