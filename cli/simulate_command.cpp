@@ -155,7 +155,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
       std::vector<std::pair<double, std::string>> parts = {
           {b.compute_s, "compute"},   {b.recompute_s, "recomputation"}, {b.bubble_s, "pipeline bubble (waiting for a neighbour stage)"},
           {b.tp_s, "exposed TP communication"}, {b.cp_s, "exposed CP communication"}, {b.ep_s, "exposed EP communication"},
-          {b.dp_s, "exposed DP communication"}, {b.optimizer_s, "optimizer step"}, {b.stalls_s, "other"}};
+          {b.dp_s, "exposed DP communication"}, {b.optimizer_s, "optimizer step"}, {b.stalls_s, "stragglers and other stalls"}};
       std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
       io.out << "  where the step went:\n";
       for (const auto& [s, what] : parts) {

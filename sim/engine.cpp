@@ -744,6 +744,7 @@ class Simulation {
     std::vector<std::pair<std::int32_t, std::pair<std::int64_t, std::int32_t>>> receiving;
     std::vector<std::pair<std::int32_t, sg4::ActorPtr>> workers;
     double busy_s = 0, recompute_s = 0, optimizer_s = 0;
+    double straggle_s = 0;  // compute time a slow member added
     std::map<Wait, double> waited_s;
     double last_compute_end_s = 0;
     double ready_s = 0;  // until when received data is still on its way
@@ -826,12 +827,14 @@ class Simulation {
           if (gap > 0) st.waited_s[in.after >= 0 ? wait_of(sp.instrs[static_cast<std::size_t>(in.after)]) : Wait::none] += gap;
           const BlockTime& bt = blocks_[static_cast<std::size_t>(sp.stage)][k];
           const double dt = bt.total() * slow;
-          st.busy_s += bt.compute_s * slow;
-          st.recompute_s += bt.recompute_s * slow;
-          st.optimizer_s += bt.optimizer_s * slow;
+          // Each part at the healthy pace; what a straggler adds is its own part (stalls).
+          st.busy_s += bt.compute_s;
+          st.recompute_s += bt.recompute_s;
+          st.optimizer_s += bt.optimizer_s;
+          st.straggle_s += bt.total() * (slow - 1);
           // In-node collectives merged into the block: their time is exposed TP/CP time.
-          st.waited_s[Wait::tp] += bt.tp_s * slow;
-          st.waited_s[Wait::cp] += bt.cp_s * slow;
+          st.waited_s[Wait::tp] += bt.tp_s;
+          st.waited_s[Wait::cp] += bt.cp_s;
           // The compute stream is this actor's own: nothing shares it, so it is a sleep
           // (an execution would cost SimGrid a max-min variable for nothing).
           if (now + dt > clock) sg4::this_actor::sleep_for(now + dt - clock);
@@ -965,7 +968,7 @@ class Simulation {
     for (std::size_t i = 0; i < actors_.size(); ++i) {
       const auto& a = actors_[i];
       const auto& b = actors_[crit];
-      if (a.busy_s + a.recompute_s > b.busy_s + b.recompute_s) crit = i;
+      if (a.busy_s + a.recompute_s + a.straggle_s > b.busy_s + b.recompute_s + b.straggle_s) crit = i;
     }
     const ActorState& c = actors_[crit];
     auto waited = [&](Wait w) {
