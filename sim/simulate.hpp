@@ -1,11 +1,12 @@
 #pragma once
 // The discrete-event simulation of one training step (../shared/DESIGN.md, sim/): SimGrid
-// plays the plan's Program on its fabric. Every rank is an actor that issues its instructions
-// in order, each on its stream: compute as executions timed by models::ComputeTimer (times a
-// straggler's slowdown), collectives as one flow per ring edge on the links of our own routes
-// (topology::Router, ECMP hashed per flow) with the ring's remaining latency terms added, and
-// pipeline sends and receives as flows between neighbours. Bubbles, exposed communication and
-// contention are what happens, not what a formula says.
+// plays the plan's Program on its fabric. An actor (a TP group in lockstep, or a rank with
+// `fine`) issues its instructions in order, each on its stream: compute timed by
+// models::ComputeTimer (times a straggler's slowdown), collectives as one flow per ring edge
+// on the links of our own routes (topology::Router: destination-mod-k or ECMP hashed) started
+// when the group is complete, with the ring's latency terms added, and pipeline transfers as
+// flows between neighbours at their rendezvous. Alike actors are played once (symmetry.hpp).
+// Bubbles, exposed communication and contention are what happens, not what a formula says.
 //
 // SimGrid keeps one global engine per process and cannot start a second one, so each
 // simulation runs in a child process (fork); its result comes back as JSON over a pipe, with

@@ -321,7 +321,7 @@ TEST(Simulate, ResultsSurviveTheTripThroughJson) {
 // Rails: every TP group of a stage meets the same links in the same way (lane k reaches only
 // rail k's switches), so colour refinement leaves one colour per stage and one TP group each
 // is played; the step, the bytes on each link and the flow count are those of playing all 8.
-TEST(Simulate, AMirroredLaneGivesTheStepOfPlayingEveryLane) {
+TEST(Simulate, AlikeActorsPlayedOnceGiveTheStepOfPlayingEveryOne) {
   const plan::Plan p = load("model: {preset: tiny, num_layers: 8}\ntraining: {global_batch_size: 16, micro_batch_size: 1, precision: bf16}\n"
                             "parallelism: {tp: 4, pp: 2, dp: 4, zero_stage: 1}\n"
                             "cluster: {gpu: h100-sxm, num_gpus: 32, gpus_per_node: 4, nics_per_node: 4, topology: {kind: rail_optimized, switch_radix: 16}}\n");
