@@ -57,7 +57,7 @@ void print_reliability(std::ostream& out, const report::Reliability& r, double d
   out << buf;
   if (r.time_to_train_s > 0) out << "    time to train " << hours(r.time_to_train_s) << " +- " << hours(r.time_to_train_ci95) << '\n';
   std::snprintf(buf, sizeof buf, "    checkpoint %.3g TB every %s (Daly's optimum %s)", r.checkpoint_bytes / 1e12, hours(r.checkpoint_interval_s).c_str(),
-                hours(daly_s).c_str());
+                daly_s > 0 ? hours(daly_s).c_str() : "none: nothing fails");
   out << buf;
   if (r.best_interval_s > 0) out << "; best in the sweep " << hours(r.best_interval_s);
   out << '\n';
