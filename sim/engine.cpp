@@ -38,7 +38,7 @@ namespace sg4 = simgrid::s4u;
 using models::Instr;
 using models::InstrKind;
 
-// Hosts compute at this many "flops" per second; an execution of d seconds is d * kSpeed.
+// Hosts' speed: nothing executes on them (compute is a sleep of the actor playing it).
 constexpr double kSpeed = 1e12;
 
 // What the compute stream waited for before an instruction: the kind of its `after`.
@@ -58,12 +58,6 @@ Wait wait_of(const Instr& in) {
 struct Route {
   std::vector<topology::Hop> hops;
   double latency_s = 0;
-};
-
-// A played actor: a TP group (or a rank) standing for every actor of its colour, named by
-// its first rank.
-struct ActorSpec {
-  std::vector<std::int64_t> lanes;
 };
 
 // A class of flows: the flows of one type of every rank of one colour, played as the flow of
@@ -194,10 +188,10 @@ class Simulation {
     build_platform();
     if (std::getenv("MESHWORK_SIM_DEBUG") != nullptr) {
       for (const auto& c : program_.classes) std::fprintf(stderr, "stage %lld: %zu instructions to play\n", static_cast<long long>(c.stage), c.instrs.size());
-      std::fprintf(stderr, "%zu actors play %d colours of %lld ranks (%d rounds); %d link colours, %zu flow classes\n", specs_.size(),
+      std::fprintf(stderr, "%zu actors play %d colours of %lld ranks (%d rounds); %d link colours, %zu flow classes\n", leads_.size(),
                    colouring_.colours, static_cast<long long>(world_), colouring_.rounds, colouring_.link_colours, flow_class_.size());
     }
-    actors_.resize(specs_.size());
+    actors_.resize(leads_.size());
     if (!options_.trace_path.empty()) {
       traced_ = options_.trace_ranks;
       if (traced_.empty()) {
@@ -209,9 +203,8 @@ class Simulation {
       }
       for (auto r : traced_) actors_[played_actor_of(r)].traced = true;
     }
-    for (std::size_t a = 0; a < specs_.size(); ++a) {
-      const std::int64_t rep = specs_[a].lanes.front();
-      sg4::Actor::create("rank" + std::to_string(rep), host_of_[static_cast<std::size_t>(rep)], [this, a] { play(a); });
+    for (std::size_t a = 0; a < leads_.size(); ++a) {
+      sg4::Actor::create("rank" + std::to_string(leads_[a]), host_of_[static_cast<std::size_t>(leads_[a])], [this, a] { play(a); });
     }
     if (options_.failure) {
       // A daemon: a failure due after the step has ended does not hold the step.
@@ -240,9 +233,9 @@ class Simulation {
       out.played_actors = colouring_.colours;
       return out;
     }
-    for (std::size_t a = 0; a < specs_.size(); ++a) {
+    for (std::size_t a = 0; a < leads_.size(); ++a) {
       if (!actors_[a].finished) {
-        out.error = "rank " + std::to_string(specs_[a].lanes.front()) + " did not finish its Program (a deadlock in the simulation)";
+        out.error = "rank " + std::to_string(leads_[a]) + " did not finish its Program (a deadlock in the simulation)";
         return out;
       }
     }
@@ -445,8 +438,8 @@ class Simulation {
       const auto c = static_cast<std::size_t>(colouring_.colour[v]);
       if (rep_[c] >= 0) continue;
       rep_[c] = lanes[v].front();
-      played_actor_[c] = specs_.size();
-      specs_.push_back({{lanes[v].front()}});
+      played_actor_[c] = leads_.size();
+      leads_.push_back(lanes[v].front());
     }
     // Flow classes: per (colour, type), the lane flows they stand for and the links these cross.
     flow_class_.assign(colours * types, {});
@@ -495,10 +488,10 @@ class Simulation {
     auto* impl = new ClassZone("cluster");  // owned by SimGrid's engine
     auto* zone = impl->get_iface();
     host_of_.assign(static_cast<std::size_t>(world_), nullptr);
-    for (const auto& spec : specs_) {
-      auto* host = zone->create_host("gpu" + std::to_string(spec.lanes.front()), kSpeed);
-      for (auto r : spec.lanes) host_of_[static_cast<std::size_t>(r)] = host;
-      if (!failing_rank_.empty() && failing_rank_[static_cast<std::size_t>(spec.lanes.front())]) failing_hosts_.push_back(host);
+    for (const auto lead : leads_) {
+      auto* host = zone->create_host("gpu" + std::to_string(lead), kSpeed);
+      host_of_[static_cast<std::size_t>(lead)] = host;
+      if (!failing_rank_.empty() && failing_rank_[static_cast<std::size_t>(lead)]) failing_hosts_.push_back(host);
     }
     sink_ = zone->create_host("sink", kSpeed);
     std::vector<sg4::Link*> by_colour(static_cast<std::size_t>(colouring_.link_colours), nullptr);
@@ -647,51 +640,31 @@ class Simulation {
     bool done = false;
     sg4::SemaphorePtr finished;
   };
-  void collective(const std::vector<std::pair<std::uint64_t, std::int32_t>>& joins, const RingFlow& f, std::size_t type) {
-    std::vector<sg4::CommPtr> flows;
-    std::vector<std::uint64_t> mine, theirs;
-    double extra = 0;
-    for (const auto& [key, kind] : joins) {
-      const auto& colours = group_colours_.at(kind);
-      const auto size = static_cast<std::int64_t>(colours.size());
-      Coll& c = colls_[key];
-      if (++c.arrived < size) {
-        theirs.push_back(key);
-        continue;
+  // `key` names the collective instance (type, stream, ordinal, group kind); the last of the
+  // group's colours to arrive plays it, the others wait for it to finish.
+  void collective(std::uint64_t key, std::int32_t kind, const RingFlow& f, std::size_t type) {
+    const auto& colours = group_colours_.at(kind);
+    const auto size = static_cast<std::int64_t>(colours.size());
+    Coll& c = colls_[key];
+    if (++c.arrived < size) {
+      if (!c.done) {
+        if (!c.finished) c.finished = sg4::Semaphore::create(0);
+        ++c.waiting;
+        c.finished->acquire();
       }
-      mine.push_back(key);
-      for (const auto colour : colours) {
-        const std::int64_t from = rep_[static_cast<std::size_t>(colour)];
-        const double latency = flow_class_[flow_class_of(from, type)].latency_s;
-        if (options_.per_message) {
-          extra = std::max(extra, latency);  // this step's
-          if (auto flow = send_flow(from, type, f.bytes / f.steps)) flows.push_back(std::move(flow));
-        } else {
-          extra = std::max(extra, f.steps * latency);
-          if (auto flow = send_flow(from, type, f.bytes)) flows.push_back(std::move(flow));
-        }
-      }
-    }
-    for (auto& fl : flows) {
-      try {
-        fl->wait();
-      } catch (const simgrid::NetworkFailureException&) {
-        hang();
-      }
-    }
-    if (!mine.empty() && extra > 0) sg4::this_actor::sleep_for(extra);
-    if (options_.per_message && !mine.empty()) {
-      // The first step was the flows above, with S/steps each; the other steps follow, each
-      // once the previous has arrived on every edge.
-      for (int step = 1; step < static_cast<int>(std::llround(f.steps)); ++step) {
+    } else {
+      // One flow per ring edge with all its bytes, then the ring's latency terms; or, per
+      // message, each step's S/n on every edge once the previous step has arrived everywhere.
+      const int steps = options_.per_message ? static_cast<int>(std::llround(f.steps)) : 1;
+      const double bytes = f.bytes / steps;
+      std::vector<sg4::CommPtr> flows;
+      for (int step = 0; step < steps; ++step) {
         flows.clear();
         double latency = 0;
-        for (const auto key : mine) {
-          for (const auto colour : group_colours_.at(kind_in(joins, key))) {
-            const std::int64_t from = rep_[static_cast<std::size_t>(colour)];
-            latency = std::max(latency, flow_class_[flow_class_of(from, type)].latency_s);
-            if (auto flow = send_flow(from, type, f.bytes / f.steps)) flows.push_back(std::move(flow));
-          }
+        for (const auto colour : colours) {
+          const std::int64_t from = rep_[static_cast<std::size_t>(colour)];
+          latency = std::max(latency, flow_class_[flow_class_of(from, type)].latency_s * f.steps / steps);
+          if (auto flow = send_flow(from, type, bytes)) flows.push_back(std::move(flow));
         }
         for (auto& fl : flows) {
           try {
@@ -702,31 +675,10 @@ class Simulation {
         }
         if (latency > 0) sg4::this_actor::sleep_for(latency);
       }
-    }
-    auto leave = [&](std::uint64_t key, std::int32_t kind) {
-      if (++colls_[key].left == static_cast<std::int64_t>(group_colours_.at(kind).size())) colls_.erase(key);
-    };
-    for (const auto key : mine) {
-      Coll& c = colls_[key];
       c.done = true;
       for (std::int64_t i = 0; i < c.waiting; ++i) c.finished->release();
-      leave(key, kind_in(joins, key));
     }
-    for (const auto key : theirs) {
-      Coll& c = colls_[key];
-      if (!c.done) {
-        if (!c.finished) c.finished = sg4::Semaphore::create(0);
-        ++c.waiting;
-        c.finished->acquire();
-      }
-      leave(key, kind_in(joins, key));
-    }
-  }
-  static std::int32_t kind_in(const std::vector<std::pair<std::uint64_t, std::int32_t>>& joins, std::uint64_t key) {
-    for (const auto& [k, kind] : joins) {
-      if (k == key) return kind;
-    }
-    return -1;
+    if (++colls_[key].left == size) colls_.erase(key);
   }
 
   struct TraceEvent {
@@ -752,7 +704,6 @@ class Simulation {
     double end_s = 0;    // when the actor's last instruction finished
     bool finished = false;
     bool traced = false;
-    std::size_t lanes = 1;
     std::vector<TraceEvent> trace;
     std::vector<double> issued_s;  // traced actors: when each instruction was issued
   };
@@ -794,19 +745,16 @@ class Simulation {
   }
 
   void play(std::size_t a) {
-    const ActorSpec& spec = specs_[a];
     ActorState& st = actors_[a];
-    const std::int64_t rep = spec.lanes.front();
-    const models::StageProgram& sp = stage_of(rep);
+    const std::int64_t lead = leads_[a];
+    const models::StageProgram& sp = stage_of(lead);
     const std::size_t n = sp.instrs.size();
-    const std::size_t lanes = spec.lanes.size();
-    st.lanes = lanes;
 
     std::array<std::uint64_t, 6> collectives{};  // collectives issued so far, per stream
     if (st.traced) st.issued_s.assign(n, 0);
     std::array<std::int32_t, 6> last{-1, -1, -1, -1, -1, -1};
-    const double slow = pace_[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(rep)])];  // the actor's slowest member
-    const std::int64_t my_stage = layout_.coord(rep).pp;
+    const double slow = pace_[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(lead)])];  // the actor's slowest member
+    const std::int64_t my_stage = layout_.coord(lead).pp;
     const std::size_t next_type = kinds_.size();
     const std::int64_t next_stage = (my_stage + 1) % program_.stages;
     std::size_t reported = 0;
@@ -850,13 +798,9 @@ class Simulation {
           if (layout_.group_size(g) <= 1 || options_.free_communication) break;
           const std::size_t type = kind_type(g);
           const RingFlow f = ring_flow(in.collective, in.bytes, static_cast<double>(layout_.group_size(g)));
-          std::vector<std::pair<std::uint64_t, std::int32_t>> joins;  // (instance, group kind) per played lane
           const std::uint64_t seq = collectives[stream]++;
-          for (const std::int64_t r : spec.lanes) {
-            const auto kind = group_kind_of(type, r);
-            const std::uint64_t key = ((type * 8 + stream) << 52) | (static_cast<std::uint64_t>(kind) << 24) | seq;
-            if (std::find_if(joins.begin(), joins.end(), [&](const auto& j) { return j.first == key; }) == joins.end()) joins.emplace_back(key, kind);
-          }
+          const auto kind = group_kind_of(type, lead);
+          const std::uint64_t key = ((type * 8 + stream) << 52) | (static_cast<std::uint64_t>(kind) << 24) | seq;
           ActorState* traced = st.traced ? &st : nullptr;
           // The stream's previous collective, if still running, is joined by this worker.
           sg4::ActorPtr before;
@@ -864,10 +808,10 @@ class Simulation {
             if (idx == last[stream]) before = w;
           }
           st.workers.emplace_back(static_cast<std::int32_t>(k), nullptr);
-          st.workers.back().second = sg4::Actor::create("coll", host_of_[static_cast<std::size_t>(rep)], [this, joins = std::move(joins), f, type, traced, before, &sp, &in] {
+          st.workers.back().second = sg4::Actor::create("coll", host_of_[static_cast<std::size_t>(lead)], [this, key, kind, f, type, traced, before, &sp, &in] {
             if (before) before->join();
             const double start = sg4::Engine::get_clock();
-            collective(joins, f, type);
+            collective(key, kind, f, type);
             if (traced != nullptr) record(*traced, sp, in, start, sg4::Engine::get_clock());
           });
           break;
@@ -876,39 +820,34 @@ class Simulation {
           wait_for(st, in.after);
           settle(st);
           const double bytes = options_.free_communication ? 0 : in.bytes;
-          for (const std::int64_t r : spec.lanes) {
-            const std::size_t type = in.peer_stage == my_stage || in.peer_stage == next_stage ? next_type : next_type + 1;
-            const std::int64_t peer = in.peer_stage == my_stage ? r : peer_[type][static_cast<std::size_t>(r)];
-            // Sends are buffered, as the Program's replay takes them (Megatron batches
-            // isend/irecv): nothing waits for one but its receiver, the one playing the
-            // peer's colour.
-            P2p& e = p2p_[p2p_key(rep_[static_cast<std::size_t>(colour_of(peer))], in.tag)];
-            e.sent = true;
-            if (e.prepared) {
-              // The receiver made this flow for the class it expected.
-              if (flow_class_of(e.src, e.type) != flow_class_of(r, type) || e.bytes != bytes) {
-                throw std::logic_error("pipeline transfer " + std::to_string(in.tag) + " from rank " + std::to_string(r) + " is not the one its receiver expected");
-              }
-              FlowClass& fc = flow_class_[flow_class_of(r, type)];
-              fc.bytes += bytes;
-              ++fc.played;
-              e.flow->start();
-              continue;
+          const std::size_t type = in.peer_stage == my_stage || in.peer_stage == next_stage ? next_type : next_type + 1;
+          const std::int64_t peer = in.peer_stage == my_stage ? lead : peer_[type][static_cast<std::size_t>(lead)];
+          // Sends are buffered, as the Program's replay takes them (Megatron batches
+          // isend/irecv): nothing waits for one but its receiver, the one playing the peer's
+          // colour.
+          P2p& e = p2p_[p2p_key(rep_[static_cast<std::size_t>(colour_of(peer))], in.tag)];
+          e.sent = true;
+          if (e.prepared) {
+            // The receiver made this flow for the class it expected.
+            if (flow_class_of(e.src, e.type) != flow_class_of(lead, type) || e.bytes != bytes) {
+              throw std::logic_error("pipeline transfer " + std::to_string(in.tag) + " from rank " + std::to_string(lead) + " is not the one its receiver expected");
             }
-            e.src = peer == r ? -1 : r;
-            e.type = type;
-            e.bytes = bytes;
-            if (e.posted) start(e);
-            if (e.ready) e.ready->release();
+            FlowClass& fc = flow_class_[flow_class_of(lead, type)];
+            fc.bytes += bytes;
+            ++fc.played;
+            e.flow->start();
+            break;
           }
+          e.src = peer == lead ? -1 : lead;
+          e.type = type;
+          e.bytes = bytes;
+          if (e.posted) start(e);
+          if (e.ready) e.ready->release();
           break;
         }
         case InstrKind::recv: {
-          for (std::size_t l = 0; l < lanes; ++l) {
-            const std::int64_t r = spec.lanes[l];
-            post(r, in);
-            st.receiving.push_back({static_cast<std::int32_t>(k), {r, in.tag}});
-          }
+          post(lead, in);
+          st.receiving.push_back({static_cast<std::int32_t>(k), {lead, in.tag}});
           break;
         }
       }
@@ -1050,7 +989,7 @@ class Simulation {
   Colouring colouring_;
   std::vector<std::int64_t> rep_;                  // per colour: the rank that plays it
   std::vector<std::size_t> played_actor_;          // per colour: the actor that plays it
-  std::vector<ActorSpec> specs_;                   // the played actors
+  std::vector<std::int64_t> leads_;                // the played actors, by their first rank
   std::vector<FlowClass> flow_class_;              // per (colour, type)
   std::map<std::int32_t, std::vector<std::int32_t>> group_colours_;  // per group kind: its colours
   std::vector<sg4::Host*> host_of_;                // per rank (played ones): its actor's
