@@ -1,36 +1,45 @@
 #include "models/comm.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <set>
 
 namespace meshwork::models {
 
 GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan::GroupKind group) {
   GroupNetwork g;
+  g.algorithm = p.cluster.collective_algorithm;
   const auto layout = plan::RankLayout::from_plan(p.parallelism);
   g.size = layout.group_size(group);
   const auto& c = p.cluster;
   // A collective runs at the pace of its slowest group: the groups cross nodes when any of
   // them has members on two nodes. Placement is regular, so the pattern of group offsets within
-  // a node repeats early: the first 64 groups are looked at.
+  // a node repeats early: the first 64 groups are looked at, and the one spread over the most
+  // nodes sets how many members share a node.
   if (g.size > 1 && c.gpus_per_node > 0) {
-    const std::int64_t span = layout.group_span(group);
     const std::int64_t groups = std::min<std::int64_t>(layout.num_groups(group), 64);
-    for (std::int64_t i = 0; i < groups && !g.crosses_nodes; ++i) {
-      const std::int64_t first = layout.group_first(group, i);
-      g.crosses_nodes = first / c.gpus_per_node != (first + span) / c.gpus_per_node;
+    for (std::int64_t i = 0; i < groups; ++i) {
+      std::set<std::int64_t> nodes;
+      for (const auto r : layout.group_members(group, layout.group_first(group, i))) nodes.insert(r / c.gpus_per_node);
+      g.nodes = std::max(g.nodes, static_cast<std::int64_t>(nodes.size()));
     }
+    g.crosses_nodes = g.nodes > 1;
+    g.per_node = std::max<std::int64_t>(1, g.size / g.nodes);
   }
-  const double nvlink = c.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvlink_efficiency;
+  g.nvlink_bytes_per_s = c.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvlink_efficiency;
+  g.nvlink_latency_s = c.intra_node.latency_us * 1e-6;
+  if (c.intra_node.kind == plan::IntraNodeKind::nvswitch) g.nvls_bytes_per_s = c.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvls_efficiency;
+  // Across nodes each GPU has its share of the node's NICs; above the leaf an oversubscribed
+  // fabric divides it further.
+  g.nic_bytes_per_s = static_cast<double>(c.nics_per_node) * c.nic_bandwidth_gbps * 1e9 / 8 /
+                      static_cast<double>(std::max<std::int64_t>(1, c.gpus_per_node)) * hw.nic_efficiency / c.topology.oversubscription;
   if (!g.crosses_nodes) {
-    g.busbw_bytes_per_s = nvlink;
-    g.latency_s = c.intra_node.latency_us * 1e-6;
+    g.busbw_bytes_per_s = g.nvlink_bytes_per_s;
+    g.latency_s = g.nvlink_latency_s;
     return g;
   }
-  // Across nodes a ring is limited by each GPU's share of the node's NICs; above the leaf an
-  // oversubscribed fabric divides it further.
-  const double nic_per_gpu = static_cast<double>(c.nics_per_node) * c.nic_bandwidth_gbps * 1e9 / 8 /
-                             static_cast<double>(std::max<std::int64_t>(1, c.gpus_per_node));
-  g.busbw_bytes_per_s = std::min(nvlink, nic_per_gpu * hw.nic_efficiency / c.topology.oversubscription);
+  g.busbw_bytes_per_s = std::min(g.nvlink_bytes_per_s, g.nic_bytes_per_s);
   // A message crosses up to 2 x tiers switch hops and two NICs (~1 us each, published-runs C1).
   g.latency_s = (2.0 * static_cast<double>(c.topology.tiers) * c.topology.link_latency_us + 2.0) * 1e-6;
   return g;
@@ -38,18 +47,133 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan:
 
 namespace {
 
-double ring(const GroupNetwork& g, double bytes, double factor, double steps) {
-  if (g.size <= 1 || bytes <= 0) return 0;
-  const double n = static_cast<double>(g.size);
-  return factor * (n - 1) / n * bytes / g.busbw_bytes_per_s + steps * (n - 1) * g.latency_s;
+double d(std::int64_t v) { return static_cast<double>(v); }
+
+// Bytes each member sends per byte of the buffer, and the steps of a ring of n members
+// (Patarasuk & Yuan 2009: reduce-scatter then all-gather, n-1 steps each).
+double ring_volume(Collective c, double n) {
+  switch (c) {
+    case Collective::all_reduce: return 2 * (n - 1) / n;
+    case Collective::reduce_scatter:
+    case Collective::all_gather:
+    case Collective::all_to_all: return (n - 1) / n;
+    case Collective::ring_exchange: return 1;
+    case Collective::none: break;
+  }
+  return 0;
 }
+double ring_steps(Collective c, double n) { return c == Collective::all_reduce ? 2 * (n - 1) : n - 1; }
+
+// The in-node phases of the hierarchical algorithm: a ring reduce-scatter (or all-gather) of
+// the buffer over the k members of a node.
+double in_node_phase_s(const GroupNetwork& g, double bytes) {
+  const double k = d(g.per_node);
+  return (k - 1) / k * bytes / g.nvlink_bytes_per_s + (k - 1) * g.nvlink_latency_s;
+}
+
+double log2_ceil(double m) { return std::ceil(std::log2(std::max(1.0, m))); }
 
 }  // namespace
 
-double all_reduce_s(const GroupNetwork& g, double bytes) { return ring(g, bytes, 2, 2); }
-double reduce_scatter_s(const GroupNetwork& g, double bytes) { return ring(g, bytes, 1, 1); }
-double all_gather_s(const GroupNetwork& g, double bytes) { return ring(g, bytes, 1, 1); }
-double all_to_all_s(const GroupNetwork& g, double bytes) { return ring(g, bytes, 1, 1); }
+bool applies(const GroupNetwork& g, Collective c, CollectiveAlgorithm a) {
+  const bool reduction = c == Collective::all_reduce || c == Collective::reduce_scatter || c == Collective::all_gather;
+  switch (a) {
+    case CollectiveAlgorithm::automatic:
+    case CollectiveAlgorithm::ring: return true;
+    // The double binary tree runs all-reduce only, between nodes (NCCL; Sanders et al. 2009).
+    case CollectiveAlgorithm::tree: return g.crosses_nodes && c == Collective::all_reduce;
+    // NVLink SHARP: the NVSwitch reduces (Hopper and later), for a group inside one node.
+    case CollectiveAlgorithm::nvls: return !g.crosses_nodes && g.size > 1 && g.nvls_bytes_per_s > 0 && reduction;
+    // In-node phases only pay off when a node holds several members.
+    case CollectiveAlgorithm::hierarchical: return g.crosses_nodes && g.per_node > 1 && reduction;
+  }
+  return false;
+}
+
+CollectiveFlows collective_flows(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a) {
+  CollectiveFlows f;
+  if (g.size <= 1 || bytes <= 0) return f;
+  if (!applies(g, c, a) || a == CollectiveAlgorithm::automatic) a = CollectiveAlgorithm::ring;
+  const double n = d(g.size), k = d(g.per_node), m = d(g.nodes);
+  switch (a) {
+    case CollectiveAlgorithm::automatic:
+    case CollectiveAlgorithm::ring:
+      if (c == Collective::all_to_all && g.crosses_nodes) {
+        // Pairwise exchange: a member's own NIC carries what goes to the other nodes'
+        // members, (n - k)/n of its buffer; the rest crosses NVLink, faster and alongside.
+        f.edge_bytes = (n - k) / n * bytes;
+      } else {
+        // Between nodes each member's NIC carries 1/k of the ring (see collective_s).
+        f.edge_bytes = ring_volume(c, n) * bytes / (g.crosses_nodes && c != Collective::ring_exchange ? k : 1);
+      }
+      f.steps = ring_steps(c, n);
+      break;
+    case CollectiveAlgorithm::tree:
+      // Two binary trees, each carrying half the buffer, reduce up and broadcast down
+      // pipelined: every node sends and receives the buffer twice in all (Sanders, Speck &
+      // Traeff 2009, "Two-tree algorithms for full bandwidth broadcast, reduction and scan",
+      // §4), shared by its k members' NICs as NCCL's channels share it; 2 log2(m) steps of
+      // latency between nodes and a chain through the node's members.
+      f.edge_bytes = 2 * bytes / k;
+      f.steps = 2 * log2_ceil(m);
+      f.in_node_s = 2 * (k - 1) * g.nvlink_latency_s;
+      break;
+    case CollectiveAlgorithm::nvls:
+      // Every GPU sends its buffer to the switch, which reduces it, and reads the result
+      // back (NVIDIA Hopper whitepaper, "NVLink SHARP"): the buffer once each way at NVLS's
+      // rate, here as the bytes a ring-rate link would need to take as long.
+      f.edge_bytes = c == Collective::all_reduce ? bytes * g.nvlink_bytes_per_s / g.nvls_bytes_per_s : ring_volume(c, n) * bytes;
+      f.steps = 2;
+      break;
+    case CollectiveAlgorithm::hierarchical: {
+      // In-node reduce-scatter, the between-node collective on 1/k of the buffer over the
+      // members at one position of every node, in-node all-gather (as Horovod's and
+      // Megatron's hierarchical all-reduce; Jia et al. 2018, §4.2).
+      f.edge_bytes = ring_volume(c, m) * bytes / k;
+      f.steps = ring_steps(c, m);
+      f.in_node_s = (c == Collective::all_reduce ? 2 : 1) * in_node_phase_s(g, bytes);
+      break;
+    }
+  }
+  return f;
+}
+
+double collective_s(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a) {
+  if (g.size <= 1 || bytes <= 0) return 0;
+  if (!applies(g, c, a) || a == CollectiveAlgorithm::automatic) a = CollectiveAlgorithm::ring;
+  const CollectiveFlows f = collective_flows(g, c, bytes, a);
+  const double n = d(g.size), k = d(g.per_node);
+  double rate = g.crosses_nodes ? g.nic_bytes_per_s : g.nvlink_bytes_per_s;
+  if (a == CollectiveAlgorithm::ring && g.crosses_nodes && c != Collective::all_to_all && c != Collective::ring_exchange) {
+    // A ring between nodes with k members per node: NCCL's channels start on every member,
+    // so each member's own NIC carries 1/k of the ring's traffic and the node's NICs work
+    // together (nccl-tests: B200 4 nodes x 8, 381.8 GB/s busbw on 8 x 400G, published-runs
+    // C2); NVLink caps the node's ring.
+    rate = std::min(g.nic_bytes_per_s, g.nvlink_bytes_per_s / k);
+  }
+  if (c == Collective::ring_exchange) rate = g.busbw_bytes_per_s;
+  double t = f.edge_bytes / rate + f.steps * g.latency_s + f.in_node_s;
+  if (c == Collective::all_to_all && g.crosses_nodes) t = std::max(t, (k - 1) / n * bytes / g.nvlink_bytes_per_s + f.steps * g.latency_s);
+  return t;
+}
+
+CollectiveAlgorithm algorithm_for(const GroupNetwork& g, Collective c, double bytes) {
+  if (g.algorithm != CollectiveAlgorithm::automatic) return applies(g, c, g.algorithm) ? g.algorithm : CollectiveAlgorithm::ring;
+  CollectiveAlgorithm best = CollectiveAlgorithm::ring;
+  double best_s = collective_s(g, c, bytes, best);
+  for (const auto a : {CollectiveAlgorithm::nvls, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical}) {
+    if (!applies(g, c, a)) continue;
+    const double t = collective_s(g, c, bytes, a);
+    if (t < best_s) best = a, best_s = t;
+  }
+  return best;
+}
+
+double collective_s(const GroupNetwork& g, Collective c, double bytes) { return collective_s(g, c, bytes, algorithm_for(g, c, bytes)); }
+double all_reduce_s(const GroupNetwork& g, double bytes) { return collective_s(g, Collective::all_reduce, bytes); }
+double reduce_scatter_s(const GroupNetwork& g, double bytes) { return collective_s(g, Collective::reduce_scatter, bytes); }
+double all_gather_s(const GroupNetwork& g, double bytes) { return collective_s(g, Collective::all_gather, bytes); }
+double all_to_all_s(const GroupNetwork& g, double bytes) { return collective_s(g, Collective::all_to_all, bytes); }
 
 double p2p_s(const GroupNetwork& g, double bytes) {
   if (g.size <= 1 || bytes <= 0) return 0;

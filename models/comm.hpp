@@ -1,32 +1,68 @@
 #pragma once
-// Communication of a plan's parallel groups: which fabric a group's traffic crosses, its bus
-// bandwidth, and the time of a collective of a given size. Sizes and bandwidths follow the
-// nccl-tests conventions (doc/PERFORMANCE.md): for all-reduce busbw = algbw * 2(n-1)/n, for
-// reduce-scatter, all-gather and all-to-all busbw = algbw * (n-1)/n, algbw = bytes / time.
+// Communication of a plan's parallel groups: which fabric a group's traffic crosses, its
+// bandwidths, and the time of a collective of a given size under each algorithm NCCL has
+// (ring, double binary tree, NVLink SHARP, and the hierarchical in-node / between-node
+// split). Sizes and bandwidths follow the nccl-tests conventions (doc/PERFORMANCE.md): for
+// all-reduce busbw = algbw * 2(n-1)/n, for reduce-scatter, all-gather and all-to-all
+// busbw = algbw * (n-1)/n, algbw = bytes / time.
 
 #include <cstdint>
 
 #include "models/hardware.hpp"
+#include "models/program.hpp"
 #include "plan/plan.hpp"
 #include "plan/rank_layout.hpp"
 
 namespace meshwork::models {
 
+using plan::CollectiveAlgorithm;
+
 struct GroupNetwork {
   std::int64_t size = 1;
   bool crosses_nodes = false;
-  double busbw_bytes_per_s = 0;  // what one rank sustains in a large collective
-  double latency_s = 0;          // per ring step
+  std::int64_t per_node = 1;  // members of one group in a node (placement is regular)
+  std::int64_t nodes = 1;     // nodes one group spans
+  // One pair of members, the bottleneck of a point-to-point transfer or a ring edge.
+  double busbw_bytes_per_s = 0;
+  double latency_s = 0;  // per step between nodes (or in the node, for an in-node group)
+  // In the node: a ring's NVLink rate and NVLink SHARP's (0: none), and one hop's latency.
+  double nvlink_bytes_per_s = 0;
+  double nvls_bytes_per_s = 0;
+  double nvlink_latency_s = 0;
+  // Between nodes: one GPU's share of its node's NICs, after oversubscription.
+  double nic_bytes_per_s = 0;
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::automatic;  // the plan's choice
 };
 
 GroupNetwork group_network(const plan::Plan& plan, const HardwareProfile& hw, plan::GroupKind group);
 
+// The algorithm a collective of `bytes` runs with: the plan's when it applies to this group
+// and collective, otherwise (and for `auto`) the one the cost model finds fastest, as NCCL's
+// tuner picks by its own model (src/graph/tuning.cc).
+CollectiveAlgorithm algorithm_for(const GroupNetwork& g, Collective c, double bytes);
+// Whether `a` can run collective `c` on this group at all.
+bool applies(const GroupNetwork& g, Collective c, CollectiveAlgorithm a);
+
 // Time of a collective over a buffer of `bytes` (the full buffer, as nccl-tests' "size").
+double collective_s(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a);
+double collective_s(const GroupNetwork& g, Collective c, double bytes);  // algorithm_for's choice
 double all_reduce_s(const GroupNetwork& g, double bytes);
 double reduce_scatter_s(const GroupNetwork& g, double bytes);
 double all_gather_s(const GroupNetwork& g, double bytes);
 double all_to_all_s(const GroupNetwork& g, double bytes);
 // One point-to-point transfer of `bytes` between pipeline neighbours.
 double p2p_s(const GroupNetwork& g, double bytes);
+
+// How the simulator puts a collective on the links: every member sends `edge_bytes` to its
+// ring neighbour (between nodes: the member at its own position on the next node, one rail
+// per position as NCCL's channels use every NIC), waits `steps` route latencies, and spends
+// `in_node_s` in in-node phases (hierarchical and NVLS-between-nodes reduce-scatter and
+// all-gather around the between-node part).
+struct CollectiveFlows {
+  double edge_bytes = 0;
+  double steps = 0;
+  double in_node_s = 0;
+};
+CollectiveFlows collective_flows(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a);
 
 }  // namespace meshwork::models

@@ -29,8 +29,11 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 // with NAR21 Table 2's ZeRO-3 rows (bench/RESULTS.md): 2^(1/2.4) = 1.33 at balance.
 constexpr double kOverlapNorm = 2.4;
 // ZeRO-3 gathers and reduces parameters layer by layer in buckets (DeepSpeed stage 3); its
-// collectives sustain this fraction of a large ring's bus bandwidth (same calibration).
-constexpr double kZero3CollectiveEfficiency = 0.72;
+// collectives sustain this fraction of a large ring's bus bandwidth (same calibration). The
+// fit finds 0.72 of what one GPU's own NIC carries, an eighth of NCCL's ring between 8-GPU
+// nodes (whose channels use all of a node's NICs together, models/comm): DeepSpeed's stage-3
+// collectives of 2021 moved each GPU's traffic as if through its own NIC alone.
+constexpr double kZero3CollectiveEfficiency = 0.72 / 8;
 
 // Exposed time of `comm` seconds of communication running under `window` seconds of compute:
 // the overlapped pair takes (comm^p + window^p)^(1/p), of which the window is compute.

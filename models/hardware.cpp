@@ -46,6 +46,9 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.nvlink_efficiency = 370.0 / 450;
     // NDR 400G: 46-48 GB/s busbw per NIC of 50 (nccl-tests#290).
     hw.nic_efficiency = 47.0 / 50;
+    // 8xH100 NVLS all-reduce ~480 GB/s busbw, algbw ~275 GB/s of 450 (nccl-tests#212, the
+    // maintainer; 476 GB/s in #290).
+    hw.nvls_efficiency = 275.0 / 450;
     // DGX H100: 10.2 kW maximum (NVIDIA DGX H100 datasheet); host share from its parts: 2 x
     // Xeon 8480C (350 W), 2 TB DDR5 (~320 W), 8 CX-7 + 2 BlueField-3 (~500 W), 4 NVSwitch
     // (~400 W), NVMe (~200 W), fans (~1.1 kW).
@@ -61,6 +64,9 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     // 8xB200 ring all-reduce ~680 GB/s busbw of 900 (published-runs C2, STAS).
     hw.nvlink_efficiency = 680.0 / 900;
     hw.nic_efficiency = 47.0 / 50;
+    // 8xB200 NVLS all-reduce 838.0 GB/s busbw = algbw x 2(n-1)/n, so algbw 478.9 of 900
+    // (published-runs C2, STAS).
+    hw.nvls_efficiency = 838.0 / 1.75 / 900;
     // DGX B200: 14.3 kW maximum (NVIDIA DGX B200 datasheet) with 8 x 1,000 W GPUs.
     hw.host_watts_per_node = 14300 * 0.94 - 8 * 1000;
   } else if (gpu.peak_tflops.bf16 > 0) {

@@ -25,6 +25,9 @@ struct HardwareProfile {
   // Bus bandwidth of large collectives over NVLink and over the NICs, / line rate.
   double nvlink_efficiency = 0.8;
   double nic_efficiency = 0.95;
+  // NVLink SHARP all-reduce in an NVSwitch node: algbw / NVLink line rate (every GPU sends
+  // and receives the buffer once; the switch reduces). 0: the generation has none.
+  double nvls_efficiency = 0;
   // Power: idle fraction of TDP; host (CPUs, memory, NICs, switches, fans) per node at load,
   // watts; power-supply efficiency.
   double gpu_idle_fraction = 0.1;

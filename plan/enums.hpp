@@ -20,6 +20,7 @@ enum class GradientCompression { none, onebit, topk };
 enum class IntraNodeKind { nvswitch, nvlink_mesh, pcie, shared_memory };
 enum class TopologyKind { single_node, fat_tree, rail_optimized, multi_plane };
 enum class Routing { d_mod_k, ecmp_hash };
+enum class CollectiveAlgorithm { automatic, ring, tree, nvls, hierarchical };
 enum class FailureEventKind { gpu_down, node_down, nic_down, link_down, switch_down, maintenance };
 enum class CheckpointMode { sync, async };
 enum class CheckpointTier { memory, persistent };
@@ -69,6 +70,11 @@ MESHWORK_ENUM_NAMES(TopologyKind, std::pair{TopologyKind::single_node, std::stri
                     std::pair{TopologyKind::multi_plane, std::string_view("multi_plane")});
 MESHWORK_ENUM_NAMES(Routing, std::pair{Routing::d_mod_k, std::string_view("d_mod_k")},
                     std::pair{Routing::ecmp_hash, std::string_view("ecmp_hash")});
+MESHWORK_ENUM_NAMES(CollectiveAlgorithm, std::pair{CollectiveAlgorithm::automatic, std::string_view("auto")},
+                    std::pair{CollectiveAlgorithm::ring, std::string_view("ring")},
+                    std::pair{CollectiveAlgorithm::tree, std::string_view("tree")},
+                    std::pair{CollectiveAlgorithm::nvls, std::string_view("nvls")},
+                    std::pair{CollectiveAlgorithm::hierarchical, std::string_view("hierarchical")});
 MESHWORK_ENUM_NAMES(FailureEventKind,
                     std::pair{FailureEventKind::gpu_down, std::string_view("gpu_down")},
                     std::pair{FailureEventKind::node_down, std::string_view("node_down")},

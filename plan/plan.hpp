@@ -156,6 +156,7 @@ struct ClusterConfig {
   std::int64_t nics_per_node = 8;
   double nic_bandwidth_gbps = 400;
   TopologyConfig topology;
+  CollectiveAlgorithm collective_algorithm = CollectiveAlgorithm::automatic;  // as NCCL_ALGO
 
   [[nodiscard]] std::int64_t num_nodes() const {
     return gpus_per_node > 0 ? num_gpus / gpus_per_node : 0;

@@ -146,6 +146,7 @@ void describe(V& v, ClusterConfig& s) {
   v.field(s.nics_per_node, {.key = "nics_per_node", .doc = "Scale-out NICs per node.", .min = 0, .max = 1 << 16});
   v.field(s.nic_bandwidth_gbps, {.key = "nic_bandwidth_gbps", .doc = "Bandwidth of one NIC, one direction.", .aliases = "nic_gbps", .unit = Unit::gbps, .min = 0, .max = 1e7, .min_exclusive = true});
   v.section(s.topology, {.key = "topology", .doc = "The network between nodes."});
+  v.field(s.collective_algorithm, {.key = "collective_algorithm", .doc = "How collectives run, as NCCL_ALGO: ring; tree (double binary tree between nodes, all-reduce only); nvls (NVLink SHARP, a group inside an NVSwitch node, Hopper and later); hierarchical (in-node reduce-scatter, all-reduce between nodes, in-node all-gather); auto: the fastest by the cost model, as NCCL's tuner picks. Where the one asked for does not apply, the ring runs.", .aliases = "nccl_algo"});
 }
 
 template <class V>

@@ -234,6 +234,11 @@ class Validator {
       d_.error("cluster.intra_node.bandwidth_gbytes_per_s",
                "GPUs in a node need a fabric: the GPU has no NVLink figure, so give the bandwidth or intra_node.kind (pcie, shared_memory)");
     }
+    // NVLink SHARP reduces in the NVSwitch (NVIDIA Hopper architecture whitepaper, "NVLink
+    // SHARP"): no switch, no NVLS.
+    if (c_.collective_algorithm == CollectiveAlgorithm::nvls && c_.gpus_per_node > 1 && c_.intra_node.kind != IntraNodeKind::nvswitch) {
+      d_.error("cluster.collective_algorithm", "nvls reduces inside an NVSwitch: cluster.intra_node.kind is " + std::string(to_string(c_.intra_node.kind)));
+    }
     if (c_.num_nodes() > 1 && c_.nics_per_node == 0) {
       d_.error("cluster.nics_per_node", "a job on " + str(c_.num_nodes()) + " nodes needs NICs");
     }

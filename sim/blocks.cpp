@@ -5,18 +5,6 @@ namespace meshwork::sim {
 using models::Instr;
 using models::InstrKind;
 
-RingFlow ring_flow(models::Collective c, double bytes, double n) {
-  switch (c) {
-    case models::Collective::all_reduce: return {2 * (n - 1) / n * bytes, 2 * (n - 1)};
-    case models::Collective::reduce_scatter:
-    case models::Collective::all_gather:
-    case models::Collective::all_to_all: return {(n - 1) / n * bytes, n - 1};
-    case models::Collective::ring_exchange: return {bytes, n - 1};
-    case models::Collective::none: break;
-  }
-  return {};
-}
-
 std::vector<BlockTime> BlockTimer::per_instruction(const models::StageProgram& sp) const {
   std::vector<BlockTime> out;
   for (const auto& in : sp.instrs) {
@@ -28,7 +16,7 @@ std::vector<BlockTime> BlockTimer::per_instruction(const models::StageProgram& s
 }
 
 void BlockTimer::charge(BlockTime& b, const Instr& in) const {
-  const double dt = timer(in.op, in.flops, in.bytes);
+  const double dt = timer_(in.op, in.flops, in.bytes);
   if (in.phase == models::OpPhase::recompute) b.recompute_s += dt;
   else if (in.op == models::OpKind::optimizer) b.optimizer_s += dt;
   else b.compute_s += dt;
@@ -37,19 +25,16 @@ void BlockTimer::charge(BlockTime& b, const Instr& in) const {
 // Whether a collective's group sits inside one NVLink domain (its ring never leaves the
 // node's switch, nothing else shares its links).
 bool BlockTimer::in_node(plan::GroupKind g) const {
-  return layout.group_size(g) <= 1 || layout.group_span(g) < plan.cluster.gpus_per_node;
+  return layout_.group_size(g) <= 1 || layout_.group_span(g) < plan_.cluster.gpus_per_node;
 }
 
-// The ring formula on the NVLink links a collective would use alone (what the fine mode's
-// flows take when uncontended).
+// The collective's time on the NVLink links it would use alone (what the fine mode's flows
+// take when uncontended), by the algorithm the cost model picks (ring or NVLS).
 double BlockTimer::nvlink_collective_s(const Instr& in) const {
-  const double n = static_cast<double>(layout.group_size(in.group));
-  if (n <= 1 || free_communication) return 0;
-  const RingFlow f = ring_flow(in.collective, in.bytes, n);
-  const auto& hw = timer.hardware();
-  const double bw = plan.cluster.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvlink_efficiency;
-  // One intra-node hop per ring step (through the switch or a direct NVLink alike).
-  return f.bytes / bw + f.steps * plan.cluster.intra_node.latency_us * 1e-6;
+  if (layout_.group_size(in.group) <= 1 || free_communication_) return 0;
+  auto it = nets_.find(in.group);
+  if (it == nets_.end()) it = nets_.emplace(in.group, models::group_network(plan_, timer_.hardware(), in.group)).first;
+  return models::collective_s(it->second, in.collective, in.bytes);
 }
 
 std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {

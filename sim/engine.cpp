@@ -17,6 +17,7 @@
 #include <simgrid/s4u.hpp>
 #include <unordered_map>
 
+#include "models/comm.hpp"
 #include "models/compute_time.hpp"
 #include "models/estimate.hpp"
 #include "models/flops.hpp"
@@ -310,12 +311,12 @@ class Simulation {
     peer_.assign(types, std::vector<std::int64_t>(static_cast<std::size_t>(world_), -1));
     group_.assign(types, {});
     for (std::size_t t = 0; t < kinds_.size(); ++t) group_[t].assign(static_cast<std::size_t>(world_), -1);
+    nets_.clear();
+    for (const auto g : kinds_) nets_.push_back(models::group_network(p_, timer_.hardware(), g));
     for (std::int64_t r = 0; r < world_; ++r) {
       const auto i = static_cast<std::size_t>(r);
       for (std::size_t t = 0; t < kinds_.size(); ++t) {
-        const auto members = layout_.group_members(kinds_[t], r);
-        const auto pos = static_cast<std::size_t>(layout_.rank_in_group(kinds_[t], r));
-        peer_[t][i] = members[(pos + 1) % members.size()];
+        peer_[t][i] = ring_successor(t, r);
         group_[t][i] = layout_.group_index(kinds_[t], r);
       }
       if (program_.stages > 1) {
@@ -324,6 +325,21 @@ class Simulation {
         peer_[kinds_.size() + 1][i] = v.prev_rank;
       }
     }
+  }
+  // A rank's neighbour in its group's ring. Between nodes with several members per node it
+  // is the member at the same position on the next node: NCCL's channels start on every
+  // member, so each member's NIC carries its share (a rail), which models/comm's rates assume.
+  std::int64_t ring_successor(std::size_t t, std::int64_t r) const {
+    const auto members = layout_.group_members(kinds_[t], r);
+    const auto pos = static_cast<std::size_t>(layout_.rank_in_group(kinds_[t], r));
+    const auto k = static_cast<std::size_t>(nets_[t].per_node);
+    const std::int64_t per = p_.cluster.gpus_per_node;
+    if (!nets_[t].crosses_nodes || k <= 1 || members.size() % k != 0) return members[(pos + 1) % members.size()];
+    // Members ascend, so a node's k members are consecutive when placement is regular.
+    for (std::size_t b = 0; b < members.size(); b += k) {
+      if (members[b] / per != members[b + k - 1] / per) return members[(pos + 1) % members.size()];
+    }
+    return members[(pos + k) % members.size()];
   }
   std::size_t kind_type(plan::GroupKind g) const {
     return static_cast<std::size_t>(std::find(kinds_.begin(), kinds_.end(), g) - kinds_.begin());
@@ -631,9 +647,12 @@ class Simulation {
     return latency;
   }
 
-  // One collective of a ring group: the flows of all its ring edges start when its last
-  // member arrives (NCCL's kernels run together) and everyone is done when the slowest edge
-  // is (a pipelined ring moves at its slowest link), plus the latency of the ring's steps.
+  // One collective of a group: the flows of all its ring edges start when its last member
+  // arrives (NCCL's kernels run together) and everyone is done when the slowest edge is (a
+  // pipelined ring moves at its slowest link), plus the latency of the algorithm's steps and
+  // its in-node phases. Each algorithm (models::collective_flows: ring, tree, NVLS,
+  // hierarchical) is put on the ring edges as the bytes it moves through each member's own
+  // link; a tree's edges between distant nodes are not laid out on their own paths.
   // Alike groups are one: a member arrives for every rank of its colour.
   struct Coll {
     std::int64_t arrived = 0, waiting = 0, left = 0;
@@ -642,7 +661,7 @@ class Simulation {
   };
   // `key` names the collective instance (type, stream, ordinal, group kind); the last of the
   // group's colours to arrive plays it, the others wait for it to finish.
-  void collective(std::uint64_t key, std::int32_t kind, const RingFlow& f, std::size_t type) {
+  void collective(std::uint64_t key, std::int32_t kind, const models::CollectiveFlows& f, std::size_t type) {
     const auto& colours = group_colours_.at(kind);
     const auto size = static_cast<std::int64_t>(colours.size());
     Coll& c = colls_[key];
@@ -656,7 +675,7 @@ class Simulation {
       // One flow per ring edge with all its bytes, then the ring's latency terms; or, per
       // message, each step's S/n on every edge once the previous step has arrived everywhere.
       const int steps = options_.per_message ? static_cast<int>(std::llround(f.steps)) : 1;
-      const double bytes = f.bytes / steps;
+      const double bytes = f.edge_bytes / steps;
       std::vector<sg4::CommPtr> flows;
       for (int step = 0; step < steps; ++step) {
         flows.clear();
@@ -675,6 +694,8 @@ class Simulation {
         }
         if (latency > 0) sg4::this_actor::sleep_for(latency);
       }
+      // In-node phases (hierarchical, tree's chain): on NVLink, which nothing else shares.
+      if (f.in_node_s > 0) sg4::this_actor::sleep_for(f.in_node_s);
       c.done = true;
       for (std::int64_t i = 0; i < c.waiting; ++i) c.finished->release();
     }
@@ -797,7 +818,8 @@ class Simulation {
           const auto g = in.group;
           if (layout_.group_size(g) <= 1 || options_.free_communication) break;
           const std::size_t type = kind_type(g);
-          const RingFlow f = ring_flow(in.collective, in.bytes, static_cast<double>(layout_.group_size(g)));
+          const auto& net = nets_[type];
+          const models::CollectiveFlows f = models::collective_flows(net, in.collective, in.bytes, models::algorithm_for(net, in.collective, in.bytes));
           const std::uint64_t seq = collectives[stream]++;
           const auto kind = group_kind_of(type, lead);
           const std::uint64_t key = ((type * 8 + stream) << 52) | (static_cast<std::uint64_t>(kind) << 24) | seq;
@@ -982,6 +1004,7 @@ class Simulation {
   std::vector<std::vector<Route>> bundle_;         // per flow type, per node: its lanes' routes
   std::vector<std::vector<std::int32_t>> lane_flows_;  // per flow type, per node
   std::vector<plan::GroupKind> kinds_;             // the groups collectives use, in first use
+  std::vector<models::GroupNetwork> nets_;         // per kind: its fabric (models/comm)
   std::vector<std::vector<std::int64_t>> peer_;    // per flow type, per rank: who it sends to
   std::vector<std::vector<std::int64_t>> group_;   // per flow type, per rank: its group (collectives)
   std::vector<std::vector<Route>> route_;          // per flow type, per rank

@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "models/comm.hpp"
 #include "models/compute_time.hpp"
+#include "models/hardware.hpp"
 #include "models/estimate.hpp"
 #include "models/program.hpp"
 #include "plan/plan_io.hpp"
@@ -95,7 +97,7 @@ TEST(Simulate, HashedRoutesCollideWhereTheEstimateAssumesNone) {
   const SimulateResult hashed = simulate(p);
   ASSERT_TRUE(dmodk.report && hashed.report) << dmodk.error << hashed.error;
   EXPECT_NEAR(dmodk.report->step_time_s / estimated, 1.0, 0.02);
-  EXPECT_GT(hashed.report->step_time_s / estimated, 1.05);
+  EXPECT_GT(hashed.report->step_time_s / estimated, 1.03);  // DP is a sixth of the step
   EXPECT_GT(hashed.report->breakdown.dp_s, 1.5 * dmodk.report->breakdown.dp_s);  // about twice: two rings on one link
   // The hottest link carries at least twice what the busiest one does without collisions.
   ASSERT_FALSE(hashed.hottest_links.empty());
@@ -155,6 +157,40 @@ TEST(Simulate, ARingAllReduceTakesTheRingFormula) {
   const SimulateResult steps = simulate(p, o);
   ASSERT_TRUE(steps.report) << steps.error;
   EXPECT_NEAR(steps.report->step_time_s, r.report->step_time_s, 1e-9);
+}
+
+// Every algorithm on the links takes the time models/comm gives it when nothing else shares
+// them (buffers large enough that the per-step latencies, which the simulator takes from the
+// routes and the closed form from the tier count, are under 0.5%).
+TEST(Simulate, EachCollectiveAlgorithmTakesItsCostModelsTime) {
+  struct Case {
+    const char* algorithm;
+    const char* cluster;
+    std::int64_t dp;
+  };
+  const Case cases[] = {
+      {"tree", "num_gpus: 8, gpus_per_node: 1, nics_per_node: 1", 8},
+      {"ring", "num_gpus: 16, gpus_per_node: 4, nics_per_node: 4", 16},  // a rail per position in the node
+      {"hierarchical", "num_gpus: 16, gpus_per_node: 4, nics_per_node: 4", 16},
+      {"nvls", "num_gpus: 8, gpus_per_node: 8", 8},
+      {"ring", "num_gpus: 8, gpus_per_node: 8", 8},
+  };
+  const double bytes = 1e10;
+  for (const Case& c : cases) {
+    const plan::Plan p = load("model: tiny\ntraining: {global_batch_size: " + std::to_string(c.dp) + ", precision: bf16}\nparallelism: {dp: " +
+                              std::to_string(c.dp) + ", zero_stage: 0}\ncluster: {gpu: h100-sxm, " + c.cluster +
+                              ", topology: {tiers: 2, switch_radix: 16}, collective_algorithm: " + c.algorithm + "}\n");
+    const auto g = models::group_network(p, models::hardware_profile(p.cluster.gpu), plan::GroupKind::dp);
+    const auto a = models::algorithm_for(g, models::Collective::all_reduce, bytes);
+    EXPECT_EQ(std::string(plan::to_string(a)), c.algorithm);
+    const auto prog = one_collective(plan::GroupKind::dp, models::Collective::all_reduce, bytes, 1, c.dp);
+    SimulateOptions o;
+    o.program = &prog;
+    const SimulateResult r = simulate(p, o);
+    ASSERT_TRUE(r.report) << r.error;
+    const double expected = models::collective_s(g, models::Collective::all_reduce, bytes, a);
+    EXPECT_NEAR(r.report->step_time_s, expected, 0.005 * expected) << c.algorithm << " on " << c.cluster;
+  }
 }
 
 // One flow per ring edge against the ring played message by message, where the edges share

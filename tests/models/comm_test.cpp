@@ -1,0 +1,102 @@
+// Collective algorithms (models/comm) against published collective bandwidths
+// (../shared/reference/published-runs.md C2) and against their own definitions.
+#include <gtest/gtest.h>
+
+#include "models/comm.hpp"
+#include "models/hardware.hpp"
+#include "plan/plan_io.hpp"
+
+namespace meshwork::models {
+namespace {
+
+plan::Plan load(const std::string& yaml) {
+  auto r = plan::load_plan_text(yaml, plan::Format::yaml);
+  EXPECT_TRUE(r.ok()) << (r.diagnostics.empty() ? "" : r.diagnostics.items().front().message);
+  return r.plan;
+}
+
+GroupNetwork dp_network(const std::string& cluster, std::int64_t dp, const std::string& algorithm = "auto") {
+  const plan::Plan p = load("model: tiny\ntraining: {global_batch_size: " + std::to_string(dp) + ", precision: bf16}\nparallelism: {dp: " +
+                            std::to_string(dp) + ", zero_stage: 0}\ncluster: {" + cluster + ", collective_algorithm: " + algorithm + "}\n");
+  return group_network(p, hardware_profile(p.cluster.gpu), plan::GroupKind::dp);
+}
+
+// nccl-tests' bus bandwidth of an all-reduce of `bytes` (doc/PERFORMANCE.md).
+double all_reduce_busbw(const GroupNetwork& g, double bytes, CollectiveAlgorithm a) {
+  const double n = static_cast<double>(g.size);
+  return bytes / collective_s(g, Collective::all_reduce, bytes, a) * 2 * (n - 1) / n;
+}
+
+TEST(Collectives, NvlsAndRingOnEightH100MatchNcclTests) {
+  const GroupNetwork g = dp_network("gpu: h100-sxm, num_gpus: 8, gpus_per_node: 8", 8);
+  ASSERT_FALSE(g.crosses_nodes);
+  // 8 x H100, 4 GiB: NVLS ~480 GB/s busbw (nccl-tests#212), ring ~370 (nccl#1455).
+  EXPECT_NEAR(all_reduce_busbw(g, 4.0 * (1 << 30), CollectiveAlgorithm::nvls) / 1e9, 480, 480 * 0.01);
+  EXPECT_NEAR(all_reduce_busbw(g, 4.0 * (1 << 30), CollectiveAlgorithm::ring) / 1e9, 370, 370 * 0.01);
+  // NCCL's tuner takes NVLS for a large all-reduce on Hopper; A100 has none.
+  EXPECT_EQ(algorithm_for(g, Collective::all_reduce, 1e9), CollectiveAlgorithm::nvls);
+  const GroupNetwork a100 = dp_network("gpu: a100-sxm-80gb, num_gpus: 8, gpus_per_node: 8", 8, "nvls");
+  EXPECT_FALSE(applies(a100, Collective::all_reduce, CollectiveAlgorithm::nvls));
+  EXPECT_EQ(algorithm_for(a100, Collective::all_reduce, 1e9), CollectiveAlgorithm::ring);  // asked for, not there: the ring
+}
+
+TEST(Collectives, ARingBetweenNodesUsesEveryNicOfTheNode) {
+  // 4 nodes x 8 B200, 8 x 400G each, 16 GiB: 381.8 GB/s busbw (published-runs C2, STAS), the
+  // node's eight NICs together; one GPU's own NIC would give an eighth of it.
+  const GroupNetwork g = dp_network("gpu: b200, num_gpus: 32, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 400", 32, "ring");
+  ASSERT_TRUE(g.crosses_nodes);
+  EXPECT_EQ(g.per_node, 8);
+  EXPECT_EQ(g.nodes, 4);
+  EXPECT_NEAR(all_reduce_busbw(g, 16.0 * (1 << 30), CollectiveAlgorithm::ring) / 1e9, 381.8, 381.8 * 0.03);
+}
+
+TEST(Collectives, TheTreeWinsOnLatencyAndTheRingOnBandwidth) {
+  // One-GPU nodes: a ring pays 2(n-1) steps, the double binary tree 2 log2(n) steps but moves
+  // 2S instead of 2(n-1)/n S through each NIC (Sanders et al. 2009).
+  const std::string one_gpu = "gpu: h100-sxm, gpus_per_node: 1, nics_per_node: 1, topology: {tiers: 3, switch_radix: 64}, num_gpus: ";
+  const GroupNetwork wide = dp_network(one_gpu + "512", 512), narrow = dp_network(one_gpu + "16", 16);
+  const double small = 1 << 20, large = 4.0 * (1 << 30);
+  const auto ar = Collective::all_reduce;
+  EXPECT_LT(collective_s(wide, ar, small, CollectiveAlgorithm::tree), collective_s(wide, ar, small, CollectiveAlgorithm::ring) / 10);
+  EXPECT_GT(collective_s(narrow, ar, large, CollectiveAlgorithm::tree), collective_s(narrow, ar, large, CollectiveAlgorithm::ring));
+  EXPECT_EQ(algorithm_for(wide, ar, small), CollectiveAlgorithm::tree);
+  EXPECT_EQ(algorithm_for(narrow, ar, large), CollectiveAlgorithm::ring);
+  // The tree's time by its definition: 2S through the NIC, 2 log2(512) = 18 steps.
+  EXPECT_DOUBLE_EQ(collective_s(wide, ar, large, CollectiveAlgorithm::tree), 2 * large / wide.nic_bytes_per_s + 18 * wide.latency_s);
+  // NCCL's trees run all-reduce only: a reduce-scatter asked of the tree runs on the ring.
+  const GroupNetwork tree = dp_network(one_gpu + "512", 512, "tree");
+  EXPECT_EQ(algorithm_for(tree, Collective::reduce_scatter, small), CollectiveAlgorithm::ring);
+  EXPECT_EQ(algorithm_for(tree, ar, large), CollectiveAlgorithm::tree);
+}
+
+TEST(Collectives, HierarchicalIsInNodeReduceScatterAllReduceBetweenNodesAllGather) {
+  const GroupNetwork g = dp_network("gpu: h100-sxm, num_gpus: 32, gpus_per_node: 8", 32);
+  ASSERT_EQ(g.per_node, 8);
+  const double s = 1e9, k = 8, m = 4;
+  const double in_node = (k - 1) / k * s / g.nvlink_bytes_per_s + (k - 1) * g.nvlink_latency_s;
+  const double between = 2 * (m - 1) / m * (s / k) / g.nic_bytes_per_s + 2 * (m - 1) * g.latency_s;
+  EXPECT_DOUBLE_EQ(collective_s(g, Collective::all_reduce, s, CollectiveAlgorithm::hierarchical), in_node + between + in_node);
+  // Fewer steps between nodes than the flat ring of 32: it wins on latency for small buffers.
+  EXPECT_LT(collective_s(g, Collective::all_reduce, 1e5, CollectiveAlgorithm::hierarchical), collective_s(g, Collective::all_reduce, 1e5, CollectiveAlgorithm::ring));
+  // One member per node: nothing to do in the node, so it does not apply.
+  const GroupNetwork one = dp_network("gpu: h100-sxm, num_gpus: 8, gpus_per_node: 1, nics_per_node: 1", 8);
+  EXPECT_FALSE(applies(one, Collective::all_reduce, CollectiveAlgorithm::hierarchical));
+}
+
+TEST(Collectives, AllToAllSendsOnlyOtherNodesShareThroughTheNic) {
+  const GroupNetwork g = dp_network("gpu: h100-sxm, num_gpus: 16, gpus_per_node: 8", 16);
+  const double s = 1e9;
+  // Pairwise exchange: 8 of 16 destinations are off the node, through the member's own NIC.
+  EXPECT_DOUBLE_EQ(collective_s(g, Collective::all_to_all, s), 8.0 / 16 * s / g.nic_bytes_per_s + 15 * g.latency_s);
+}
+
+TEST(Collectives, NvlsNeedsAnNvSwitch) {
+  auto r = plan::load_plan_text("model: tiny\ntraining: {global_batch_size: 8, precision: bf16}\nparallelism: {tp: 4}\n"
+                                "cluster: {gpu: h100-sxm, num_gpus: 4, gpus_per_node: 4, intra_node: {kind: pcie}, collective_algorithm: nvls}\n",
+                                plan::Format::yaml);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.diagnostics.items().front().path, "cluster.collective_algorithm");
+}
+
+}  // namespace
+}  // namespace meshwork::models
