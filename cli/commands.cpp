@@ -39,6 +39,10 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   add_program_command(app, io);
   add_simulate_command(app, io);
   add_reliability_command(app, io);
+#ifdef MESHWORK_HAVE_MPI
+  add_execute_command(app, io);
+#endif
+  add_compare_command(app, io);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them in reverse
   try {

@@ -1,7 +1,9 @@
 #include "models/estimate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <iterator>
 
 #include "meshwork/version.hpp"
 #include "models/comm.hpp"
@@ -43,8 +45,32 @@ double overlapped(double comm, double window) {
   return std::pow(std::pow(comm, kOverlapNorm) + std::pow(window, kOverlapNorm), 1 / kOverlapNorm) - window;
 }
 
+// The op kinds of models/op_table.hpp. A kind's index is its enumerator's value; a kind missing
+// here fails loudly (std::array::at) rather than being dropped from op_times.
+constexpr OpKind kOpKinds[] = {OpKind::gemm,      OpKind::attention, OpKind::elementwise, OpKind::norm,
+                               OpKind::embedding, OpKind::loss,      OpKind::optimizer};
+constexpr std::size_t kNumOpKinds = std::size(kOpKinds);
+
+// Seconds and op counts by kind (forward, backward and recompute together).
+struct KindTimes {
+  std::array<double, kNumOpKinds> seconds{};
+  std::array<double, kNumOpKinds> count{};
+  void add(OpKind k, double s) {
+    const auto i = static_cast<std::size_t>(k);
+    seconds.at(i) += s;
+    count.at(i) += 1;
+  }
+  void add(const KindTimes& o) {
+    for (std::size_t i = 0; i < kNumOpKinds; ++i) {
+      seconds[i] += o.seconds[i];
+      count[i] += o.count[i];
+    }
+  }
+};
+
 struct StageTimes {
   double forward_s = 0, backward_s = 0, recompute_s = 0;
+  KindTimes kinds;  // the same seconds as forward_s + backward_s + recompute_s, by op kind
   double gemm_s = 0, attention_s = 0;  // what communication can hide under
   double tp_s = 0, cp_s = 0, ep_s = 0;  // per micro-batch
   double params = 0;                    // dense parameters per GPU (for DP volumes)
@@ -90,6 +116,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     StageTimes s;
     for (const auto& op : layer_ops(p, moe)) {
       const double dt = timer(op);
+      s.kinds.add(op.kind, dt);
       if (op.phase == OpPhase::forward) s.forward_s += dt;
       else if (op.phase == OpPhase::recompute) s.recompute_s += dt;
       else s.backward_s += dt;
@@ -125,6 +152,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   auto time_ops = [&](const std::vector<Op>& ops, StageTimes& s) {
     for (const auto& op : ops) {
       const double dt = timer(op);
+      s.kinds.add(op.kind, dt);
       if (op.phase == OpPhase::forward) s.forward_s += dt;
       else s.backward_s += dt;
     }
@@ -142,6 +170,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       s.forward_s += l.forward_s;
       s.backward_s += l.backward_s;
       s.recompute_s += l.recompute_s;
+      s.kinds.add(l.kinds);
       s.tp_s += l.tp_s;
       s.cp_s += l.cp_s;
       s.ep_s += l.ep_s;
@@ -170,6 +199,13 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   b.tp_s = micro_batches * slow.tp_s;
   b.cp_s = micro_batches * slow.cp_s;
   b.ep_s = micro_batches * slow.ep_s;
+  // The same compute by op kind: per step, as compute_s and recompute_s count it.
+  for (const OpKind k : kOpKinds) {
+    const auto i = static_cast<std::size_t>(k);
+    if (slow.kinds.count[i] <= 0) continue;
+    r.op_times.push_back({std::string(to_string(k)), micro_batches * slow.kinds.seconds[i],
+                          std::llround(micro_batches * slow.kinds.count[i])});
+  }
 
   // Bubble: fill and drain of the pipeline, in units of one stage's micro-batch (NAR21 §2.2:
   // (p-1)/m of the ideal time for GPipe and 1F1B, (p-1)/(v m) interleaved; ZB-H1 (p-1)/(3m),

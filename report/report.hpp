@@ -32,6 +32,16 @@ struct Breakdown {
   }
 };
 
+// Compute time of one op kind (models::to_string(OpKind): gemm, attention, elementwise, norm,
+// embedding, loss) per step on the GPU of the slowest pipeline stage: forward, backward and
+// recomputation of all its micro-batches and layers. The kinds add up to compute_s +
+// recompute_s of the breakdown.
+struct OpTime {
+  std::string kind;
+  double seconds = 0;
+  std::int64_t count = 0;  // ops of this kind per step on that GPU
+};
+
 struct StageMemory {
   std::int64_t stage = 0;
   std::int64_t layers = 0;
@@ -88,6 +98,7 @@ struct Report {
   double time_to_train_s = 0;  // 0 when the plan gives no token count
 
   Breakdown breakdown;
+  std::vector<OpTime> op_times;  // empty when the method does not time ops
   std::vector<StageMemory> memory;
   bool fits = true;
   Power power;

@@ -24,6 +24,7 @@ constexpr const char* kDefinitions[][2] = {
     {"breakdown", "seconds of the step; the parts add up to step_time_s; communication is what is exposed, not hidden under compute"},
     {"memory", "per GPU of each pipeline stage, GiB (2^30 bytes)"},
     {"tokens_per_s", "global batch x sequence length / step time"},
+    {"op_times", "seconds per step of each op kind on the GPU of the slowest pipeline stage, forward, backward and recomputation of all its micro-batches and layers; they add up to breakdown compute_s + recompute_s; count is the ops of the kind per step"},
     {"reliability", "a whole run by Monte Carlo: goodput (ETTR) is training kept over wall-clock time; means per run over trials, ci95 the half-width of the 95% interval; losses_s by cause add up with the training kept to the wall-clock time"},
 };
 
@@ -47,6 +48,8 @@ nlohmann::json to_json(const Report& r) {
                     {"cp_s", b.cp_s},           {"ep_s", b.ep_s},               {"dp_s", b.dp_s},
                     {"pp_s", b.pp_s},           {"bubble_s", b.bubble_s},       {"optimizer_s", b.optimizer_s},
                     {"stalls_s", b.stalls_s}};
+  j["op_times"] = nlohmann::json::array();
+  for (const auto& o : r.op_times) j["op_times"].push_back({{"kind", o.kind}, {"seconds", o.seconds}, {"count", o.count}});
   j["memory"] = nlohmann::json::array();
   for (const auto& m : r.memory) {
     j["memory"].push_back({{"stage", m.stage},
@@ -116,6 +119,10 @@ Report from_json(const nlohmann::json& j) {
   const auto& b = j.at("breakdown");
   r.breakdown = {b.at("compute_s"), b.at("recompute_s"), b.at("tp_s"), b.at("cp_s"), b.at("ep_s"),
                  b.at("dp_s"),      b.at("pp_s"),        b.at("bubble_s"), b.at("optimizer_s"), b.at("stalls_s")};
+  // Optional: Reports written before op times were added have none.
+  if (j.contains("op_times")) {
+    for (const auto& o : j.at("op_times")) r.op_times.push_back({o.at("kind"), o.at("seconds"), o.at("count")});
+  }
   for (const auto& m : j.at("memory")) {
     r.memory.push_back({m.at("stage"), m.at("layers"), m.at("weights_gib"), m.at("gradients_gib"),
                         m.at("optimizer_gib"), m.at("activations_gib"), m.at("buffers_gib"), m.at("total_gib"),

@@ -1,0 +1,117 @@
+// meshwork execute PLAN [--verify] [--steps N] [--json] [--trace F] [--checkpoint-dir D
+//                  [--checkpoint-every K] [--resume]] [--timeout S]
+//                  [--inject-bitflip|--inject-hang|--inject-death STEP:RANK]:
+// the plan run for real on the CPU backend, one rank per process, launched by
+// `mpirun -np N` (or srun, torchrun). Rank 0 prints; every rank reports its own errors. When a
+// rank fails (a hung or dead peer named by the watchdog, corruption found, a failed check) the
+// job is aborted, so that no rank is left waiting.
+#include <mpi.h>
+
+#include <cstdio>
+#include <ostream>
+
+#include "cli/commands.hpp"
+#include "exec/execute.hpp"
+#include "exec/launch.hpp"
+#include "plan/plan_io.hpp"
+#include "report/report_io.hpp"
+
+namespace meshwork::cli {
+
+namespace {
+
+// "STEP:RANK", or an error naming the option.
+bool parse_injection(const std::string& text, const char* option, exec::Injection& out, std::string& error) {
+  if (text.empty()) return true;
+  long long step = 0, rank = 0;
+  char extra = 0;
+  if (std::sscanf(text.c_str(), "%lld:%lld%c", &step, &rank, &extra) != 2 || step < 1 || rank < 0) {
+    error = std::string(option) + ": expected STEP:RANK (a step from 1, a rank from 0), got \"" + text + "\"";
+    return false;
+  }
+  out.step = step;
+  out.rank = rank;
+  return true;
+}
+
+}  // namespace
+
+void add_execute_command(CLI::App& app, Io& io) {
+  auto* cmd = app.add_subcommand("execute", "Run the plan for real (CPU backend: Eigen and Open MPI, one rank per process; launch with mpirun -np N)");
+  auto file = std::make_shared<std::string>();
+  auto opt = std::make_shared<exec::ExecuteOptions>();
+  auto json = std::make_shared<bool>(false);
+  auto trace = std::make_shared<std::string>();
+  auto bitflip = std::make_shared<std::string>(), hang = std::make_shared<std::string>(), death = std::make_shared<std::string>();
+  cmd->add_option("plan", *file, "Plan file (YAML or JSON)")->required();
+  cmd->add_flag("--verify", opt->verify, "Compare the loss and every gradient with a single-rank run of the same model and seed; exit 1 past --tolerance");
+  cmd->add_option("--steps", opt->steps, "Training steps to run")->check(CLI::Range(1, 1000000));
+  cmd->add_option("--tolerance", opt->tolerance, "--verify's bound on ||a-b||/||b|| per tensor")->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", *json, "Print the measured Report as JSON (rank 0)");
+  cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace of every rank to this file");
+  cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Where checkpoints are written and resumed from");
+  cmd->add_option("--checkpoint-every", opt->checkpoint_every, "Write a checkpoint every K steps")->check(CLI::Range(0, 1000000));
+  cmd->add_flag("--resume", opt->resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
+  cmd->add_option("--timeout", opt->timeout_s, "The collectives' watchdog, seconds")->check(CLI::PositiveNumber);
+  cmd->add_option("--inject-bitflip", *bitflip, "STEP:RANK: flip a bit in that rank's reduced gradients (or gathered parameters under ZeRO) at that step");
+  cmd->add_option("--inject-hang", *hang, "STEP:RANK: that rank sleeps forever at that step (the watchdog must name it)");
+  cmd->add_option("--inject-death", *death, "STEP:RANK: that rank is killed at that step");
+  cmd->callback([&io, file, opt, json, trace, bitflip, hang, death] {
+    std::string error;
+    if (!parse_injection(*bitflip, "--inject-bitflip", opt->bitflip, error) || !parse_injection(*hang, "--inject-hang", opt->hang, error) ||
+        !parse_injection(*death, "--inject-death", opt->death, error)) {
+      io.err << "meshwork execute: " << error << '\n';
+      io.exit_code = 2;
+      return;
+    }
+    if ((opt->checkpoint_every > 0 || opt->resume) && opt->checkpoint_dir.empty()) {
+      io.err << "meshwork execute: --checkpoint-every and --resume need --checkpoint-dir\n";
+      io.exit_code = 2;
+      return;
+    }
+    const auto launch = exec::detect_launch();
+    if (!launch.launch) {
+      io.err << "meshwork execute: " << launch.error << '\n';
+      io.exit_code = 1;
+      return;
+    }
+    const auto plan = load_plan_for(io, *file, "execute");
+    if (!plan) return;
+    int initialised = 0;
+    MPI_Initialized(&initialised);
+    if (!initialised) MPI_Init(nullptr, nullptr);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    opt->trace = !trace->empty();
+    if (rank == 0 && !*json) opt->progress = [&io](const std::string& line) { io.out << line << '\n' << std::flush; };
+    const exec::ExecuteResult r = exec::execute(*plan, *opt);
+    if (!r.ok) {
+      io.err << "meshwork execute: rank " << rank << ": " << r.error << '\n' << std::flush;
+      // Ranks still inside a collective would wait for this one: end the job.
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (rank == 0) {
+      if (!trace->empty() && !plan::write_file_atomically(*trace, r.trace_json, error)) {
+        io.err << "meshwork execute: " << error << '\n';
+        io.exit_code = 1;
+      }
+      if (*json) {
+        io.out << report::to_json(r.report).dump(2) << '\n';
+      } else {
+        char buf[300];
+        std::snprintf(buf, sizeof buf, "plan %s: %lld ranks, %lld steps from step %lld: step %.4f s, MFU %.1f%% (of %s's peak), %.0f tokens/s\n",
+                      plan->name.c_str(), static_cast<long long>(r.world_size), static_cast<long long>(r.steps.size()),
+                      static_cast<long long>(r.first_step), r.report.step_time_s, r.report.mfu * 100, plan->cluster.gpu.name.c_str(), r.report.tokens_per_s);
+        io.out << buf;
+        const auto& b = r.report.breakdown;
+        std::snprintf(buf, sizeof buf, "  per step (s): compute %.4f, TP %.4f, DP %.4f, PP %.4f, optimizer %.4f, other %.4f\n", b.compute_s, b.tp_s, b.dp_s,
+                      b.pp_s, b.optimizer_s, b.stalls_s);
+        io.out << buf;
+        if (opt->verify) io.out << "  verified: loss and every gradient within " << opt->tolerance << " of the single-rank run\n";
+      }
+    }
+    if (!initialised) MPI_Finalize();
+  });
+}
+
+}  // namespace meshwork::cli

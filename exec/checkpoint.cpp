@@ -1,0 +1,143 @@
+#include "exec/checkpoint.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+
+#include "kernels/checksum.hpp"
+
+namespace meshwork::exec {
+
+namespace {
+
+constexpr char kMagic[8] = {'M', 'W', 'C', 'K', 'P', 'T', '0', '1'};
+
+void put(std::string& out, const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
+void put_i64(std::string& out, std::int64_t v) { put(out, &v, sizeof v); }
+void put_floats(std::string& out, const std::vector<float>& v) {
+  put_i64(out, static_cast<std::int64_t>(v.size()));
+  put(out, v.data(), v.size() * sizeof(float));
+}
+
+struct Reader {
+  const std::string& data;
+  std::size_t at = 0;
+  const std::string& file;
+  void get(void* p, std::size_t n) {
+    if (at + n > data.size()) throw std::runtime_error(file + ": truncated checkpoint shard");
+    std::memcpy(p, data.data() + at, n);
+    at += n;
+  }
+  std::int64_t i64() {
+    std::int64_t v = 0;
+    get(&v, sizeof v);
+    return v;
+  }
+  std::vector<float> floats() {
+    const std::int64_t n = i64();
+    if (n < 0 || static_cast<std::size_t>(n) > (data.size() - at) / sizeof(float)) throw std::runtime_error(file + ": corrupt checkpoint shard (a length past its end)");
+    std::vector<float> v(static_cast<std::size_t>(n));
+    get(v.data(), v.size() * sizeof(float));
+    return v;
+  }
+};
+
+std::uint64_t checksum(const std::string& bytes) {
+  // FNV-1a over the payload as 32-bit words plus its tail (kernels/checksum's definition).
+  std::vector<float> words(bytes.size() / sizeof(float));
+  std::memcpy(words.data(), bytes.data(), words.size() * sizeof(float));
+  std::uint64_t h = kernels::checksum_fnv1a64<float>(words);
+  for (std::size_t i = words.size() * sizeof(float); i < bytes.size(); ++i) h = (h ^ static_cast<unsigned char>(bytes[i])) * 1099511628211ULL;
+  return h;
+}
+
+void write_atomically(const std::filesystem::path& path, const std::string& bytes) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) throw std::runtime_error(tmp.string() + ": cannot write the checkpoint");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw std::runtime_error(path.string() + ": cannot rename the checkpoint into place: " + ec.message());
+}
+
+}  // namespace
+
+std::filesystem::path shard_path(const std::filesystem::path& dir, std::int64_t step, std::int64_t rank) {
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld/rank-%05lld.ckpt", static_cast<long long>(step), static_cast<long long>(rank));
+  return dir / name;
+}
+
+void save_shard(const std::filesystem::path& dir, const RankState& s) {
+  const auto path = shard_path(dir, s.step, s.rank);
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) throw std::runtime_error(path.parent_path().string() + ": cannot create the checkpoint directory: " + ec.message());
+  std::string payload;
+  put_i64(payload, s.step);
+  put_i64(payload, s.rank);
+  put_i64(payload, s.world_size);
+  put_i64(payload, static_cast<std::int64_t>(s.plan_hash.size()));
+  payload += s.plan_hash;
+  put_floats(payload, s.params);
+  put_floats(payload, s.exp_avg);
+  put_floats(payload, s.exp_avg_sq);
+  std::string bytes(kMagic, sizeof kMagic);
+  const std::uint64_t sum = checksum(payload);
+  put(bytes, &sum, sizeof sum);
+  bytes += payload;
+  write_atomically(path, bytes);
+}
+
+void mark_complete(const std::filesystem::path& dir, std::int64_t step) { write_atomically(dir / "latest", std::to_string(step) + "\n"); }
+
+std::optional<std::int64_t> latest_step(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "latest");
+  std::int64_t step = 0;
+  if (!(in >> step)) return std::nullopt;
+  return step;
+}
+
+RankState load_shard(const std::filesystem::path& dir, std::int64_t step, std::int64_t rank, std::int64_t world_size, const std::string& plan_hash) {
+  const auto path = shard_path(dir, step, rank);
+  const std::string file = path.string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(file + ": no checkpoint shard for rank " + std::to_string(rank));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bytes = ss.str();
+  if (bytes.size() < sizeof kMagic + sizeof(std::uint64_t) || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+    throw std::runtime_error(file + ": not a meshwork checkpoint shard");
+  }
+  std::uint64_t sum = 0;
+  std::memcpy(&sum, bytes.data() + sizeof kMagic, sizeof sum);
+  const std::string payload = bytes.substr(sizeof kMagic + sizeof sum);
+  if (checksum(payload) != sum) throw std::runtime_error(file + ": checksum mismatch (the shard is corrupt)");
+  Reader r{payload, 0, file};
+  RankState s;
+  s.step = r.i64();
+  s.rank = r.i64();
+  s.world_size = r.i64();
+  const std::int64_t n = r.i64();
+  if (n < 0 || n > 1024) throw std::runtime_error(file + ": corrupt checkpoint shard");
+  s.plan_hash.resize(static_cast<std::size_t>(n));
+  r.get(s.plan_hash.data(), s.plan_hash.size());
+  s.params = r.floats();
+  s.exp_avg = r.floats();
+  s.exp_avg_sq = r.floats();
+  if (s.step != step || s.rank != rank) throw std::runtime_error(file + ": holds step " + std::to_string(s.step) + " of rank " + std::to_string(s.rank));
+  if (s.world_size != world_size) {
+    throw std::runtime_error(file + ": written by a run of " + std::to_string(s.world_size) + " ranks, resumed with " + std::to_string(world_size));
+  }
+  if (s.plan_hash != plan_hash) throw std::runtime_error(file + ": written for another plan (hash " + s.plan_hash + ", this plan " + plan_hash + ")");
+  return s;
+}
+
+}  // namespace meshwork::exec

@@ -1,0 +1,338 @@
+#include "exec/execute.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "exec/checkpoint.hpp"
+#include "exec/mpi_group.hpp"
+#include "exec/trainer.hpp"
+#include "models/estimate.hpp"
+#include "models/flops.hpp"
+#include "plan/derived.hpp"
+#include "plan/plan_io.hpp"
+#include "plan/validate.hpp"
+#include "report/report_io.hpp"
+
+namespace meshwork::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Groups mpi_groups(const plan::Plan& plan, std::int64_t rank, const GroupOptions& o) {
+  const auto layout = plan::RankLayout::from_plan(plan.parallelism);
+  Groups g;
+  std::vector<std::int64_t> all(static_cast<std::size_t>(layout.world_size()));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
+  g.world = MpiGroup::split("world", all, 0, o);
+  auto group = [&](const char* name, plan::GroupKind kind) -> std::unique_ptr<Group> {
+    return MpiGroup::split(name, layout.group_members(kind, rank), static_cast<int>(layout.group_index(kind, rank)), o);
+  };
+  g.tp = group("tp", plan::GroupKind::tp);
+  g.dp = group("dp", plan::GroupKind::dp);
+  g.pp = group("pp", plan::GroupKind::pp);
+  // The tied embedding's two copies: a rank of the first stage and its peer on the last.
+  const auto pp_members = layout.group_members(plan::GroupKind::pp, rank);
+  const std::int64_t stage = layout.coord(rank).pp, last = static_cast<std::int64_t>(pp_members.size()) - 1;
+  if (last > 0 && (stage == 0 || stage == last)) {
+    g.embedding = MpiGroup::split("embedding", {pp_members.front(), pp_members.back()}, static_cast<int>(layout.group_index(plan::GroupKind::pp, rank)), o);
+  } else {
+    g.embedding = MpiGroup::split("embedding", {rank}, static_cast<int>(layout.num_groups(plan::GroupKind::pp) + rank), o);
+  }
+  return g;
+}
+
+Groups local_groups() {
+  Groups g;
+  g.world = std::make_unique<LocalGroup>("world");
+  g.tp = std::make_unique<LocalGroup>("tp");
+  g.dp = std::make_unique<LocalGroup>("dp");
+  g.pp = std::make_unique<LocalGroup>("pp");
+  g.embedding = std::make_unique<LocalGroup>("embedding");
+  return g;
+}
+
+// The same model and global batch on one rank: no parallelism, every micro-batch in turn.
+plan::Plan single_rank(plan::Plan p) {
+  auto& par = p.parallelism;
+  par.tensor_model_parallel_size = par.pipeline_model_parallel_size = par.data_parallel_size = 1;
+  par.virtual_pipeline_model_parallel_size = 1;
+  par.decoder_first_pipeline_num_layers = par.decoder_last_pipeline_num_layers = 0;
+  par.sequence_parallel = false;
+  par.zero_stage = 0;
+  par.pipeline_schedule = plan::PipelineSchedule::one_f_one_b;
+  p.cluster.num_gpus = 1;
+  return p;
+}
+
+// All parameter names of the model, in one order every rank agrees on.
+std::vector<std::string> all_names(const plan::ModelConfig& m) {
+  std::vector<std::string> names;
+  for (const auto& s : embedding_specs(m)) names.push_back(s.name);
+  for (std::int64_t l = 0; l < m.num_layers; ++l) {
+    for (const auto& s : layer_specs(m, l)) names.push_back(s.name);
+  }
+  for (const auto& s : head_specs(m)) names.push_back(s.name);
+  return names;
+}
+
+// ||a - b|| / ||b|| per tensor between the distributed run's reduced gradients (each rank its
+// shard, counted once) and the reference's, summed over the world.
+void compare(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int64_t rank, StepRecord& rec) {
+  const auto layout = plan::RankLayout::from_plan(plan.parallelism);
+  const auto names = all_names(plan.model);
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < names.size(); ++i) index[names[i]] = i;
+  std::map<std::string, const Param*> reference;
+  for (auto& c : ref.chunks()) {
+    for (auto& p : c->params()) reference[p.spec.name] = &p;
+  }
+  const int tp = run.groups().tp->size(), tp_rank = run.groups().tp->rank();
+  const bool counted_dp = run.groups().dp->rank() == 0;
+  std::vector<double> sums(2 * names.size(), 0.0);
+  for (const auto& r : run.reduced()) {
+    const auto& spec = r.param->spec;
+    if (!counted_dp || (spec.split == Split::replicated && tp_rank != 0)) continue;
+    // The tied copy on the last stage equals the first stage's after their all-reduce.
+    if (spec.name == "embedding.word" && layout.coord(rank).pp != 0) continue;
+    const Mat expected = shard(reference.at(spec.name)->grad, spec.split, tp_rank, tp);
+    const auto i = index.at(spec.name);
+    for (Index k = 0; k < expected.size(); ++k) {
+      const double d = static_cast<double>(r.grad[static_cast<std::size_t>(k)]) - expected.data()[k];
+      sums[i] += d * d;
+      sums[names.size() + i] += static_cast<double>(expected.data()[k]) * expected.data()[k];
+    }
+  }
+  run.groups().world->all_reduce_sum(std::span<double>(sums));
+  // A gradient that is zero in exact arithmetic is rounding noise in both runs, and its
+  // relative error means nothing: the key bias's (softmax is invariant to q.b_k, the same for
+  // every key; its fp32 norm is ~1e-10 of the others'). Norms below 1e-4 of the largest
+  // tensor's are compared against that floor.
+  double largest = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) largest = std::max(largest, std::sqrt(sums[names.size() + i]));
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const double norm = std::max(std::sqrt(sums[names.size() + i]), 1e-4 * largest);
+    const double err = norm > 0 ? std::sqrt(sums[i]) / norm : std::sqrt(sums[i]);
+    if (rec.worst_tensor.empty() || !(err <= rec.worst_relative_error)) {  // NaN is worst
+      rec.worst_relative_error = err;
+      rec.worst_tensor = names[i];
+    }
+  }
+}
+
+// The reference takes the distributed run's parameters after each step, so that every step's
+// gradients are compared from the same point (AdamW's update of a near-zero gradient is about
+// its sign, so rounding differences would otherwise grow into different parameters). Each
+// parameter is assembled from its shards, counted once, summed over the world.
+void sync_reference(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int64_t rank) {
+  const auto layout = plan::RankLayout::from_plan(plan.parallelism);
+  const bool released = run.materialise();
+  const int tp = run.groups().tp->size(), tp_rank = run.groups().tp->rank();
+  const bool counted_dp = run.groups().dp->rank() == 0;
+  std::map<std::string, Param*> reference;
+  std::size_t total = 0;
+  for (auto& c : ref.chunks()) {
+    for (auto& p : c->params()) {
+      reference[p.spec.name] = &p;
+      total += static_cast<std::size_t>(p.value.size());
+    }
+  }
+  std::map<std::string, std::size_t> offset;
+  std::size_t at = 0;
+  for (auto& [name, p] : reference) {
+    offset[name] = at;
+    at += static_cast<std::size_t>(p->value.size());
+  }
+  std::vector<double> flat(total, 0.0);
+  for (auto& c : run.chunks()) {
+    for (auto& p : c->params()) {
+      const auto& spec = p.spec;
+      if (!counted_dp || (spec.split == Split::replicated && tp_rank != 0)) continue;
+      if (spec.name == "embedding.word" && layout.coord(rank).pp != 0) continue;
+      Mat full = Mat::Zero(spec.rows, spec.cols);
+      place(p.value, full, spec.split, tp_rank, tp);
+      const std::size_t o = offset.at(spec.name);
+      for (Index k = 0; k < full.size(); ++k) flat[o + static_cast<std::size_t>(k)] += full.data()[k];
+    }
+  }
+  run.release_after(released);
+  run.groups().world->all_reduce_sum(std::span<double>(flat));
+  for (auto& [name, p] : reference) {
+    const std::size_t o = offset.at(name);
+    for (Index k = 0; k < p->value.size(); ++k) p->value.data()[k] = static_cast<float>(flat[o + static_cast<std::size_t>(k)]);
+  }
+  ref.load_from_chunks();
+}
+
+std::string chrome_trace(Trainer& t, std::int64_t world_size) {
+  // Every rank's events to rank 0, as fixed-width records of 64-bit words.
+  constexpr std::size_t kWords = 5;
+  std::vector<std::uint64_t> mine;
+  for (const auto& e : t.events) {
+    mine.insert(mine.end(), {static_cast<std::uint64_t>(e.name), static_cast<std::uint64_t>(e.thread), std::bit_cast<std::uint64_t>(e.start_us),
+                             std::bit_cast<std::uint64_t>(e.duration_us), static_cast<std::uint64_t>(static_cast<std::int64_t>(e.microbatch))});
+  }
+  std::vector<std::uint64_t> counts(static_cast<std::size_t>(world_size));
+  const std::uint64_t n = t.events.size();
+  t.groups().world->all_gather(std::span<const std::uint64_t>(&n, 1), counts);
+  const std::size_t most = *std::max_element(counts.begin(), counts.end());
+  mine.resize(most * kWords, 0);
+  std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(world_size));
+  t.groups().world->all_gather(mine, all);
+  nlohmann::json events = nlohmann::json::array();
+  const char* threads[] = {"compute", "dp"};
+  for (std::int64_t r = 0; r < world_size; ++r) {
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}});
+    for (int th = 0; th < 2; ++th) events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", th}, {"args", {{"name", threads[th]}}}});
+    for (std::size_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i) {
+      const std::uint64_t* w = &all[(static_cast<std::size_t>(r) * most + i) * kWords];
+      nlohmann::json e = {{"ph", "X"}, {"name", kTraceNames.at(w[0])}, {"pid", r}, {"tid", w[1]}, {"ts", std::bit_cast<double>(w[2])}, {"dur", std::bit_cast<double>(w[3])}};
+      if (static_cast<std::int64_t>(w[4]) >= 0) e["args"] = {{"microbatch", static_cast<std::int64_t>(w[4])}};
+      events.push_back(std::move(e));
+    }
+  }
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
+report::Report measured_report(const plan::Plan& plan, const std::vector<StepRecord>& steps, const OpSeconds& ops, const Groups& g) {
+  report::Report r = models::estimate(plan);
+  r.method = report::Method::measured;
+  // The median step after the first (which pays for first touches of memory), as benchmarks
+  // report steady state.
+  std::vector<double> times;
+  for (std::size_t i = steps.size() > 2 ? 1 : 0; i < steps.size(); ++i) times.push_back(steps[i].seconds);
+  std::sort(times.begin(), times.end());
+  const double step_s = times.empty() ? 0 : times[times.size() / 2];
+  const auto n = static_cast<double>(steps.size());
+  const double gpus = static_cast<double>(plan.cluster.num_gpus);
+  const auto flops = models::step_flops(plan);
+  const double peak = plan::peak_tflops(plan.cluster.gpu, plan.training.precision) * 1e12;
+  r.step_time_s = step_s;
+  r.model_tflops_per_gpu = step_s > 0 ? flops.model / step_s / gpus / 1e12 : 0;
+  r.hardware_tflops_per_gpu = step_s > 0 ? flops.hardware / step_s / gpus / 1e12 : 0;
+  r.mfu = peak > 0 ? r.model_tflops_per_gpu * 1e12 / peak : 0;
+  r.hfu = peak > 0 ? r.hardware_tflops_per_gpu * 1e12 / peak : 0;
+  r.tokens_per_s = step_s > 0 ? static_cast<double>(plan.training.global_batch_size * plan.model.seq_length) / step_s : 0;
+  report::Breakdown b;
+  double compute = 0;
+  for (std::size_t i = 0; i < ops.seconds.size(); ++i) {
+    if (i != static_cast<std::size_t>(OpClass::optimizer)) compute += ops.seconds[i];
+  }
+  b.compute_s = compute / n;
+  b.optimizer_s = ops.seconds[static_cast<std::size_t>(OpClass::optimizer)] / n;
+  b.tp_s = g.tp->stats().seconds / n;
+  b.dp_s = g.dp->stats().seconds / n;
+  b.pp_s = g.pp->stats().seconds / n;  // transfers and the waits for them (the bubble among them)
+  b.stalls_s = std::max(0.0, step_s - b.total());
+  r.breakdown = b;
+  r.bubble_fraction = 0;
+  r.notes.clear();
+  r.notes.push_back("measured on the CPU backend (Eigen, Open MPI), rank 0's view; fp32 whatever the plan's precision");
+  r.notes.push_back("PP time includes the waits for pipeline neighbours (the bubble is not separated)");
+  if (plan.model.position_embedding_type == plan::PositionEmbedding::rope) r.notes.push_back("learned absolute positions stand in for RoPE");
+  return r;
+}
+
+}  // namespace
+
+ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
+  ExecuteResult out;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  out.rank = rank;
+  out.world_size = size;
+  const auto& par = plan.parallelism;
+  if (size != plan.cluster.num_gpus) {
+    out.error = "the plan has " + std::to_string(plan.cluster.num_gpus) + " ranks (cluster.num_gpus) and the job " + std::to_string(size) +
+                " processes: launch it with mpirun -np " + std::to_string(plan.cluster.num_gpus);
+    return out;
+  }
+  if (plan.model.is_moe() || par.context_parallel_size > 1 || par.expert_model_parallel_size > 1) {
+    out.error = "the CPU executor runs dense models without context parallelism (model.moe, parallelism.context_parallel_size)";
+    return out;
+  }
+  if (plan.model.mla.kv_lora_rank > 0) {
+    out.error = "the CPU executor has no multi-head latent attention (model.mla)";
+    return out;
+  }
+  if (options.verify && options.resume) {
+    out.error = "--verify compares from the first step; it cannot start from a checkpoint";
+    return out;
+  }
+  OpSeconds timing;
+  std::optional<Trainer> run, ref;
+  try {
+    run.emplace(plan, mpi_groups(plan, rank, {.timeout_s = options.timeout_s, .self_check = options.verify}), rank, &timing);
+    run->tracing = options.trace;
+    run->keep_reduced = options.verify;
+    if (options.verify) ref.emplace(single_rank(plan), local_groups(), 0, nullptr);
+    const std::string plan_hash = report::fnv1a_hex(plan::to_json(plan).dump());
+    std::int64_t first = 1;
+    if (options.resume) {
+      if (const auto latest = latest_step(options.checkpoint_dir)) {
+        RankState s = load_shard(options.checkpoint_dir, *latest, rank, size, plan_hash);
+        run->restore(s);
+        first = *latest + 1;
+      } else if (rank == 0 && options.progress) {
+        options.progress("no complete checkpoint in " + options.checkpoint_dir + ": starting from step 1");
+      }
+    }
+    out.first_step = first;
+    for (std::int64_t s = first; s < first + options.steps; ++s) {
+      StepRecord rec;
+      rec.step = s;
+      const auto t0 = Clock::now();
+      rec.loss = run->step(s, options);
+      std::array<float, 1> seconds{static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count())};
+      run->groups().world->all_reduce_max(seconds);
+      rec.seconds = seconds[0];
+      if (ref) {
+        rec.reference_loss = ref->step(s, options);
+        compare(*run, *ref, plan, rank, rec);
+        const double loss_err = std::abs(rec.loss - rec.reference_loss) / std::max(1e-30, std::abs(rec.reference_loss));
+        if (loss_err > rec.worst_relative_error) {
+          rec.worst_relative_error = loss_err;
+          rec.worst_tensor = "loss";
+        }
+        sync_reference(*run, *ref, plan, rank);
+      }
+      if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 && s % options.checkpoint_every == 0) {
+        RankState st = run->state();
+        st.rank = rank;
+        st.world_size = size;
+        st.plan_hash = plan_hash;
+        save_shard(options.checkpoint_dir, st);
+        std::array<double, 1> barrier{0};
+        run->groups().world->all_reduce_sum(std::span<double>(barrier));
+        if (rank == 0) mark_complete(options.checkpoint_dir, s);
+      }
+      if (rank == 0 && options.progress) {
+        char line[256];
+        if (ref) {
+          std::snprintf(line, sizeof line, "step %lld  loss %.6f  reference %.6f  worst ||a-b||/||b|| %.2e (%s)  %.3f s", static_cast<long long>(s), rec.loss,
+                        rec.reference_loss, rec.worst_relative_error, rec.worst_tensor.c_str(), rec.seconds);
+        } else {
+          // The exact bits too: a resumed run's trajectory is compared bit for bit.
+          std::snprintf(line, sizeof line, "step %lld  loss %.6f (%a)  %.3f s", static_cast<long long>(s), rec.loss, rec.loss, rec.seconds);
+        }
+        options.progress(line);
+      }
+      out.steps.push_back(rec);
+    }
+    out.verified = options.verify;
+    for (const auto& rec : out.steps) out.verified = out.verified && rec.worst_relative_error <= options.tolerance;
+    out.report = measured_report(plan, out.steps, timing, run->groups());
+    if (options.trace) out.trace_json = chrome_trace(*run, size);
+    out.ok = !options.verify || out.verified;
+    if (!out.ok) out.error = "verification failed: a gradient or the loss differs from the single-rank run by more than " + std::to_string(options.tolerance);
+  } catch (const std::exception& e) {
+    out.ok = false;
+    out.error = e.what();
+  }
+  return out;
+}
+
+}  // namespace meshwork::exec

@@ -1,0 +1,57 @@
+#pragma once
+// Runs a plan for real on this process's share of the mesh: the CPU backend (kernels/ on
+// Eigen, collectives over Open MPI), one rank per process. MPI must be initialised; a run of
+// one process needs no launcher. Reports the measured figures in the simulator's Report.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/plan.hpp"
+#include "report/report.hpp"
+
+namespace meshwork::exec {
+
+struct Injection {
+  std::int64_t step = -1;  // 1-based step at which it happens
+  std::int64_t rank = -1;
+};
+
+struct ExecuteOptions {
+  std::int64_t steps = 1;
+  bool verify = false;        // compare loss and gradients with a single-rank run, every step
+  double timeout_s = 300;     // the collectives' watchdog
+  double tolerance = 1e-5;    // ||a - b|| / ||b|| per tensor, fp32 (the bound)
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_every = 0;  // steps; 0: none
+  bool resume = false;                // from the newest complete checkpoint in checkpoint_dir
+  Injection bitflip, hang, death;     // faults for tests: a flipped bit after the DP reduction, a rank that sleeps, one that is killed
+  bool trace = false;
+  std::function<void(const std::string&)> progress;  // a line per step, on rank 0
+};
+
+struct StepRecord {
+  std::int64_t step = 0;
+  double loss = 0;
+  double seconds = 0;
+  double reference_loss = 0;          // --verify
+  double worst_relative_error = 0;    // --verify: over every tensor's gradient
+  std::string worst_tensor;
+};
+
+struct ExecuteResult {
+  bool ok = false;
+  std::string error;  // what ended the run (a hung rank named, a failed verification, bad input)
+  std::int64_t rank = 0, world_size = 1;
+  std::int64_t first_step = 1;  // after a resume, the step after the checkpoint
+  std::vector<StepRecord> steps;
+  bool verified = false;  // --verify and every step within tolerance
+  report::Report report;  // method measured (rank 0's view)
+  std::string trace_json; // Chrome trace of every rank, on rank 0 with `trace`
+};
+
+ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options);
+
+}  // namespace meshwork::exec

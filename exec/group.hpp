@@ -1,0 +1,88 @@
+#pragma once
+// A process group's collectives: the executor's communication interface. `LocalGroup` is a
+// group of one (every collective is the identity: the single-rank reference runs on it);
+// `MpiGroup` (mpi_group.hpp) is the CPU backend's, over Open MPI; the CUDA backend's is NCCL's.
+// Sizes and times are recorded per group with nccl-tests' conventions (bytes = the buffer).
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+namespace meshwork::exec {
+
+// A collective that could not complete: a peer hung or died (the message names it), or a
+// self-check found a wrong result.
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct GroupStats {
+  double seconds = 0;  // inside this group's calls, waiting included
+  double bytes = 0;    // buffer sizes, as nccl-tests' "size"
+  std::int64_t calls = 0;
+  std::int64_t wrong = 0;  // self-checked results that disagreed across members (#wrong)
+};
+
+class Group {
+ public:
+  virtual ~Group() = default;
+  [[nodiscard]] virtual int size() const = 0;
+  [[nodiscard]] virtual int rank() const = 0;
+  // The world rank of member `member`, for messages.
+  [[nodiscard]] virtual std::int64_t world_rank(int member) const = 0;
+  [[nodiscard]] virtual const std::string& name() const = 0;
+
+  virtual void all_reduce_sum(std::span<float> data) = 0;
+  virtual void all_reduce_sum(std::span<double> data) = 0;
+  virtual void all_reduce_max(std::span<float> data) = 0;
+  // `in` holds size() equal blocks; member i gets the sum of block i.
+  virtual void reduce_scatter_sum(std::span<const float> in, std::span<float> out) = 0;
+  // `out` gets every member's `in`, in member order.
+  virtual void all_gather(std::span<const float> in, std::span<float> out) = 0;
+  virtual void all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) = 0;
+  // Point to point inside the group (pipeline neighbours): sends are buffered and return at
+  // once; a receive waits for the matching tag.
+  virtual void send(int to, int tag, std::span<const float> data) = 0;
+  virtual void recv(int from, int tag, std::span<float> data) = 0;
+  // Completes every buffered send.
+  virtual void flush() = 0;
+
+  [[nodiscard]] const GroupStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ protected:
+  GroupStats stats_;
+};
+
+class LocalGroup final : public Group {
+ public:
+  explicit LocalGroup(std::string name = "local", std::int64_t world_rank = 0) : name_(std::move(name)), world_rank_(world_rank) {}
+  [[nodiscard]] int size() const override { return 1; }
+  [[nodiscard]] int rank() const override { return 0; }
+  [[nodiscard]] std::int64_t world_rank(int) const override { return world_rank_; }
+  [[nodiscard]] const std::string& name() const override { return name_; }
+  void all_reduce_sum(std::span<float>) override {}
+  void all_reduce_sum(std::span<double>) override {}
+  void all_reduce_max(std::span<float>) override {}
+  void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override { copy(in, out); }
+  void all_gather(std::span<const float> in, std::span<float> out) override { copy(in, out); }
+  void all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) override {
+    if (in.size() != out.size()) throw std::invalid_argument("all_gather: sizes differ");
+    std::copy(in.begin(), in.end(), out.begin());
+  }
+  void send(int, int, std::span<const float>) override { throw std::logic_error("send in a group of one"); }
+  void recv(int, int, std::span<float>) override { throw std::logic_error("recv in a group of one"); }
+  void flush() override {}
+
+ private:
+  static void copy(std::span<const float> in, std::span<float> out) {
+    if (in.size() != out.size()) throw std::invalid_argument("collective in a group of one: sizes differ");
+    std::copy(in.begin(), in.end(), out.begin());
+  }
+  std::string name_;
+  std::int64_t world_rank_;
+};
+
+}  // namespace meshwork::exec

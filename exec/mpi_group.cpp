@@ -1,0 +1,211 @@
+#include "exec/mpi_group.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "kernels/checksum.hpp"
+
+namespace meshwork::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int count(std::size_t n) {
+  if (n > static_cast<std::size_t>(std::numeric_limits<int>::max())) throw std::length_error("collective of more than 2^31 elements");
+  return static_cast<int>(n);
+}
+
+// Tags of arrival notices cycle below MPI's guaranteed upper bound (32767, MPI 4.0 §8.1.2).
+constexpr std::int64_t kTagCycle = 32000;
+
+}  // namespace
+
+std::unique_ptr<MpiGroup> MpiGroup::split(std::string name, const std::vector<std::int64_t>& members, int colour, const GroupOptions& options) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  int key = 0;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (members[i] == world_rank) key = static_cast<int>(i);
+  }
+  MPI_Comm comm = MPI_COMM_NULL, notices = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, colour, key, &comm);
+  MPI_Comm_dup(comm, &notices);
+  return std::unique_ptr<MpiGroup>(new MpiGroup(std::move(name), comm, notices, members, options));
+}
+
+MpiGroup::MpiGroup(std::string name, MPI_Comm comm, MPI_Comm notices, std::vector<std::int64_t> members, const GroupOptions& options)
+    : name_(std::move(name)), comm_(comm), notices_(notices), members_(std::move(members)), options_(options) {
+  MPI_Comm_size(comm_, &size_);
+  MPI_Comm_rank(comm_, &rank_);
+}
+
+MpiGroup::~MpiGroup() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (auto& s : sends_) MPI_Request_free(&s.request);
+  if (notices_ != MPI_COMM_NULL) MPI_Comm_free(&notices_);
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiGroup::wait(MPI_Request& request, const char* what, const std::vector<MPI_Request>& arrivals) {
+  const auto start = Clock::now();
+  for (std::int64_t polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    const double waited_s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (options_.timeout_s > 0 && waited_s > options_.timeout_s) {
+      // Who never arrived: their notices are the receives still open.
+      std::string missing;
+      for (std::size_t i = 0; i < arrivals.size(); ++i) {
+        int arrived = 0;
+        MPI_Request r = arrivals[i];
+        if (r != MPI_REQUEST_NULL) MPI_Test(&r, &arrived, MPI_STATUS_IGNORE);
+        if (r != MPI_REQUEST_NULL && !arrived) missing += (missing.empty() ? "" : ", ") + std::to_string(members_[i]);
+      }
+      std::string message = "watchdog: " + std::string(what) + " #" + std::to_string(sequence_) + " of the " + name_ + " group did not complete in " +
+                            std::to_string(static_cast<int>(options_.timeout_s)) + " s on rank " + std::to_string(members_[static_cast<std::size_t>(rank_)]);
+      message += missing.empty() ? ": every member arrived; a transfer stalled" : ": rank " + missing + " never arrived (hung or dead)";
+      throw CollectiveError(message);
+    }
+    // Spin briefly for latency, then yield the core: ranks are often oversubscribed on CPUs.
+    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+template <class Start>
+void MpiGroup::run(const char* what, double bytes, Start start) {
+  const auto t0 = Clock::now();
+  ++sequence_;
+  std::vector<MPI_Request> arrivals(static_cast<std::size_t>(size_), MPI_REQUEST_NULL), notices;
+  std::vector<std::int64_t> inbox(static_cast<std::size_t>(size_));
+  const std::int64_t mine = sequence_;
+  if (options_.timeout_s > 0 && size_ > 1) {
+    const int tag = static_cast<int>(sequence_ % kTagCycle);
+    for (int m = 0; m < size_; ++m) {
+      if (m == rank_) continue;
+      MPI_Irecv(&inbox[static_cast<std::size_t>(m)], 1, MPI_INT64_T, m, tag, notices_, &arrivals[static_cast<std::size_t>(m)]);
+      notices.emplace_back();
+      MPI_Isend(&mine, 1, MPI_INT64_T, m, tag, notices_, &notices.back());
+    }
+  }
+  MPI_Request request = start();
+  wait(request, what, arrivals);
+  MPI_Waitall(count(arrivals.size()), arrivals.data(), MPI_STATUSES_IGNORE);
+  MPI_Waitall(count(notices.size()), notices.data(), MPI_STATUSES_IGNORE);
+  stats_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  stats_.bytes += bytes;
+  ++stats_.calls;
+}
+
+void MpiGroup::check_identical(std::span<const float> result, const char* what) {
+  if (!options_.self_check || size_ <= 1) return;
+  const std::uint64_t mine = kernels::checksum_fnv1a64<float>(result);
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
+  MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_);
+  for (const auto c : all) {
+    if (c != all.front()) {
+      ++stats_.wrong;
+      throw CollectiveError(std::string(what) + " of the " + name_ + " group gave different results on its members (self-check, #wrong " +
+                            std::to_string(stats_.wrong) + ")");
+    }
+  }
+}
+
+void MpiGroup::all_reduce_sum(std::span<float> data) {
+  run("all-reduce", static_cast<double>(data.size_bytes()), [&] {
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_FLOAT, MPI_SUM, comm_, &r);
+    return r;
+  });
+  check_identical(data, "all-reduce");
+}
+
+void MpiGroup::all_reduce_sum(std::span<double> data) {
+  run("all-reduce", static_cast<double>(data.size_bytes()), [&] {
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_DOUBLE, MPI_SUM, comm_, &r);
+    return r;
+  });
+}
+
+void MpiGroup::all_reduce_max(std::span<float> data) {
+  run("all-reduce", static_cast<double>(data.size_bytes()), [&] {
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_FLOAT, MPI_MAX, comm_, &r);
+    return r;
+  });
+}
+
+void MpiGroup::reduce_scatter_sum(std::span<const float> in, std::span<float> out) {
+  if (in.size() != out.size() * static_cast<std::size_t>(size_)) throw std::invalid_argument("reduce-scatter: the input is not size() blocks of the output");
+  run("reduce-scatter", static_cast<double>(in.size_bytes()), [&] {
+    MPI_Request r;
+    MPI_Ireduce_scatter_block(in.data(), out.data(), count(out.size()), MPI_FLOAT, MPI_SUM, comm_, &r);
+    return r;
+  });
+}
+
+void MpiGroup::all_gather(std::span<const float> in, std::span<float> out) {
+  if (out.size() != in.size() * static_cast<std::size_t>(size_)) throw std::invalid_argument("all-gather: the output is not size() blocks of the input");
+  run("all-gather", static_cast<double>(out.size_bytes()), [&] {
+    MPI_Request r;
+    MPI_Iallgather(in.data(), count(in.size()), MPI_FLOAT, out.data(), count(in.size()), MPI_FLOAT, comm_, &r);
+    return r;
+  });
+  check_identical(out, "all-gather");
+}
+
+void MpiGroup::all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) {
+  if (out.size() != in.size() * static_cast<std::size_t>(size_)) throw std::invalid_argument("all-gather: the output is not size() blocks of the input");
+  run("all-gather", static_cast<double>(out.size_bytes()), [&] {
+    MPI_Request r;
+    MPI_Iallgather(in.data(), count(in.size()), MPI_UINT64_T, out.data(), count(in.size()), MPI_UINT64_T, comm_, &r);
+    return r;
+  });
+}
+
+void MpiGroup::send(int to, int tag, std::span<const float> data) {
+  const auto t0 = Clock::now();
+  // Completed sends are retired as new ones come, so the list stays short.
+  sends_.remove_if([](PendingSend& s) {
+    int done = 0;
+    MPI_Test(&s.request, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  });
+  auto& s = sends_.emplace_back();
+  s.data.assign(data.begin(), data.end());
+  MPI_Isend(s.data.data(), count(s.data.size()), MPI_FLOAT, to, tag, comm_, &s.request);
+  stats_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  stats_.bytes += static_cast<double>(data.size_bytes());
+  ++stats_.calls;
+}
+
+void MpiGroup::recv(int from, int tag, std::span<float> data) {
+  const auto t0 = Clock::now();
+  MPI_Request r;
+  MPI_Irecv(data.data(), count(data.size()), MPI_FLOAT, from, tag, comm_, &r);
+  const auto start = Clock::now();
+  for (std::int64_t polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (done) break;
+    if (options_.timeout_s > 0 && std::chrono::duration<double>(Clock::now() - start).count() > options_.timeout_s) {
+      throw CollectiveError("watchdog: rank " + std::to_string(members_[static_cast<std::size_t>(from)]) + " did not send pipeline message " +
+                            std::to_string(tag) + " to rank " + std::to_string(members_[static_cast<std::size_t>(rank_)]) + " in " +
+                            std::to_string(static_cast<int>(options_.timeout_s)) + " s (hung or dead)");
+    }
+    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  stats_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void MpiGroup::flush() {
+  for (auto& s : sends_) MPI_Wait(&s.request, MPI_STATUS_IGNORE);
+  sends_.clear();
+}
+
+}  // namespace meshwork::exec

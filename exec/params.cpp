@@ -1,0 +1,147 @@
+#include "exec/params.hpp"
+
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+namespace meshwork::exec {
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+std::uint64_t key(const std::string& name, std::uint64_t seed) {
+  std::uint64_t h = 14695981039346656037ULL ^ seed;  // FNV-1a over the name
+  for (const char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return h;
+}
+
+double uniform01(std::uint64_t& state) { return (static_cast<double>(splitmix64(state) >> 11) + 0.5) * 0x1.0p-53; }
+
+}  // namespace
+
+Mat initial_value(const ParamSpec& spec, std::uint64_t seed) {
+  Mat m(spec.rows, spec.cols);
+  switch (spec.init) {
+    case Init::ones: m.setOnes(); break;
+    case Init::zeros: m.setZero(); break;
+    case Init::normal: {
+      std::uint64_t state = key(spec.name, seed);
+      for (Index i = 0; i < m.size(); ++i) {
+        // Box-Muller (Box & Muller 1958): one normal from two uniforms.
+        const double u = uniform01(state), v = uniform01(state);
+        m.data()[i] = static_cast<float>(spec.std * std::sqrt(-2 * std::log(u)) * std::cos(2 * std::numbers::pi * v));
+      }
+      break;
+    }
+  }
+  return m;
+}
+
+Mat shard(const Mat& full, Split split, int tp_rank, int tp) {
+  auto block = [&](Index n) {
+    if (n % tp != 0) throw std::invalid_argument("a dimension of " + std::to_string(n) + " does not split over TP " + std::to_string(tp));
+    return n / tp;
+  };
+  switch (split) {
+    case Split::replicated: return full;
+    case Split::rows: {
+      const Index b = block(full.rows());
+      return full.middleRows(tp_rank * b, b);
+    }
+    case Split::columns: {
+      const Index b = block(full.cols());
+      return full.middleCols(tp_rank * b, b);
+    }
+    case Split::column_halves: {
+      if (full.cols() == 1) {  // its bias vector: halves of its rows
+        const Index half = full.rows() / 2, b = block(half);
+        Mat out(2 * b, 1);
+        out << full.middleRows(tp_rank * b, b), full.middleRows(half + tp_rank * b, b);
+        return out;
+      }
+      const Index half = full.cols() / 2, b = block(half);
+      Mat out(full.rows(), 2 * b);
+      out << full.middleCols(tp_rank * b, b), full.middleCols(half + tp_rank * b, b);
+      return out;
+    }
+  }
+  return full;
+}
+
+void place(const Mat& slice, Mat& full, Split split, int tp_rank, int tp) {
+  switch (split) {
+    case Split::replicated: full = slice; return;
+    case Split::rows: full.middleRows(tp_rank * (full.rows() / tp), full.rows() / tp) = slice; return;
+    case Split::columns: full.middleCols(tp_rank * (full.cols() / tp), full.cols() / tp) = slice; return;
+    case Split::column_halves:
+      if (full.cols() == 1) {
+        const Index half = full.rows() / 2, b = half / tp;
+        full.middleRows(tp_rank * b, b) = slice.topRows(b);
+        full.middleRows(half + tp_rank * b, b) = slice.bottomRows(b);
+      } else {
+        const Index half = full.cols() / 2, b = half / tp;
+        full.middleCols(tp_rank * b, b) = slice.leftCols(b);
+        full.middleCols(half + tp_rank * b, b) = slice.rightCols(b);
+      }
+      return;
+  }
+}
+
+std::vector<ParamSpec> layer_specs(const plan::ModelConfig& m, std::int64_t layer) {
+  const std::string p = "layers." + std::to_string(layer) + ".";
+  const Index h = m.hidden_size, hd = m.kv_channels;
+  const Index q = m.num_attention_heads * hd, kv = m.num_query_groups * hd;
+  const bool swiglu = m.activation == plan::Activation::swiglu;
+  const Index ffn = m.ffn_hidden_size * (swiglu ? 2 : 1);
+  // Megatron's scaled init for the layers that write into the residual stream:
+  // std / sqrt(2 L) (Shoeybi et al. 2019, following GPT-2, Radford et al. 2019 §2.3).
+  const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.num_layers));
+  const bool ln = m.normalization == plan::Normalization::layernorm;
+  std::vector<ParamSpec> s;
+  auto norm = [&](const std::string& n) {
+    s.push_back({p + n + ".gamma", h, 1, Split::replicated, Init::ones, 0, true});
+    if (ln) s.push_back({p + n + ".beta", h, 1, Split::replicated, Init::zeros, 0, true});
+  };
+  auto linear = [&](const std::string& n, Index in, Index out, Split w, Split b, bool bias_partial, double std) {
+    s.push_back({p + n + ".weight", in, out, w, Init::normal, std, false});
+    if (m.add_bias_linear) s.push_back({p + n + ".bias", out, 1, b, Init::zeros, 0, bias_partial});
+  };
+  norm("ln1");
+  linear("q", h, q, Split::columns, Split::rows, false, 0.02);
+  linear("k", h, kv, Split::columns, Split::rows, false, 0.02);
+  linear("v", h, kv, Split::columns, Split::rows, false, 0.02);
+  linear("o", q, h, Split::rows, Split::replicated, true, out_std);
+  norm("ln2");
+  s.push_back({p + "fc1.weight", h, ffn, swiglu ? Split::column_halves : Split::columns, Init::normal, 0.02, false});
+  if (m.add_bias_linear) {
+    // A bias vector splits as its layer's columns: rows of the [n, 1] vector, halves for SwiGLU.
+    s.push_back({p + "fc1.bias", ffn, 1, swiglu ? Split::column_halves : Split::rows, Init::zeros, 0, false});
+  }
+  linear("fc2", m.ffn_hidden_size, h, Split::rows, Split::replicated, true, out_std);
+  return s;
+}
+
+std::vector<ParamSpec> embedding_specs(const plan::ModelConfig& m) {
+  std::vector<ParamSpec> s;
+  s.push_back({"embedding.word", m.vocab_size, m.hidden_size, Split::rows, Init::normal, 0.02, false});
+  // Positions: learned absolute for every model here (a RoPE model is run with them too; the
+  // executor's report notes it).
+  s.push_back({"embedding.position", m.seq_length, m.hidden_size, Split::replicated, Init::normal, 0.02, true});
+  return s;
+}
+
+std::vector<ParamSpec> head_specs(const plan::ModelConfig& m) {
+  std::vector<ParamSpec> s;
+  s.push_back({"final_norm.gamma", m.hidden_size, 1, Split::replicated, Init::ones, 0, true});
+  if (m.normalization == plan::Normalization::layernorm) s.push_back({"final_norm.beta", m.hidden_size, 1, Split::replicated, Init::zeros, 0, true});
+  if (m.untie_embeddings_and_output_weights) s.push_back({"head.weight", m.hidden_size, m.vocab_size, Split::columns, Init::normal, 0.02, false});
+  return s;
+}
+
+}  // namespace meshwork::exec

@@ -1,0 +1,339 @@
+#include "exec/trainer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <csignal>
+#include <map>
+#include <thread>
+
+#include "kernels/adamw.hpp"
+#include "kernels/checksum.hpp"
+#include "models/program.hpp"
+#include "plan/derived.hpp"
+#include "plan/validate.hpp"
+
+namespace meshwork::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// AdamW as GPT-3 trained (Brown et al. 2020, Appendix B: beta2 0.95, weight decay 0.1), with a
+// learning rate for a small model.
+constexpr kernels::AdamWHyperparams kAdam{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+
+std::uint64_t mix(std::uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::span<float> span_of(Mat& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
+
+}  // namespace
+
+Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank, OpSeconds* timing)
+    : plan_(plan), layout_(plan::RankLayout::from_plan(plan.parallelism)), g_(std::move(groups)), world_rank_(world_rank), timing_(timing) {
+  const auto& par = plan_.parallelism;
+  const auto& m = plan_.model;
+  stages_ = par.pipeline_model_parallel_size;
+  stage_ = layout_.coord(world_rank_).pp;
+  chunks_per_stage_ = par.virtual_pipeline_model_parallel_size;
+  microbatches_ = plan::derive(plan_).micro_batches_per_step;
+  const TensorParallel tp{g_.tp.get(), par.sequence_parallel && g_.tp->size() > 1};
+  const auto seed = static_cast<std::uint64_t>(plan_.run.seed);
+  if (chunks_per_stage_ == 1) {
+    const auto per_stage = plan::layers_per_stage(plan_).value();
+    std::int64_t first = 0;
+    for (std::int64_t s = 0; s < stage_; ++s) first += per_stage[static_cast<std::size_t>(s)];
+    chunks_.push_back(std::make_unique<GptChunk>(m, first, per_stage[static_cast<std::size_t>(stage_)], stage_ == 0, stage_ == stages_ - 1, seed, tp, timing_));
+    vstage_.push_back(stage_);
+  } else {
+    // Interleaved: chunk c of stage s is virtual stage c * p + s (Narayanan et al. 2021 §2.2).
+    const std::int64_t per_chunk = m.num_layers / (stages_ * chunks_per_stage_);
+    for (std::int64_t c = 0; c < chunks_per_stage_; ++c) {
+      const std::int64_t vs = c * stages_ + stage_;
+      chunks_.push_back(std::make_unique<GptChunk>(m, vs * per_chunk, per_chunk, vs == 0, vs == stages_ * chunks_per_stage_ - 1, seed, tp, timing_));
+      vstage_.push_back(vs);
+    }
+  }
+  for (auto& c : chunks_) {
+    for (auto& p : c->params()) n_ += static_cast<std::size_t>(p.value.size());
+  }
+  const auto dp = static_cast<std::size_t>(g_.dp->size());
+  shard_ = (n_ + dp - 1) / dp;
+  flatten_params(params_);
+  const bool sharded = par.zero_stage >= 1 && dp > 1;
+  exp_avg_.assign(sharded ? shard_ : n_, 0.0F);
+  exp_avg_sq_.assign(sharded ? shard_ : n_, 0.0F);
+  if (par.zero_stage == 3 && dp > 1) {
+    // ZeRO-3 keeps only its shard of the parameters between uses (Rajbhandari et al. 2020 §5.3).
+    params_.resize(shard_ * dp, 0.0F);
+    params_ = std::vector<float>(params_.begin() + static_cast<std::ptrdiff_t>(shard_ * static_cast<std::size_t>(g_.dp->rank())),
+                                 params_.begin() + static_cast<std::ptrdiff_t>(shard_ * static_cast<std::size_t>(g_.dp->rank() + 1)));
+    release_params();
+  }
+}
+
+void Trainer::flatten_params(std::vector<float>& out) {
+  out.clear();
+  out.reserve(n_);
+  for (auto& c : chunks_) {
+    for (auto& p : c->params()) out.insert(out.end(), p.value.data(), p.value.data() + p.value.size());
+  }
+}
+void Trainer::flatten_grads(std::vector<float>& out) {
+  out.assign(shard_ * static_cast<std::size_t>(g_.dp->size()), 0.0F);
+  std::size_t at = 0;
+  for (auto& c : chunks_) {
+    for (auto& p : c->params()) {
+      std::copy(p.grad.data(), p.grad.data() + p.grad.size(), out.begin() + static_cast<std::ptrdiff_t>(at));
+      at += static_cast<std::size_t>(p.grad.size());
+    }
+  }
+}
+void Trainer::unflatten_params(const std::vector<float>& flat) {
+  std::size_t at = 0;
+  for (auto& c : chunks_) {
+    for (auto& p : c->params()) {
+      std::copy(flat.begin() + static_cast<std::ptrdiff_t>(at), flat.begin() + static_cast<std::ptrdiff_t>(at + static_cast<std::size_t>(p.grad.size())), p.value.data());
+      at += static_cast<std::size_t>(p.grad.size());
+    }
+  }
+}
+void Trainer::release_params() {
+  for (auto& c : chunks_) {
+    for (auto& p : c->params()) p.value = Mat();
+  }
+}
+void Trainer::gather_params() {
+  const auto t0 = Clock::now();
+  std::vector<float> full(shard_ * static_cast<std::size_t>(g_.dp->size()));
+  g_.dp->all_gather(params_, full);
+  for (auto& c : chunks_) {
+    for (auto& p : c->params()) p.value.resize(p.grad.rows(), p.grad.cols());
+  }
+  unflatten_params(full);
+  record(4, 1, t0, -1);
+}
+
+void Trainer::record(std::int32_t name, std::int32_t thread, Clock::time_point start, std::int32_t mb) {
+  if (!tracing) return;
+  const auto now = Clock::now();
+  events.push_back({name, thread, std::chrono::duration<double, std::micro>(start - epoch_).count(), std::chrono::duration<double, std::micro>(now - start).count(), mb});
+}
+
+// Synthetic tokens with structure to learn: each next token follows from the last by a fixed
+// rule, with a random one in eight (so the loss falls from ln V towards its entropy floor).
+Batch Trainer::batch(std::int64_t step, std::int64_t microbatch) const {
+  const auto& m = plan_.model;
+  const std::int64_t mbs = plan_.training.micro_batch_size;
+  const std::int64_t first = (step - 1) * plan_.training.global_batch_size + (layout_.dp_index(world_rank_) * microbatches_ + microbatch) * mbs;
+  Batch b;
+  b.samples = mbs;
+  b.seq = m.seq_length;
+  const auto vocab = static_cast<std::uint64_t>(m.vocab_size);
+  for (std::int64_t s = 0; s < mbs; ++s) {
+    const std::uint64_t key = mix(static_cast<std::uint64_t>(plan_.run.seed) * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(first + s));
+    std::uint64_t token = key % vocab;
+    for (std::int64_t i = 0; i <= m.seq_length; ++i) {
+      if (i < m.seq_length) b.ids.push_back(static_cast<std::int64_t>(token));
+      if (i > 0) b.targets.push_back(static_cast<std::int64_t>(token));
+      const std::uint64_t r = mix(key + static_cast<std::uint64_t>(i) + 1);
+      token = r % 8 == 0 ? (r >> 8) % vocab : (token * 5 + 3) % vocab;
+    }
+  }
+  return b;
+}
+
+// Replicas of a data-parallel group must hold bit-identical reduced gradients (or gathered
+// parameters): their checksums are compared and a replica that differs from the majority is
+// named (silent data corruption, Dixit et al. 2021; Llama 3 §3.3.4).
+void Trainer::check_replicas(const std::vector<float>& data, std::int64_t step, const char* what) {
+  if (g_.dp->size() <= 1) return;
+  const std::uint64_t mine = kernels::checksum_fnv1a64<float>(data);
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(g_.dp->size()));
+  g_.dp->all_gather(std::span<const std::uint64_t>(&mine, 1), all);
+  std::map<std::uint64_t, int> votes;
+  for (const auto c : all) ++votes[c];
+  if (votes.size() == 1) return;
+  const auto majority = std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+  std::string odd;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i] != majority) odd += (odd.empty() ? "" : ", ") + std::to_string(g_.dp->world_rank(static_cast<int>(i)));
+  }
+  throw CollectiveError("silent data corruption at step " + std::to_string(step) + ": the " + what + " of rank " + odd +
+                        " differ from its data-parallel replicas' (checksums compared over the " + g_.dp->name() + " group)");
+}
+
+double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
+  if (options.death.step == step && options.death.rank == world_rank_) std::raise(SIGKILL);
+  if (options.hang.step == step && options.hang.rank == world_rank_) {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  const auto& par = plan_.parallelism;
+  const bool zero3 = par.zero_stage == 3 && g_.dp->size() > 1;
+  for (auto& c : chunks_) {
+    c->reset_loss();
+    for (auto& p : c->params()) p.grad.setZero();
+  }
+  const auto order = models::stage_schedule(par.pipeline_schedule, stages_, stage_, microbatches_, chunks_per_stage_);
+  const std::int64_t last_vs = stages_ * chunks_per_stage_ - 1;
+  const Index rows = chunks_.front()->local_rows(plan_.training.micro_batch_size * plan_.model.seq_length);
+  const Index hidden = plan_.model.hidden_size;
+  const int next = static_cast<int>((stage_ + 1) % stages_), prev = static_cast<int>((stage_ + stages_ - 1) % stages_);
+  // Tags name (micro-batch, receiving chunk, direction), so messages match whatever order
+  // the neighbours post them in.
+  auto tag = [&](std::int64_t mb, std::int64_t chunk, int backward) { return static_cast<int>((mb * chunks_per_stage_ + chunk) * 2 + backward); };
+  for (const auto& item : order) {
+    const auto c = static_cast<std::size_t>(item.chunk);
+    GptChunk& chunk = *chunks_[c];
+    const std::int64_t vs = vstage_[c];
+    if (item.pass == models::Pass::backward_weight) continue;  // weight gradients come with the input's (the split is a scheduling choice)
+    if (zero3) gather_params();
+    const auto t0 = Clock::now();
+    if (item.pass == models::Pass::forward) {
+      Mat x;
+      if (vs > 0) {
+        x.resize(rows, hidden);
+        g_.pp->recv(prev, tag(item.microbatch, item.chunk, 0), span_of(x));
+      }
+      Mat out = chunk.forward(item.microbatch, batch(step, item.microbatch), std::move(x), 1.0 / static_cast<double>(microbatches_));
+      if (vs < last_vs) g_.pp->send(next, tag(item.microbatch, stage_ == stages_ - 1 ? item.chunk + 1 : item.chunk, 0), span_of(out));
+      record(0, 0, t0, item.microbatch);
+    } else {
+      Mat dy;
+      if (vs < last_vs) {
+        dy.resize(rows, hidden);
+        g_.pp->recv(next, tag(item.microbatch, item.chunk, 1), span_of(dy));
+      }
+      Mat dx = chunk.backward(item.microbatch, std::move(dy));
+      if (vs > 0) g_.pp->send(prev, tag(item.microbatch, stage_ == 0 ? item.chunk - 1 : item.chunk, 1), span_of(dx));
+      record(1, 0, t0, item.microbatch);
+    }
+    if (zero3) release_params();
+  }
+  g_.pp->flush();
+
+  const auto t_reduce = Clock::now();
+  // The tied word embedding: its two copies (first and last stage) sum their gradients.
+  if (stages_ > 1 && !plan_.model.untie_embeddings_and_output_weights) {
+    for (auto& c : chunks_) {
+      if (Param* w = c->find("embedding.word")) g_.embedding->all_reduce_sum(span_of(w->grad));
+    }
+  }
+  if (par.sequence_parallel && g_.tp->size() > 1) {
+    for (auto& c : chunks_) {
+      for (auto& p : c->params()) {
+        if (p.spec.sequence_partial) g_.tp->all_reduce_sum(span_of(p.grad));
+      }
+    }
+  }
+  std::vector<float> grads;
+  flatten_grads(grads);
+  const float inv_dp = 1.0F / static_cast<float>(g_.dp->size());
+  if (keep_reduced) {
+    std::vector<float> copy = grads;
+    g_.dp->all_reduce_sum(copy);
+    reduced_.clear();
+    std::size_t at = 0;
+    for (auto& c : chunks_) {
+      for (auto& p : c->params()) {
+        const auto n = static_cast<std::size_t>(p.grad.size());
+        Reduced r{&p, std::vector<float>(copy.begin() + static_cast<std::ptrdiff_t>(at), copy.begin() + static_cast<std::ptrdiff_t>(at + n))};
+        for (auto& v : r.grad) v *= inv_dp;
+        reduced_.push_back(std::move(r));
+        at += n;
+      }
+    }
+  }
+  const bool flip = options.bitflip.step == step && options.bitflip.rank == world_rank_;
+  ++adam_step_;
+  if (par.zero_stage == 0 || g_.dp->size() == 1) {
+    g_.dp->all_reduce_sum(grads);
+    for (auto& v : grads) v *= inv_dp;
+    grads.resize(n_);
+    // A flipped bit in the reduced gradient (memory or compute corruption after the all-reduce).
+    if (flip) grads[grads.size() / 2] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(grads[grads.size() / 2]) ^ (1U << 22));
+    check_replicas(grads, step, "reduced gradients");
+    record(2, 1, t_reduce, -1);
+    const auto t_opt = Clock::now();
+    {
+      const auto start = Clock::now();
+      kernels::adamw_step<float>(params_, grads, exp_avg_, exp_avg_sq_, adam_step_, kAdam);
+      if (timing_ != nullptr) (*timing_)[OpClass::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    unflatten_params(params_);
+    record(3, 1, t_opt, -1);
+  } else {
+    // ZeRO 1-2: reduce-scatter, AdamW on this rank's shard, all-gather the parameters
+    // (Rajbhandari et al. 2020 §5.1-5.2); ZeRO-3 keeps the shard.
+    std::vector<float> mine(shard_);
+    g_.dp->reduce_scatter_sum(grads, mine);
+    for (auto& v : mine) v *= inv_dp;
+    record(2, 1, t_reduce, -1);
+    const auto t_opt = Clock::now();
+    std::vector<float> full;
+    if (!zero3) {
+      full = params_;
+      full.resize(shard_ * static_cast<std::size_t>(g_.dp->size()), 0.0F);
+    }
+    std::span<float> shard = zero3 ? std::span<float>(params_) : std::span<float>(full).subspan(shard_ * static_cast<std::size_t>(g_.dp->rank()), shard_);
+    {
+      const auto start = Clock::now();
+      kernels::adamw_step<float>(shard, mine, exp_avg_, exp_avg_sq_, adam_step_, kAdam);
+      if (timing_ != nullptr) (*timing_)[OpClass::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    record(3, 1, t_opt, -1);
+    if (!zero3) {
+      const auto t_gather = Clock::now();
+      std::vector<float> gathered(full.size());
+      g_.dp->all_gather(shard, gathered);
+      gathered.resize(n_);
+      if (flip) gathered[gathered.size() / 2] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(gathered[gathered.size() / 2]) ^ (1U << 22));
+      check_replicas(gathered, step, "gathered parameters");
+      params_ = std::move(gathered);
+      unflatten_params(params_);
+      record(4, 1, t_gather, -1);
+    }
+  }
+  // The step's loss: the last stage's micro-batch means, averaged over micro-batches and
+  // data-parallel replicas, known on every rank.
+  double loss = 0;
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    if (vstage_[c] == last_vs && g_.tp->rank() == 0) loss += chunks_[c]->loss_sum() / static_cast<double>(microbatches_ * g_.dp->size());
+  }
+  std::array<double, 1> total{loss};
+  g_.world->all_reduce_sum(std::span<double>(total));
+  return total[0];
+}
+
+bool Trainer::materialise() {
+  if (!(plan_.parallelism.zero_stage == 3 && g_.dp->size() > 1)) return false;
+  gather_params();
+  return true;
+}
+
+RankState Trainer::state() const {
+  RankState s;
+  s.step = adam_step_;
+  s.params = params_;
+  s.exp_avg = exp_avg_;
+  s.exp_avg_sq = exp_avg_sq_;
+  return s;
+}
+
+void Trainer::restore(const RankState& s) {
+  if (s.params.size() != params_.size() || s.exp_avg.size() != exp_avg_.size() || s.exp_avg_sq.size() != exp_avg_sq_.size()) {
+    throw std::runtime_error("the checkpoint's shard sizes do not match this plan's (another mesh or model?)");
+  }
+  params_ = s.params;
+  exp_avg_ = s.exp_avg;
+  exp_avg_sq_ = s.exp_avg_sq;
+  adam_step_ = s.step;
+  if (!(plan_.parallelism.zero_stage == 3 && g_.dp->size() > 1)) unflatten_params(params_);
+}
+
+}  // namespace meshwork::exec

@@ -1,0 +1,89 @@
+#pragma once
+// One rank's training loop: the chunks of its pipeline stage played in the order of the
+// plan's schedule (models::stage_schedule), pipeline transfers to its neighbours, the
+// gradient reductions (sequence-parallel partials over TP, the tied embedding between first
+// and last stage, data parallelism with ZeRO 0-3) and AdamW. The same class with groups of one
+// is the single-rank reference of --verify.
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "exec/checkpoint.hpp"
+#include "exec/execute.hpp"
+#include "exec/gpt.hpp"
+#include "plan/rank_layout.hpp"
+
+namespace meshwork::exec {
+
+struct Groups {
+  std::unique_ptr<Group> world, tp, dp, pp, embedding;
+};
+
+struct TraceEvent {
+  std::int32_t name;  // index into kTraceNames
+  std::int32_t thread;
+  double start_us, duration_us;
+  std::int32_t microbatch;
+};
+inline constexpr std::array kTraceNames = {"forward", "backward", "grad_reduce", "optimizer", "param_gather"};
+
+class Trainer {
+ public:
+  Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank, OpSeconds* timing);
+
+  // One step (1-based); returns the step's loss, the mean over the global batch.
+  double step(std::int64_t step, const ExecuteOptions& options);
+
+  // The gradients after the TP, tied-embedding and DP reductions of the last step, by
+  // parameter, this rank's shard (filled when `keep_reduced` is set before the step).
+  bool keep_reduced = false;
+  struct Reduced {
+    const Param* param;
+    std::vector<float> grad;
+  };
+  [[nodiscard]] const std::vector<Reduced>& reduced() const { return reduced_; }
+  [[nodiscard]] std::vector<std::unique_ptr<GptChunk>>& chunks() { return chunks_; }
+
+  // Optimizer state and parameters as a checkpoint holds them.
+  [[nodiscard]] RankState state() const;
+  void restore(const RankState& s);
+
+  [[nodiscard]] const Groups& groups() const { return g_; }
+  // Makes every chunk's parameter values present (ZeRO-3 releases them between uses) and
+  // returns whether they were released before; `release_after` puts them back.
+  bool materialise();
+  void release_after(bool released) {
+    if (released) release_params();
+  }
+  // Sets the parameters (and the flat copy the optimizer updates) from the chunks' values.
+  void load_from_chunks() { flatten_params(params_); }
+  std::vector<TraceEvent> events;
+  bool tracing = false;
+
+ private:
+  void flatten_grads(std::vector<float>& out);
+  void unflatten_params(const std::vector<float>& flat);
+  void flatten_params(std::vector<float>& out);
+  void release_params();
+  void gather_params();
+  Batch batch(std::int64_t step, std::int64_t microbatch) const;
+  void check_replicas(const std::vector<float>& data, std::int64_t step, const char* what);
+  void record(std::int32_t name, std::int32_t thread, std::chrono::steady_clock::time_point start, std::int32_t mb);
+
+  plan::Plan plan_;
+  plan::RankLayout layout_;
+  Groups g_;
+  std::int64_t world_rank_;
+  OpSeconds* timing_;
+  std::int64_t stage_ = 0, stages_ = 1, chunks_per_stage_ = 1, microbatches_ = 1;
+  std::vector<std::unique_ptr<GptChunk>> chunks_;
+  std::vector<std::int64_t> vstage_;  // per chunk: its virtual stage
+  std::size_t n_ = 0, shard_ = 0;      // parameters of this rank; their DP shard (ZeRO >= 1)
+  std::vector<float> params_, exp_avg_, exp_avg_sq_;  // full (ZeRO 0-2) or the shard (ZeRO-3)
+  std::int64_t adam_step_ = 0;
+  std::vector<Reduced> reduced_;
+  std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace meshwork::exec
