@@ -258,6 +258,10 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
     out.error = "the CPU executor has no multi-head latent attention (model.mla)";
     return out;
   }
+  if (options.bitflip.step > 0 && par.zero_stage == 3 && par.data_parallel_size > 1) {
+    out.error = "--inject-bitflip: ZeRO-3 keeps one copy of each parameter and gradient shard, so no replica can be compared (use ZeRO 0-2)";
+    return out;
+  }
   if (options.verify && options.resume) {
     out.error = "--verify compares from the first step; it cannot start from a checkpoint";
     return out;

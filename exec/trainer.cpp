@@ -149,22 +149,24 @@ Batch Trainer::batch(std::int64_t step, std::int64_t microbatch) const {
 }
 
 // Replicas of a data-parallel group must hold bit-identical reduced gradients (or gathered
-// parameters): their checksums are compared and a replica that differs from the majority is
-// named (silent data corruption, Dixit et al. 2021; Llama 3 §3.3.4).
-void Trainer::check_replicas(const std::vector<float>& data, std::int64_t step, const char* what) {
+// parameters): their checksums are compared (silent data corruption, Dixit et al. 2021; Llama
+// 3 §3.3.4). On a mismatch each replica asks `corrupt` whether its own copy is the bad one
+// (against a fresh reduction, or the owners' checksums of their shards), so that even two
+// replicas, which have no majority, name the right rank.
+void Trainer::check_replicas(const std::vector<float>& data, std::int64_t step, const char* what, const std::function<bool()>& corrupt) {
   if (g_.dp->size() <= 1) return;
   const std::uint64_t mine = kernels::checksum_fnv1a64<float>(data);
   std::vector<std::uint64_t> all(static_cast<std::size_t>(g_.dp->size()));
   g_.dp->all_gather(std::span<const std::uint64_t>(&mine, 1), all);
-  std::map<std::uint64_t, int> votes;
-  for (const auto c : all) ++votes[c];
-  if (votes.size() == 1) return;
-  const auto majority = std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+  if (std::all_of(all.begin(), all.end(), [&](std::uint64_t c) { return c == all.front(); })) return;
+  const std::uint64_t flag = corrupt() ? 1 : 0;
+  std::vector<std::uint64_t> flags(all.size());
+  g_.dp->all_gather(std::span<const std::uint64_t>(&flag, 1), flags);
   std::string odd;
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    if (all[i] != majority) odd += (odd.empty() ? "" : ", ") + std::to_string(g_.dp->world_rank(static_cast<int>(i)));
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] != 0) odd += (odd.empty() ? "" : ", ") + std::to_string(g_.dp->world_rank(static_cast<int>(i)));
   }
-  throw CollectiveError("silent data corruption at step " + std::to_string(step) + ": the " + what + " of rank " + odd +
+  throw CollectiveError("silent data corruption at step " + std::to_string(step) + ": the " + what + " of rank " + (odd.empty() ? "(none could tell)" : odd) +
                         " differ from its data-parallel replicas' (checksums compared over the " + g_.dp->name() + " group)");
 }
 
@@ -252,12 +254,20 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
   const bool flip = options.bitflip.step == step && options.bitflip.rank == world_rank_;
   ++adam_step_;
   if (par.zero_stage == 0 || g_.dp->size() == 1) {
+    // This rank's own gradients, kept to reduce again if the replicas disagree.
+    const std::vector<float> local = g_.dp->size() > 1 ? grads : std::vector<float>();
     g_.dp->all_reduce_sum(grads);
     for (auto& v : grads) v *= inv_dp;
     grads.resize(n_);
     // A flipped bit in the reduced gradient (memory or compute corruption after the all-reduce).
     if (flip) grads[grads.size() / 2] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(grads[grads.size() / 2]) ^ (1U << 22));
-    check_replicas(grads, step, "reduced gradients");
+    check_replicas(grads, step, "reduced gradients", [&] {
+      std::vector<float> again = local;
+      g_.dp->all_reduce_sum(again);
+      for (auto& v : again) v *= inv_dp;
+      again.resize(n_);
+      return kernels::checksum_fnv1a64<float>(again) != kernels::checksum_fnv1a64<float>(grads);
+    });
     record(2, 1, t_reduce, -1);
     const auto t_opt = Clock::now();
     {
@@ -293,7 +303,21 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
       g_.dp->all_gather(shard, gathered);
       gathered.resize(n_);
       if (flip) gathered[gathered.size() / 2] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(gathered[gathered.size() / 2]) ^ (1U << 22));
-      check_replicas(gathered, step, "gathered parameters");
+      check_replicas(gathered, step, "gathered parameters", [&] {
+        // Each shard's owner vouches for it: its checksum of what it sent against this
+        // rank's copy of that block.
+        const std::uint64_t own = kernels::checksum_fnv1a64<float>(std::span<const float>(shard));
+        std::vector<std::uint64_t> owners(static_cast<std::size_t>(g_.dp->size()));
+        g_.dp->all_gather(std::span<const std::uint64_t>(&own, 1), owners);
+        std::vector<float> block(shard_);
+        for (std::size_t i = 0; i < owners.size(); ++i) {
+          std::fill(block.begin(), block.end(), 0.0F);
+          const std::size_t begin = i * shard_, end = std::min(n_, begin + shard_);
+          if (begin < end) std::copy(gathered.begin() + static_cast<std::ptrdiff_t>(begin), gathered.begin() + static_cast<std::ptrdiff_t>(end), block.begin());
+          if (kernels::checksum_fnv1a64<float>(block) != owners[i]) return true;
+        }
+        return false;
+      });
       params_ = std::move(gathered);
       unflatten_params(params_);
       record(4, 1, t_gather, -1);

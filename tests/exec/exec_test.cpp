@@ -1,0 +1,141 @@
+// The executor's parts that need no second process: launcher detection, how parameters split
+// over TP and back, checkpoint files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "exec/checkpoint.hpp"
+#include "exec/launch.hpp"
+#include "exec/params.hpp"
+
+namespace meshwork::exec {
+namespace {
+
+LaunchResult with(const std::map<std::string, std::string>& env) {
+  return detect_launch([&](const char* name) -> const char* {
+    const auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(Launch, EachLauncherAndNone) {
+  auto r = with({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "29500"}});
+  ASSERT_TRUE(r.launch);
+  EXPECT_EQ(r.launch->launcher, "torchrun");
+  EXPECT_EQ(r.launch->rank, 3);
+  EXPECT_EQ(r.launch->world_size, 8);
+  EXPECT_EQ(r.launch->local_rank, 1);
+  EXPECT_EQ(r.launch->master_addr, "n0");
+  EXPECT_EQ(r.launch->master_port, 29500);
+  r = with({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}});
+  ASSERT_TRUE(r.launch);
+  EXPECT_EQ(r.launch->launcher, "slurm");
+  EXPECT_EQ(r.launch->rank, 5);
+  r = with({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+  ASSERT_TRUE(r.launch);
+  EXPECT_EQ(r.launch->launcher, "openmpi");  // mpirun inside an allocation: its own variables win
+  EXPECT_EQ(r.launch->world_size, 4);
+  r = with({});
+  ASSERT_TRUE(r.launch);
+  EXPECT_EQ(r.launch->launcher, "none");
+  EXPECT_EQ(r.launch->world_size, 1);
+}
+
+TEST(Launch, InconsistentVariablesAreAnError) {
+  auto r = with({{"RANK", "8"}, {"WORLD_SIZE", "8"}});
+  EXPECT_FALSE(r.launch);
+  EXPECT_NE(r.error.find("outside a world of 8"), std::string::npos) << r.error;
+  r = with({{"SLURM_PROCID", "x"}, {"SLURM_NTASKS", "2"}});
+  EXPECT_FALSE(r.launch);
+  EXPECT_NE(r.error.find("not whole numbers"), std::string::npos) << r.error;
+}
+
+TEST(Params, ShardsPutBackTogetherGiveTheFullTensor) {
+  for (const Split split : {Split::replicated, Split::rows, Split::columns, Split::column_halves}) {
+    for (const Index cols : {Index{1}, Index{8}}) {
+      const ParamSpec spec{"w", 8, cols, split, Init::normal, 0.02, false};
+      const Mat full = initial_value(spec, 7);
+      Mat back = Mat::Zero(8, cols);
+      for (int r = 0; r < 2; ++r) {
+        if (split == Split::columns && cols == 1) continue;
+        place(shard(full, split, r, 2), back, split, r, 2);
+      }
+      if (split == Split::columns && cols == 1) continue;
+      EXPECT_EQ(back, full) << static_cast<int>(split) << " " << cols;
+    }
+  }
+  // SwiGLU keeps [gate block | up block]: rank 1 of 2 holds gate columns 2-3 and up 6-7.
+  Mat full(1, 8);
+  full << 0, 1, 2, 3, 4, 5, 6, 7;
+  const Mat s = shard(full, Split::column_halves, 1, 2);
+  EXPECT_EQ(s(0, 0), 2);
+  EXPECT_EQ(s(0, 1), 3);
+  EXPECT_EQ(s(0, 2), 6);
+  EXPECT_EQ(s(0, 3), 7);
+  // Every rank draws the same initial value: it depends on the seed and the name only.
+  const ParamSpec a{"layers.0.q.weight", 4, 4, Split::columns, Init::normal, 0.02, false};
+  EXPECT_EQ(initial_value(a, 7), initial_value(a, 7));
+  EXPECT_NE(initial_value(a, 7), initial_value(a, 8));
+}
+
+class Checkpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("meshwork-ckpt-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
+                                                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    state_.step = 4;
+    state_.rank = 1;
+    state_.world_size = 2;
+    state_.plan_hash = "abc";
+    state_.params = {1, 2, 3};
+    state_.exp_avg = {0.5F};
+    state_.exp_avg_sq = {0.25F};
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+  RankState state_;
+};
+
+TEST_F(Checkpoint, RoundTripsAndOnlyACompleteStepIsLatest) {
+  save_shard(dir_, state_);
+  EXPECT_FALSE(latest_step(dir_));  // written, not yet marked complete
+  mark_complete(dir_, 4);
+  ASSERT_EQ(latest_step(dir_), 4);
+  const RankState back = load_shard(dir_, 4, 1, 2, "abc");
+  EXPECT_EQ(back.params, state_.params);
+  EXPECT_EQ(back.exp_avg, state_.exp_avg);
+  EXPECT_EQ(back.exp_avg_sq, state_.exp_avg_sq);
+  EXPECT_FALSE(std::filesystem::exists(shard_path(dir_, 4, 1).string() + ".tmp"));
+}
+
+TEST_F(Checkpoint, ACorruptTruncatedOrForeignShardIsRefusedByName) {
+  save_shard(dir_, state_);
+  const auto path = shard_path(dir_, 4, 1);
+  auto expect_error = [&](const char* what, std::int64_t world, const std::string& hash) {
+    try {
+      (void)load_shard(dir_, 4, 1, world, hash);
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error("ranks", 4, "abc");
+  expect_error("another plan", 2, "xyz");
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  expect_error("checksum", 2, "abc");
+  std::filesystem::resize_file(path, 12);
+  expect_error("not a meshwork checkpoint", 2, "abc");
+  std::filesystem::remove(path);
+  expect_error("no checkpoint shard", 2, "abc");
+}
+
+}  // namespace
+}  // namespace meshwork::exec
