@@ -83,6 +83,10 @@ void add_execute_command(CLI::App& app, Io& io) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     opt->trace = !trace->empty();
+    opt->on_timeout = [&io, rank](const std::string& message) {
+      io.err << "meshwork execute: rank " << rank << ": " << message << '\n' << std::flush;
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    };
     if (rank == 0 && !*json) opt->progress = [&io](const std::string& line) { io.out << line << '\n' << std::flush; };
     const exec::ExecuteResult r = exec::execute(*plan, *opt);
     if (!r.ok) {

@@ -1,5 +1,9 @@
 #include "exec/checkpoint.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -54,6 +58,16 @@ std::uint64_t checksum(const std::string& bytes) {
   return h;
 }
 
+// fsync a file or directory so that a rename after it names durable bytes (POSIX: rename is
+// atomic, not durable, until the directory is synced).
+void sync(const std::filesystem::path& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) throw std::runtime_error(path.string() + ": cannot open to sync: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error(path.string() + ": fsync failed: " + std::strerror(errno));
+}
+
 void write_atomically(const std::filesystem::path& path, const std::string& bytes) {
   const std::filesystem::path tmp = path.string() + ".tmp";
   {
@@ -62,9 +76,11 @@ void write_atomically(const std::filesystem::path& path, const std::string& byte
     out.flush();
     if (!out) throw std::runtime_error(tmp.string() + ": cannot write the checkpoint");
   }
+  sync(tmp, false);
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) throw std::runtime_error(path.string() + ": cannot rename the checkpoint into place: " + ec.message());
+  sync(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path(), true);
 }
 
 }  // namespace

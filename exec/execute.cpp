@@ -91,7 +91,7 @@ void compare(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int64_t ra
   }
   const int tp = run.groups().tp->size(), tp_rank = run.groups().tp->rank();
   const bool counted_dp = run.groups().dp->rank() == 0;
-  std::vector<double> sums(2 * names.size(), 0.0);
+  std::vector<double> sums(3 * names.size(), 0.0);  // squared differences, squared norms, elements
   for (const auto& r : run.reduced()) {
     const auto& spec = r.param->spec;
     if (!counted_dp || (spec.split == Split::replicated && tp_rank != 0)) continue;
@@ -99,6 +99,7 @@ void compare(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int64_t ra
     if (spec.name == "embedding.word" && layout.coord(rank).pp != 0) continue;
     const Mat expected = shard(reference.at(spec.name)->grad, spec.split, tp_rank, tp);
     const auto i = index.at(spec.name);
+    sums[2 * names.size() + i] += static_cast<double>(expected.size());
     for (Index k = 0; k < expected.size(); ++k) {
       const double d = static_cast<double>(r.grad[static_cast<std::size_t>(k)]) - expected.data()[k];
       sums[i] += d * d;
@@ -113,6 +114,12 @@ void compare(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int64_t ra
   double largest = 0;
   for (std::size_t i = 0; i < names.size(); ++i) largest = std::max(largest, std::sqrt(sums[names.size() + i]));
   for (std::size_t i = 0; i < names.size(); ++i) {
+    // Every element of every tensor compared exactly once, or the comparison is void.
+    const double expected_elements = static_cast<double>(reference.at(names[i])->grad.size());
+    if (sums[2 * names.size() + i] != expected_elements) {
+      throw CollectiveError("--verify: " + std::to_string(static_cast<std::int64_t>(sums[2 * names.size() + i])) + " of " + names[i] + "'s " +
+                            std::to_string(static_cast<std::int64_t>(expected_elements)) + " gradient elements were compared");
+    }
     const double norm = std::max(std::sqrt(sums[names.size() + i]), 1e-4 * largest);
     const double err = norm > 0 ? std::sqrt(sums[i]) / norm : std::sqrt(sums[i]);
     if (rec.worst_tensor.empty() || !(err <= rec.worst_relative_error)) {  // NaN is worst
@@ -262,6 +269,11 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
     out.error = "--inject-bitflip: ZeRO-3 keeps one copy of each parameter and gradient shard, so no replica can be compared (use ZeRO 0-2)";
     return out;
   }
+  if (par.virtual_pipeline_model_parallel_size > 1 && plan::derive(plan).micro_batches_per_step % par.pipeline_model_parallel_size != 0) {
+    out.error = "the interleaved schedule needs micro-batches per step (" + std::to_string(plan::derive(plan).micro_batches_per_step) +
+                ") to be a multiple of parallelism.pipeline_model_parallel_size (" + std::to_string(par.pipeline_model_parallel_size) + ")";
+    return out;
+  }
   if (options.verify && options.resume) {
     out.error = "--verify compares from the first step; it cannot start from a checkpoint";
     return out;
@@ -269,14 +281,19 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
   OpSeconds timing;
   std::optional<Trainer> run, ref;
   try {
-    run.emplace(plan, mpi_groups(plan, rank, {.timeout_s = options.timeout_s, .self_check = options.verify}), rank, &timing);
+    run.emplace(plan, mpi_groups(plan, rank, {.timeout_s = options.timeout_s, .self_check = options.verify, .on_timeout = options.on_timeout}), rank, &timing);
     run->tracing = options.trace;
     run->keep_reduced = options.verify;
     if (options.verify) ref.emplace(single_rank(plan), local_groups(), 0, nullptr);
     const std::string plan_hash = report::fnv1a_hex(plan::to_json(plan).dump());
     std::int64_t first = 1;
     if (options.resume) {
-      if (const auto latest = latest_step(options.checkpoint_dir)) {
+      // Rank 0's view of the newest complete checkpoint is every rank's (node-local
+      // directories could disagree): a rank without its shard fails by name.
+      std::array<double, 1> newest{rank == 0 ? static_cast<double>(latest_step(options.checkpoint_dir).value_or(-1)) : 0.0};
+      run->groups().world->all_reduce_sum(std::span<double>(newest));
+      const std::optional<std::int64_t> latest = newest[0] >= 0 ? std::optional<std::int64_t>(static_cast<std::int64_t>(newest[0])) : std::nullopt;
+      if (latest) {
         RankState s = load_shard(options.checkpoint_dir, *latest, rank, size, plan_hash);
         run->restore(s);
         first = *latest + 1;
@@ -297,7 +314,7 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
         rec.reference_loss = ref->step(s, options);
         compare(*run, *ref, plan, rank, rec);
         const double loss_err = std::abs(rec.loss - rec.reference_loss) / std::max(1e-30, std::abs(rec.reference_loss));
-        if (loss_err > rec.worst_relative_error) {
+        if (!(loss_err <= rec.worst_relative_error)) {  // NaN is worst
           rec.worst_relative_error = loss_err;
           rec.worst_tensor = "loss";
         }

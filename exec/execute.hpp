@@ -30,6 +30,9 @@ struct ExecuteOptions {
   Injection bitflip, hang, death;     // faults for tests: a flipped bit after the DP reduction, a rank that sleeps, one that is killed
   bool trace = false;
   std::function<void(const std::string&)> progress;  // a line per step, on rank 0
+  // Called by the watchdog with its message before it throws, while operations are still in
+  // flight: a program prints it and ends the job there (MPI_Abort).
+  std::function<void(const std::string&)> on_timeout;
 };
 
 struct StepRecord {

@@ -45,10 +45,30 @@ MpiGroup::~MpiGroup() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  if (failed_) {
+    // Sends may still be reading their buffers: leave them (and the communicators) to the
+    // job's end rather than free them under MPI.
+    new std::list<PendingSend>(std::move(sends_));  // NOLINT: deliberately never freed
+    return;
+  }
   for (auto& s : sends_) MPI_Request_free(&s.request);
   if (notices_ != MPI_COMM_NULL) MPI_Comm_free(&notices_);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
+
+void MpiGroup::fail(const std::string& message) {
+  failed_ = true;
+  if (options_.on_timeout) options_.on_timeout(message);
+  throw CollectiveError(message);
+}
+
+namespace {
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+}  // namespace
 
 void MpiGroup::wait(MPI_Request& request, const char* what, const std::vector<MPI_Request>& arrivals) {
   const auto start = Clock::now();
@@ -69,7 +89,7 @@ void MpiGroup::wait(MPI_Request& request, const char* what, const std::vector<MP
       std::string message = "watchdog: " + std::string(what) + " #" + std::to_string(sequence_) + " of the " + name_ + " group did not complete in " +
                             std::to_string(static_cast<int>(options_.timeout_s)) + " s on rank " + std::to_string(members_[static_cast<std::size_t>(rank_)]);
       message += missing.empty() ? ": every member arrived; a transfer stalled" : ": rank " + missing + " never arrived (hung or dead)";
-      throw CollectiveError(message);
+      fail(message);
     }
     // Spin briefly for latency, then yield the core: ranks are often oversubscribed on CPUs.
     if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -81,19 +101,26 @@ void MpiGroup::run(const char* what, double bytes, Start start) {
   const auto t0 = Clock::now();
   ++sequence_;
   std::vector<MPI_Request> arrivals(static_cast<std::size_t>(size_), MPI_REQUEST_NULL), notices;
-  std::vector<std::int64_t> inbox(static_cast<std::size_t>(size_));
-  const std::int64_t mine = sequence_;
+  // Notices live on the heap: after a timeout they may still be written, and are left be.
+  auto inbox = std::make_unique<std::vector<std::int64_t>>(static_cast<std::size_t>(size_) + 1);
+  auto& mine = inbox->back();
+  mine = sequence_;
   if (options_.timeout_s > 0 && size_ > 1) {
     const int tag = static_cast<int>(sequence_ % kTagCycle);
     for (int m = 0; m < size_; ++m) {
       if (m == rank_) continue;
-      MPI_Irecv(&inbox[static_cast<std::size_t>(m)], 1, MPI_INT64_T, m, tag, notices_, &arrivals[static_cast<std::size_t>(m)]);
+      MPI_Irecv(&(*inbox)[static_cast<std::size_t>(m)], 1, MPI_INT64_T, m, tag, notices_, &arrivals[static_cast<std::size_t>(m)]);
       notices.emplace_back();
       MPI_Isend(&mine, 1, MPI_INT64_T, m, tag, notices_, &notices.back());
     }
   }
   MPI_Request request = start();
-  wait(request, what, arrivals);
+  try {
+    wait(request, what, arrivals);
+  } catch (...) {
+    (void)inbox.release();  // NOLINT: still targeted by receives in flight
+    throw;
+  }
   MPI_Waitall(count(arrivals.size()), arrivals.data(), MPI_STATUSES_IGNORE);
   MPI_Waitall(count(notices.size()), notices.data(), MPI_STATUSES_IGNORE);
   stats_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -105,7 +132,11 @@ void MpiGroup::check_identical(std::span<const float> result, const char* what) 
   if (!options_.self_check || size_ <= 1) return;
   const std::uint64_t mine = kernels::checksum_fnv1a64<float>(result);
   std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
-  MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_);
+  run("self-check", 0, [&] {
+    MPI_Request r;
+    MPI_Iallgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_, &r);
+    return r;
+  });
   for (const auto c : all) {
     if (c != all.front()) {
       ++stats_.wrong;
@@ -194,9 +225,8 @@ void MpiGroup::recv(int from, int tag, std::span<float> data) {
     MPI_Test(&r, &done, MPI_STATUS_IGNORE);
     if (done) break;
     if (options_.timeout_s > 0 && std::chrono::duration<double>(Clock::now() - start).count() > options_.timeout_s) {
-      throw CollectiveError("watchdog: rank " + std::to_string(members_[static_cast<std::size_t>(from)]) + " did not send pipeline message " +
-                            std::to_string(tag) + " to rank " + std::to_string(members_[static_cast<std::size_t>(rank_)]) + " in " +
-                            std::to_string(static_cast<int>(options_.timeout_s)) + " s (hung or dead)");
+      fail("watchdog: rank " + std::to_string(members_[static_cast<std::size_t>(from)]) + " did not send pipeline message " + std::to_string(tag) +
+           " to rank " + std::to_string(members_[static_cast<std::size_t>(rank_)]) + " in " + seconds_text(options_.timeout_s) + " s (hung or dead)");
     }
     if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -204,8 +234,20 @@ void MpiGroup::recv(int from, int tag, std::span<float> data) {
 }
 
 void MpiGroup::flush() {
-  for (auto& s : sends_) MPI_Wait(&s.request, MPI_STATUS_IGNORE);
-  sends_.clear();
+  const auto start = Clock::now();
+  for (std::int64_t polls = 0; !sends_.empty(); ++polls) {
+    sends_.remove_if([](PendingSend& s) {
+      int done = 0;
+      MPI_Test(&s.request, &done, MPI_STATUS_IGNORE);
+      return done != 0;
+    });
+    if (sends_.empty()) break;
+    if (options_.timeout_s > 0 && std::chrono::duration<double>(Clock::now() - start).count() > options_.timeout_s) {
+      fail("watchdog: " + std::to_string(sends_.size()) + " pipeline message(s) from rank " + std::to_string(members_[static_cast<std::size_t>(rank_)]) +
+           " were not received in " + seconds_text(options_.timeout_s) + " s: a neighbour in the " + name_ + " group hung or died");
+    }
+    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 }  // namespace meshwork::exec

@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <list>
 #include <memory>
 #include <vector>
@@ -19,6 +20,9 @@ namespace meshwork::exec {
 struct GroupOptions {
   double timeout_s = 300;    // the watchdog's deadline per call; 0: none
   bool self_check = false;   // compare results across members
+  // Called with the watchdog's message before it throws: a program ends the job here
+  // (MPI_Abort), while the buffers of the operations still in flight are alive.
+  std::function<void(const std::string&)> on_timeout;
 };
 
 class MpiGroup final : public Group {
@@ -52,6 +56,7 @@ class MpiGroup final : public Group {
   template <class Start>
   void run(const char* what, double bytes, Start start);
   void wait(MPI_Request& request, const char* what, const std::vector<MPI_Request>& arrivals);
+  [[noreturn]] void fail(const std::string& message);
   void check_identical(std::span<const float> result, const char* what);
 
   std::string name_;
@@ -66,6 +71,7 @@ class MpiGroup final : public Group {
     MPI_Request request = MPI_REQUEST_NULL;
   };
   std::list<PendingSend> sends_;
+  bool failed_ = false;  // a timeout: operations may still be in flight, so nothing is freed
 };
 
 }  // namespace meshwork::exec

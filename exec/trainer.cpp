@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <bit>
 #include <csignal>
 #include <map>
@@ -51,11 +52,15 @@ Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank,
     chunks_.push_back(std::make_unique<GptChunk>(m, first, per_stage[static_cast<std::size_t>(stage_)], stage_ == 0, stage_ == stages_ - 1, seed, tp, timing_));
     vstage_.push_back(stage_);
   } else {
-    // Interleaved: chunk c of stage s is virtual stage c * p + s (Narayanan et al. 2021 §2.2).
-    const std::int64_t per_chunk = m.num_layers / (stages_ * chunks_per_stage_);
+    // Interleaved: chunk c of stage s is virtual stage c * p + s (Narayanan et al. 2021 §2.2),
+    // its layers as the plan splits them (uneven first and last stages included).
+    const auto per_chunk = plan::layers_per_chunk(plan_);  // [stage][chunk]
+    auto layers_of = [&](std::int64_t vs) { return per_chunk.at(static_cast<std::size_t>(vs % stages_)).at(static_cast<std::size_t>(vs / stages_)); };
     for (std::int64_t c = 0; c < chunks_per_stage_; ++c) {
       const std::int64_t vs = c * stages_ + stage_;
-      chunks_.push_back(std::make_unique<GptChunk>(m, vs * per_chunk, per_chunk, vs == 0, vs == stages_ * chunks_per_stage_ - 1, seed, tp, timing_));
+      std::int64_t first = 0;
+      for (std::int64_t v = 0; v < vs; ++v) first += layers_of(v);
+      chunks_.push_back(std::make_unique<GptChunk>(m, first, layers_of(vs), vs == 0, vs == stages_ * chunks_per_stage_ - 1, seed, tp, timing_));
       vstage_.push_back(vs);
     }
   }
@@ -188,6 +193,8 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
   const int next = static_cast<int>((stage_ + 1) % stages_), prev = static_cast<int>((stage_ + stages_ - 1) % stages_);
   // Tags name (micro-batch, receiving chunk, direction), so messages match whatever order
   // the neighbours post them in.
+  // MPI guarantees tags up to 32767 (MPI 4.0 §3.2.3).
+  if ((microbatches_ * chunks_per_stage_) * 2 > 32767) throw std::invalid_argument("more than 16383 micro-batches x chunks per step: past MPI's tag range");
   auto tag = [&](std::int64_t mb, std::int64_t chunk, int backward) { return static_cast<int>((mb * chunks_per_stage_ + chunk) * 2 + backward); };
   for (const auto& item : order) {
     const auto c = static_cast<std::size_t>(item.chunk);
@@ -239,6 +246,8 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
   if (keep_reduced) {
     std::vector<float> copy = grads;
     g_.dp->all_reduce_sum(copy);
+    reduced_flat_ = copy;
+    for (auto& v : reduced_flat_) v *= inv_dp;
     reduced_.clear();
     std::size_t at = 0;
     for (auto& c : chunks_) {
@@ -283,6 +292,16 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     std::vector<float> mine(shard_);
     g_.dp->reduce_scatter_sum(grads, mine);
     for (auto& v : mine) v *= inv_dp;
+    if (keep_reduced) {
+      // What AdamW is given is what --verify compared: this rank's slice of the all-reduce.
+      const std::size_t begin = shard_ * static_cast<std::size_t>(g_.dp->rank());
+      for (std::size_t i = 0; i < shard_ && begin + i < n_; ++i) {
+        if (std::abs(mine[i] - reduced_flat_[begin + i]) > 1e-6F * (std::abs(reduced_flat_[begin + i]) + 1e-30F) + 1e-12F) {
+          throw CollectiveError("--verify: the reduce-scatter's shard of rank " + std::to_string(world_rank_) + " differs from the all-reduce at element " +
+                                std::to_string(begin + i));
+        }
+      }
+    }
     record(2, 1, t_reduce, -1);
     const auto t_opt = Clock::now();
     std::vector<float> full;
