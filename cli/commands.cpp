@@ -41,6 +41,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   add_reliability_command(app, io);
 #ifdef MESHWORK_HAVE_MPI
   add_execute_command(app, io);
+  add_calibrate_command(app, io);
 #endif
   add_compare_command(app, io);
 

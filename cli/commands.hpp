@@ -34,7 +34,8 @@ void add_topology_command(CLI::App& app, Io& io);
 void add_program_command(CLI::App& app, Io& io);
 void add_simulate_command(CLI::App& app, Io& io);
 void add_reliability_command(CLI::App& app, Io& io);
-void add_execute_command(CLI::App& app, Io& io);  // with MPI (the CPU executor)
+void add_execute_command(CLI::App& app, Io& io);    // with MPI (the CPU executor)
+void add_calibrate_command(CLI::App& app, Io& io);  // with MPI
 void add_compare_command(CLI::App& app, Io& io);
 // The reliability section as text (reliability_command.cpp); `daly_s` is Daly's optimum.
 void print_reliability(std::ostream& out, const report::Reliability& r, double daly_s);

@@ -228,6 +228,12 @@ report::Report measured_report(const plan::Plan& plan, const std::vector<StepRec
     if (i != static_cast<std::size_t>(OpClass::optimizer)) compute += ops.seconds[i];
   }
   b.compute_s = compute / n;
+  // Per op kind, as the estimate and the simulator name them (models/op_table).
+  r.op_times.clear();
+  for (std::size_t i = 0; i < ops.seconds.size(); ++i) {
+    if (i == static_cast<std::size_t>(OpClass::optimizer) || ops.seconds[i] <= 0) continue;
+    r.op_times.push_back({kOpClassNames[i], ops.seconds[i] / n, 0});
+  }
   b.optimizer_s = ops.seconds[static_cast<std::size_t>(OpClass::optimizer)] / n;
   b.tp_s = g.tp->stats().seconds / n;
   b.dp_s = g.dp->stats().seconds / n;

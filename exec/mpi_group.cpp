@@ -91,8 +91,8 @@ void MpiGroup::wait(MPI_Request& request, const char* what, const std::vector<MP
       message += missing.empty() ? ": every member arrived; a transfer stalled" : ": rank " + missing + " never arrived (hung or dead)";
       fail(message);
     }
-    // Spin briefly for latency, then yield the core: ranks are often oversubscribed on CPUs.
-    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // Spin for latency, then yield the core: ranks are often oversubscribed on CPUs.
+    if (polls > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 
@@ -228,7 +228,7 @@ void MpiGroup::recv(int from, int tag, std::span<float> data) {
       fail("watchdog: rank " + std::to_string(members_[static_cast<std::size_t>(from)]) + " did not send pipeline message " + std::to_string(tag) +
            " to rank " + std::to_string(members_[static_cast<std::size_t>(rank_)]) + " in " + seconds_text(options_.timeout_s) + " s (hung or dead)");
     }
-    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (polls > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   stats_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
 }

@@ -36,6 +36,12 @@ double ComputeTimer::operator()(OpKind kind, double flops, double bytes) const {
       t += flash_ ? std::max(compute, memory) : compute + memory;
       break;
     }
+    case OpKind::elementwise:
+    case OpKind::norm: {
+      const double e = kind == OpKind::norm ? hw_.norm_efficiency : hw_.elementwise_efficiency;
+      t += e > 0 ? bytes / (hbm_bytes_per_s_ / hw_.memory_efficiency * e) : bytes / hbm_bytes_per_s_;
+      break;
+    }
     default: t += bytes / hbm_bytes_per_s_; break;
   }
   return t;

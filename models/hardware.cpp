@@ -93,6 +93,21 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.gpu_idle_fraction = 0.3;
     hw.host_watts_per_node = 0;
   }
+  // Measured on the machine at hand (`meshwork calibrate`): what it measured replaces the
+  // generation's figures.
+  const auto& c = gpu.calibration;
+  if (c.gemm_max_efficiency > 0) hw.gemm_max_efficiency = c.gemm_max_efficiency;
+  if (c.gemm_half_macs > 0) hw.gemm_half_macs = c.gemm_half_macs;
+  if (c.memory_efficiency > 0) hw.memory_efficiency = c.memory_efficiency;
+  if (c.elementwise_efficiency > 0) hw.elementwise_efficiency = c.elementwise_efficiency;
+  if (c.norm_efficiency > 0) hw.norm_efficiency = c.norm_efficiency;
+  if (c.kernel_overhead_us > 0) hw.kernel_overhead_s = c.kernel_overhead_us * 1e-6;
+  if (c.intra_node_efficiency > 0) hw.nvlink_efficiency = c.intra_node_efficiency;
+  if (c.nic_efficiency > 0) hw.nic_efficiency = c.nic_efficiency;
+  if (c != plan::Calibration{}) {
+    hw.generation = "measured";
+    hw.calibrated = true;
+  }
   return hw;
 }
 

@@ -20,6 +20,10 @@ struct HardwareProfile {
   double gemm_half_macs = 1e9;
   // Achieved / datasheet HBM bandwidth for streaming (elementwise, norm, optimizer) kernels.
   double memory_efficiency = 0.8;
+  // Elementwise and normalisation kernels where arithmetic, not memory, paces them (measured
+  // CPUs); 0: memory_efficiency.
+  double elementwise_efficiency = 0;
+  double norm_efficiency = 0;
   // Fixed cost per kernel launch, seconds.
   double kernel_overhead_s = 0;
   // Bus bandwidth of large collectives over NVLink and over the NICs, / line rate.

@@ -115,6 +115,23 @@ struct PeakTflops {
   bool operator==(const PeakTflops&) const = default;
 };
 
+// Efficiencies measured on the machine at hand by `meshwork calibrate`; 0: the GPU
+// generation's calibration (models/hardware.cpp).
+struct Calibration {
+  double gemm_max_efficiency = 0;  // achieved / peak for the largest GEMMs
+  double gemm_half_macs = 0;       // GEMM size (multiply-adds) at half that efficiency
+  double memory_efficiency = 0;    // streaming kernels: achieved / memory bandwidth
+  // Elementwise (activation, bias, residual) and normalisation kernels, where their arithmetic
+  // rather than memory sets the pace (CPUs); 0: as memory_efficiency.
+  double elementwise_efficiency = 0;
+  double norm_efficiency = 0;
+  double kernel_overhead_us = 0;   // fixed cost per kernel or op
+  double intra_node_efficiency = 0;  // collectives' bus bandwidth in a node / its fabric's
+  double nic_efficiency = 0;
+
+  bool operator==(const Calibration&) const = default;
+};
+
 struct GpuSpec {
   std::string name;
   PeakTflops peak_tflops;  // dense (no sparsity) tensor-core peaks
@@ -122,6 +139,7 @@ struct GpuSpec {
   double hbm_gbytes_per_s = 0;
   double nvlink_gbytes_per_s = 0;  // per direction, per GPU
   double tdp_watts = 0;
+  Calibration calibration;
 
   bool operator==(const GpuSpec&) const = default;
 };

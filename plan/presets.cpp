@@ -13,7 +13,7 @@ constexpr double kMiB = 1.0 / 1024.0;
 
 GpuSpec gpu(std::string_view name, PeakTflops peak, double hbm_gib, double hbm_gbytes_per_s,
             double nvlink_gbytes_per_s, double tdp_watts) {
-  return GpuSpec{std::string(name), peak, hbm_gib, hbm_gbytes_per_s, nvlink_gbytes_per_s, tdp_watts};
+  return GpuSpec{std::string(name), peak, hbm_gib, hbm_gbytes_per_s, nvlink_gbytes_per_s, tdp_watts, {}};
 }
 
 std::vector<GpuPreset> make_gpu_presets() {

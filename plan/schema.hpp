@@ -107,6 +107,18 @@ void describe(V& v, PeakTflops& s) {
 }
 
 template <class V>
+void describe(V& v, Calibration& s) {
+  v.field(s.gemm_max_efficiency, {.key = "gemm_max_efficiency", .doc = "Largest GEMMs' achieved over peak FLOP/s.", .min = 0, .max = 1});
+  v.field(s.gemm_half_macs, {.key = "gemm_half_macs", .doc = "GEMM size (multiply-adds) at half the largest GEMMs' efficiency.", .min = 0, .max = 1e18});
+  v.field(s.memory_efficiency, {.key = "memory_efficiency", .doc = "Streaming kernels' achieved over datasheet memory bandwidth.", .min = 0, .max = 100});
+  v.field(s.elementwise_efficiency, {.key = "elementwise_efficiency", .doc = "Elementwise kernels (activation, bias, residual): achieved bytes/s over memory bandwidth; 0: memory_efficiency.", .min = 0, .max = 100});
+  v.field(s.norm_efficiency, {.key = "norm_efficiency", .doc = "Normalisation kernels: achieved bytes/s over memory bandwidth; 0: memory_efficiency.", .min = 0, .max = 100});
+  v.field(s.kernel_overhead_us, {.key = "kernel_overhead_us", .doc = "Fixed cost of one kernel or CPU op.", .unit = Unit::microseconds, .min = 0, .max = 1e6});
+  v.field(s.intra_node_efficiency, {.key = "intra_node_efficiency", .doc = "Collectives' bus bandwidth inside a node over the node fabric's bandwidth.", .min = 0, .max = 2});
+  v.field(s.nic_efficiency, {.key = "nic_efficiency", .doc = "Collectives' bus bandwidth between nodes over the NICs' line rate.", .min = 0, .max = 2});
+}
+
+template <class V>
 void describe(V& v, GpuSpec& s) {
   v.preset(s, {.key = "preset", .doc = "Start from a GPU preset; fields given here override it. `gpu: NAME` is short for `gpu: {preset: NAME}`."});
   v.field(s.name, {.key = "name", .doc = "Name of the GPU, informative."});
@@ -115,6 +127,7 @@ void describe(V& v, GpuSpec& s) {
   v.field(s.hbm_gbytes_per_s, {.key = "hbm_gbytes_per_s", .doc = "Device memory bandwidth.", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e6, .min_exclusive = true, .required = true});
   v.field(s.nvlink_gbytes_per_s, {.key = "nvlink_gbytes_per_s", .doc = "NVLink bandwidth per GPU, one direction; 0 without NVLink.", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e6});
   v.field(s.tdp_watts, {.key = "tdp_watts", .doc = "Board power at full load.", .unit = Unit::watts, .min = 0, .max = 1e5});
+  v.section(s.calibration, {.key = "calibration", .doc = "Efficiencies measured by `meshwork calibrate` on this machine; 0: the GPU generation's."});
 }
 
 template <class V>

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Predicted against measured on this machine: for each 2-rank tiny CPU scenario (one rank per
+# core), `meshwork calibrate` measures the machine on its fixed grid (never the scenario's
+# shapes) and writes the calibrated plan; `meshwork simulate` predicts it; `meshwork execute`
+# runs it (10 steps, the median after the first); `meshwork compare` puts them side by side.
+# Prints one Markdown row per mesh; the full comparisons are left in OUT.
+#
+#   bench/exec_compare.sh [build/release/cli/meshwork] [OUT=/tmp/meshwork-exec-compare]
+set -euo pipefail
+bin="${1:-build/release/cli/meshwork}"
+out="${2:-/tmp/meshwork-exec-compare}"
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+printf '| mesh (tp, pp, dp) | simulated step (s) | measured step (s) | error | largest contributors (measured - predicted) |\n|---|---|---|---|---|\n'
+for mesh in tp2 pp2 dp2; do
+  plan="scenarios/cpu/tiny-$mesh-2rank.yaml"
+  mpirun -np 2 "$bin" calibrate --plan "$plan" --out "$out/$mesh-calibrated.json" > "$out/$mesh-calibrate.txt" 2>&1
+  "$bin" simulate "$out/$mesh-calibrated.json" --json > "$out/$mesh-simulated.json"
+  mpirun -np 2 "$bin" execute "$out/$mesh-calibrated.json" --steps 10 --json > "$out/$mesh-measured.json"
+  "$bin" compare "$out/$mesh-simulated.json" "$out/$mesh-measured.json" > "$out/$mesh-compare.txt"
+  "$bin" compare "$out/$mesh-simulated.json" "$out/$mesh-measured.json" --json > "$out/$mesh-compare.json"
+  python3 - "$mesh" "$out" <<'PY'
+import json, sys
+mesh, out = sys.argv[1:3]
+sim = json.load(open(f"{out}/{mesh}-simulated.json"))
+mea = json.load(open(f"{out}/{mesh}-measured.json"))
+cmp = json.load(open(f"{out}/{mesh}-compare.json"))
+shape = {"tp2": "(2, 1, 1)", "pp2": "(1, 2, 1)", "dp2": "(1, 1, 2)"}[mesh]
+p, m = sim["step_time_s"], mea["step_time_s"]
+rows = [r for r in cmp["rows"] if r.get("contribution_s") is not None]
+rows.sort(key=lambda r: -abs(r["contribution_s"]))
+top = ", ".join(f"{r['what']} {r['contribution_s'] * 1e3:+.1f} ms" for r in rows[:3])
+print(f"| {mesh} {shape} | {p:.4f} | {m:.4f} | {100 * (p / m - 1):+.1f}% | {top} |")
+PY
+done

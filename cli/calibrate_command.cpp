@@ -1,0 +1,119 @@
+// meshwork calibrate [--plan PLAN] [--out FILE] [--json]: measures this machine (GEMM
+// efficiency on a fixed grid of shapes, streaming bandwidth, an op's fixed cost, all-reduce
+// bus bandwidth and latency over the ranks of `mpirun -np N`) and writes what it found where
+// plans and the simulator take it: with --plan, that plan with its GPU's `calibration` and
+// its node fabric's latency filled in; otherwise the calibrated GPU section.
+#include <mpi.h>
+
+#include <cstdio>
+#include <ostream>
+
+#include "cli/commands.hpp"
+#include "exec/calibrate.hpp"
+#include "exec/mpi_group.hpp"
+#include "plan/plan_io.hpp"
+#include "plan/presets.hpp"
+
+namespace meshwork::cli {
+
+void add_calibrate_command(CLI::App& app, Io& io) {
+  auto* cmd = app.add_subcommand("calibrate", "Measure this machine (GEMMs, memory, op overhead, collectives over mpirun's ranks) for the cost models");
+  auto plan_file = std::make_shared<std::string>();
+  auto out_file = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("--plan", *plan_file, "Calibrate this plan's GPU and node fabric; --out then gets the calibrated plan");
+  cmd->add_option("--out", *out_file, "Write the calibrated plan (with --plan) or GPU section (JSON), atomically");
+  cmd->add_flag("--json", *json, "Print the measurements as JSON");
+  cmd->callback([&io, plan_file, out_file, json] {
+    std::optional<plan::Plan> p;
+    if (!plan_file->empty()) {
+      p = load_plan_for(io, *plan_file, "calibrate");
+      if (!p) return;
+    }
+    plan::GpuSpec spec = p ? p->cluster.gpu : plan::find_gpu_preset("cpu-host")->spec;
+    const plan::Precision precision = p ? p->training.precision : plan::Precision::fp32;
+    const double intra_gbytes = p ? p->cluster.intra_node.bandwidth_gbytes_per_s : spec.hbm_gbytes_per_s;
+    int initialised = 0;
+    MPI_Initialized(&initialised);
+    if (!initialised) MPI_Init(nullptr, nullptr);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    {
+      std::vector<std::int64_t> all(static_cast<std::size_t>(size));
+      for (int i = 0; i < size; ++i) all[static_cast<std::size_t>(i)] = i;
+      auto world = exec::MpiGroup::split("world", all, 0, {.timeout_s = 600, .self_check = false, .on_timeout = {}});
+      auto progress = [&](const std::string& line) {
+        if (rank == 0 && !*json) io.err << "calibrate: " << line << '\n' << std::flush;
+      };
+      const exec::CalibrationRun run = exec::calibrate(*world, spec, precision, intra_gbytes, progress);
+      spec.calibration = run.calibration;
+      if (rank == 0) {
+        nlohmann::json m;
+        for (const auto& g : run.gemm) m["gemm"].push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"gflops_per_s", g.flops_per_s / 1e9}});
+        m["stream_gbytes_per_s"] = run.stream_bytes_per_s / 1e9;
+        m["streaming_kernels_gbytes_per_s"] = run.kernel_bytes_per_s / 1e9;
+        m["op_overhead_us"] = run.op_overhead_s * 1e6;
+        for (const auto& c : run.all_reduce) {
+          m["all_reduce"].push_back({{"bytes", c.bytes}, {"time_us", c.seconds * 1e6}, {"algbw_gbytes_per_s", c.algbw_bytes_per_s / 1e9}, {"busbw_gbytes_per_s", c.busbw_bytes_per_s / 1e9}});
+        }
+        plan::Plan holder;
+        holder.cluster.gpu = spec;
+        m["gpu"] = plan::to_json(holder)["cluster"]["gpu"];
+        m["ranks"] = size;
+        // A ring all-reduce of a small buffer is 2(n-1) latency steps (nccl-tests).
+        const double latency_us = run.all_reduce.empty() ? 0 : run.all_reduce.front().seconds * 1e6 / (2.0 * (size - 1));
+        if (latency_us > 0) m["intra_node_latency_us"] = latency_us;
+        if (*json) {
+          io.out << m.dump(2) << '\n';
+        } else {
+          char buf[200];
+          io.out << "GEMMs (fixed grid):\n";
+          for (const auto& g : run.gemm) {
+            std::snprintf(buf, sizeof buf, "  %5lld x %5lld x %5lld  %8.2f GFLOP/s\n", static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
+                          g.flops_per_s / 1e9);
+            io.out << buf;
+          }
+          std::snprintf(buf, sizeof buf, "memory: STREAM triad %.2f GB/s, the executor's streaming kernels %.2f GB/s; an op's fixed cost: %.2f us\n",
+                        run.stream_bytes_per_s / 1e9, run.kernel_bytes_per_s / 1e9, run.op_overhead_s * 1e6);
+          io.out << buf;
+          if (!run.all_reduce.empty()) io.out << "all-reduce over " << size << " ranks (nccl-tests' definitions):\n       bytes    time (us)  algbw (GB/s)  busbw (GB/s)\n";
+          for (const auto& c : run.all_reduce) {
+            std::snprintf(buf, sizeof buf, "  %10.0f  %11.1f  %12.3f  %12.3f\n", c.bytes, c.seconds * 1e6, c.algbw_bytes_per_s / 1e9, c.busbw_bytes_per_s / 1e9);
+            io.out << buf;
+          }
+          const auto& k = run.calibration;
+          std::snprintf(buf, sizeof buf,
+                        "calibration: gemm_max_efficiency %.4f, gemm_half_macs %.3g, memory_efficiency %.3f, elementwise_efficiency %.4f, norm_efficiency %.4f, "
+                        "kernel_overhead_us %.2f, intra_node_efficiency %.3f",
+                        k.gemm_max_efficiency, k.gemm_half_macs, k.memory_efficiency, k.elementwise_efficiency, k.norm_efficiency, k.kernel_overhead_us,
+                        k.intra_node_efficiency);
+          io.out << buf;
+          if (latency_us > 0) io.out << ", intra-node latency " << latency_us << " us";
+          io.out << '\n';
+        }
+        if (!out_file->empty()) {
+          std::string error;
+          bool ok = false;
+          if (p) {
+            plan::Plan calibrated = *p;
+            calibrated.cluster.gpu = spec;
+            if (latency_us > 0 && size > 1) calibrated.cluster.intra_node.latency_us = latency_us;
+            ok = plan::save_plan(calibrated, *out_file, error);
+          } else {
+            ok = plan::write_file_atomically(*out_file, m["gpu"].dump(2) + "\n", error);
+          }
+          if (!ok) {
+            io.err << "meshwork calibrate: " << error << '\n';
+            io.exit_code = 1;
+          } else if (!*json) {
+            io.out << "wrote " << *out_file << '\n';
+          }
+        }
+      }
+    }
+    if (!initialised) MPI_Finalize();
+  });
+}
+
+}  // namespace meshwork::cli
