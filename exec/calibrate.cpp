@@ -95,7 +95,8 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
   // STREAM paces what only moves memory (the optimizer, embeddings, the attention's score
   // passes); the elementwise and normalisation kernels the executor runs (kernels/) are timed
   // with the bytes the cost model counts for them (each input read once, each output written
-  // once): on a CPU the GeLU's tanh and the norms' reductions set their pace, not memory.
+  // once, a backward pass twice its forward's, as models/op_table's `elementwise` counts): on
+  // a CPU the GeLU's tanh and the norms' reductions set their pace, not memory.
   say("the executor's streaming kernels (GeLU, layernorm, residual add)");
   {
     const Index rows = 256, cols = 256;
@@ -109,11 +110,11 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
       bytes[kind] += moved;
     };
     time(0, 2 * elements * word, [&] { volatile float keep = kernels::bias_gelu_forward<float>(x, bias)(0, 0); (void)keep; });
-    time(0, 3 * elements * word, [&] { volatile float keep = kernels::bias_gelu_backward<float>(dy, x, bias).dx(0, 0); (void)keep; });
+    time(0, 4 * elements * word, [&] { volatile float keep = kernels::bias_gelu_backward<float>(dy, x, bias).dx(0, 0); (void)keep; });
     time(0, 3 * elements * word, [&] { Mat y = x + dy; volatile float keep = y(0, 0); (void)keep; });
     const auto ln = kernels::layernorm_forward<float>(x, gamma, beta, 1e-5F);
     time(1, 2 * elements * word, [&] { volatile float keep = kernels::layernorm_forward<float>(x, gamma, beta, 1e-5F).y(0, 0); (void)keep; });
-    time(1, 3 * elements * word, [&] { volatile float keep = kernels::layernorm_backward<float>(dy, x, gamma, ln.mean, ln.rstd).dx(0, 0); (void)keep; });
+    time(1, 4 * elements * word, [&] { volatile float keep = kernels::layernorm_backward<float>(dy, x, gamma, ln.mean, ln.rstd).dx(0, 0); (void)keep; });
     out.kernel_bytes_per_s = (bytes[0] + bytes[1]) / (seconds[0] + seconds[1]);
     if (spec.hbm_gbytes_per_s > 0) {
       const double nominal = spec.hbm_gbytes_per_s * 1e9;

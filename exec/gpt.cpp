@@ -189,8 +189,11 @@ Mat GptChunk::layer_forward(std::int64_t l, const Mat& x, LayerCache& c) {
     o = c.att * p(l, "o.weight").value;
   }
   o = leave(o);
-  if (bias) add_rows(o, p(l, "o.bias").value);
-  c.x1 = x + o;
+  {
+    Scope s(timing_, OpClass::elementwise);
+    if (bias) add_rows(o, p(l, "o.bias").value);
+    c.x1 = x + o;  // the residual
+  }
   c.n2 = norm(c.x1, "ln2");
   c.y2 = enter(c.n2.y);
   {
@@ -212,6 +215,7 @@ Mat GptChunk::layer_forward(std::int64_t l, const Mat& x, LayerCache& c) {
     mlp = c.a * p(l, "fc2.weight").value;
   }
   mlp = leave(mlp);
+  Scope s(timing_, OpClass::elementwise);
   if (bias) add_rows(mlp, p(l, "fc2.bias").value);
   return c.x1 + mlp;
 }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 
+#include "exec/calibrate.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/launch.hpp"
 #include "exec/params.hpp"
@@ -78,6 +79,16 @@ TEST(Params, ShardsPutBackTogetherGiveTheFullTensor) {
   const ParamSpec a{"layers.0.q.weight", 4, 4, Split::columns, Init::normal, 0.02, false};
   EXPECT_EQ(initial_value(a, 7), initial_value(a, 7));
   EXPECT_NE(initial_value(a, 7), initial_value(a, 8));
+}
+
+TEST(Calibrate, TheGemmFitRecoversItsModel) {
+  // eff(macs) = E macs / (macs + H), models::gemm_efficiency's shape, sampled and fitted back.
+  const double e = 0.62, h = 3e5;
+  std::vector<std::pair<double, double>> points;
+  for (double macs = 1e4; macs < 1e9; macs *= 4) points.emplace_back(macs, e * macs / (macs + h));
+  const auto [fe, fh] = fit_gemm_efficiency(points);
+  EXPECT_NEAR(fe, e, 1e-9);
+  EXPECT_NEAR(fh, h, 1e-3);
 }
 
 class Checkpoint : public ::testing::Test {
