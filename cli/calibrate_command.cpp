@@ -46,7 +46,7 @@ void add_calibrate_command(CLI::App& app, Io& io) {
       auto progress = [&](const std::string& line) {
         if (rank == 0 && !*json) io.err << "calibrate: " << line << '\n' << std::flush;
       };
-      const exec::CalibrationRun run = exec::calibrate(*world, spec, precision, intra_gbytes, progress);
+      const exec::CalibrationRun run = exec::calibrate(*world, spec, precision, intra_gbytes, progress, p ? &*p : nullptr);
       spec.calibration = run.calibration;
       if (rank == 0) {
         nlohmann::json m;

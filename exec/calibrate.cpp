@@ -6,6 +6,8 @@
 
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
+#include "kernels/swiglu.hpp"
+#include "models/op_table.hpp"
 #include "kernels/tensor.hpp"
 #include "plan/validate.hpp"
 
@@ -57,7 +59,7 @@ std::pair<double, double> fit_gemm_efficiency(const std::vector<std::pair<double
 }
 
 CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precision precision, double intra_node_gbytes_per_s,
-                         const std::function<void(const std::string&)>& progress) {
+                         const std::function<void(const std::string&)>& progress, const plan::Plan* plan) {
   CalibrationRun out;
   out.ranks = world.size();
   auto say = [&](const std::string& s) {
@@ -103,24 +105,46 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
     const double elements = static_cast<double>(rows * cols), word = sizeof(float);
     const Mat x = Mat::Random(rows, cols), dy = Mat::Random(rows, cols);
     const kernels::Vec<float> bias = kernels::Vec<float>::Random(cols), gamma = kernels::Vec<float>::Ones(cols), beta = kernels::Vec<float>::Zero(cols);
-    double bytes[2] = {0, 0}, seconds[2] = {0, 0};  // elementwise, norm
-    auto time = [&](int kind, double moved, auto body) {
+    // Rates of the activation (GeLU or SwiGLU), the residual add and the layernorm, each
+    // forward and backward, in bytes as op_table counts them.
+    auto rate = [&](double moved_fwd, auto fwd, auto bwd) {
       world.all_reduce_sum(std::span<double>());
-      seconds[kind] += seconds_per_call(body, 0.01, 3);
-      bytes[kind] += moved;
+      const double t = seconds_per_call(fwd, 0.01, 3) + seconds_per_call(bwd, 0.01, 3);
+      return 3 * moved_fwd / t;
     };
-    time(0, 2 * elements * word, [&] { volatile float keep = kernels::bias_gelu_forward<float>(x, bias)(0, 0); (void)keep; });
-    time(0, 4 * elements * word, [&] { volatile float keep = kernels::bias_gelu_backward<float>(dy, x, bias).dx(0, 0); (void)keep; });
-    time(0, 3 * elements * word, [&] { Mat y = x + dy; volatile float keep = y(0, 0); (void)keep; });
+    const bool swiglu = plan != nullptr && plan->model.activation == plan::Activation::swiglu;
+    const Mat gate_up = Mat::Random(rows, 2 * cols);
+    const double act = swiglu ? rate(
+                                    3 * elements * word, [&] { volatile float keep = kernels::swiglu_forward<float>(gate_up)(0, 0); (void)keep; },
+                                    [&] { volatile float keep = kernels::swiglu_backward<float>(dy, gate_up)(0, 0); (void)keep; })
+                              : rate(
+                                    2 * elements * word, [&] { volatile float keep = kernels::bias_gelu_forward<float>(x, bias)(0, 0); (void)keep; },
+                                    [&] { volatile float keep = kernels::bias_gelu_backward<float>(dy, x, bias).dx(0, 0); (void)keep; });
+    const double residual = rate(
+        3 * elements * word, [&] { Mat y = x + dy; volatile float keep = y(0, 0); (void)keep; },
+        [&] { Mat y = x + dy; Mat z = y + x; volatile float keep = z(0, 0); (void)keep; });
     const auto ln = kernels::layernorm_forward<float>(x, gamma, beta, 1e-5F);
-    time(1, 2 * elements * word, [&] { volatile float keep = kernels::layernorm_forward<float>(x, gamma, beta, 1e-5F).y(0, 0); (void)keep; });
-    time(1, 4 * elements * word, [&] { volatile float keep = kernels::layernorm_backward<float>(dy, x, gamma, ln.mean, ln.rstd).dx(0, 0); (void)keep; });
-    out.kernel_bytes_per_s = (bytes[0] + bytes[1]) / (seconds[0] + seconds[1]);
+    const double norm = rate(
+        2 * elements * word, [&] { volatile float keep = kernels::layernorm_forward<float>(x, gamma, beta, 1e-5F).y(0, 0); (void)keep; },
+        [&] { volatile float keep = kernels::layernorm_backward<float>(dy, x, gamma, ln.mean, ln.rstd).dx(0, 0); (void)keep; });
+    // One efficiency prices every elementwise op: the activation's and the residuals' rates
+    // are combined in the proportion of their bytes in a layer of the plan's model (op_table),
+    // so that memory-bound adds are not priced at the activation's arithmetic-bound rate.
+    double act_bytes = 2, residual_bytes = 3;  // without a plan: one of each per element
+    if (plan != nullptr) {
+      act_bytes = residual_bytes = 0;
+      for (const auto& op : models::layer_ops(*plan, false)) {
+        if (op.kind != models::OpKind::elementwise) continue;
+        (op.name.find("residual") != std::string::npos ? residual_bytes : act_bytes) += op.bytes;
+      }
+    }
+    const double elementwise = (act_bytes + residual_bytes) / (act_bytes / act + residual_bytes / residual);
+    out.kernel_bytes_per_s = elementwise;
     if (spec.hbm_gbytes_per_s > 0) {
       const double nominal = spec.hbm_gbytes_per_s * 1e9;
       out.calibration.memory_efficiency = out.stream_bytes_per_s / nominal;
-      out.calibration.elementwise_efficiency = bytes[0] / seconds[0] / nominal;
-      out.calibration.norm_efficiency = bytes[1] / seconds[1] / nominal;
+      out.calibration.elementwise_efficiency = elementwise / nominal;
+      out.calibration.norm_efficiency = norm / nominal;
     }
   }
   // A small op's fixed cost: bias + GeLU on one row, less its bytes at the streaming rate.

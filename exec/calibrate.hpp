@@ -33,10 +33,11 @@ struct CalibrationRun {
   plan::Calibration calibration;  // fitted against the GPU spec's peak and bandwidths
 };
 
+// `plan`, when given, weighs the elementwise kernels as its model's layers mix them.
 // `spec` gives the nominal peak (fp32 for CPUs) and bandwidths the efficiencies are taken
 // against; `intra_node_gbytes_per_s` the node fabric's. `progress` gets a line per phase.
 CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precision precision, double intra_node_gbytes_per_s,
-                         const std::function<void(const std::string&)>& progress);
+                         const std::function<void(const std::string&)>& progress, const plan::Plan* plan = nullptr);
 
 // Fits eff(macs) = E macs / (macs + H) (models::gemm_efficiency) to measured efficiencies by
 // least squares on 1/eff = 1/E + (H/E) / macs; returns {E, H}.

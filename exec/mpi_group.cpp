@@ -70,11 +70,11 @@ std::string seconds_text(double s) {
 }
 }  // namespace
 
-void MpiGroup::wait(MPI_Request& request, const char* what, const std::vector<MPI_Request>& arrivals) {
+void MpiGroup::wait(std::vector<MPI_Request>& requests, const char* what, const std::vector<MPI_Request>& arrivals) {
   const auto start = Clock::now();
   for (std::int64_t polls = 0;; ++polls) {
     int done = 0;
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    MPI_Testall(count(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
     if (done) return;
     const double waited_s = std::chrono::duration<double>(Clock::now() - start).count();
     if (options_.timeout_s > 0 && waited_s > options_.timeout_s) {
@@ -114,9 +114,9 @@ void MpiGroup::run(const char* what, double bytes, Start start) {
       MPI_Isend(&mine, 1, MPI_INT64_T, m, tag, notices_, &notices.back());
     }
   }
-  MPI_Request request = start();
+  std::vector<MPI_Request> requests = start();
   try {
-    wait(request, what, arrivals);
+    wait(requests, what, arrivals);
   } catch (...) {
     (void)inbox.release();  // NOLINT: still targeted by receives in flight
     throw;
@@ -133,9 +133,9 @@ void MpiGroup::check_identical(std::span<const float> result, const char* what) 
   const std::uint64_t mine = kernels::checksum_fnv1a64<float>(result);
   std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
   run("self-check", 0, [&] {
-    MPI_Request r;
-    MPI_Iallgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_, &r);
-    return r;
+    std::vector<MPI_Request> rs(1);
+    MPI_Iallgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_, rs.data());
+    return rs;
   });
   for (const auto c : all) {
     if (c != all.front()) {
@@ -146,56 +146,98 @@ void MpiGroup::check_identical(std::span<const float> result, const char* what) 
   }
 }
 
+// Large buffers go as several non-blocking collectives of at most kChunkFloats each, in
+// flight together: Open MPI's non-blocking collectives over shared memory slow down tenfold
+// past a few hundred KiB (a protocol change: 137 us for 256 KiB, 2 ms for 1 MiB here; see
+// bench/RESULTS.md), and chunks keep every call below it, as NCCL splits a buffer in chunks.
+constexpr std::size_t kChunkFloats = std::size_t{32} << 10;
+
 void MpiGroup::all_reduce_sum(std::span<float> data) {
   run("all-reduce", static_cast<double>(data.size_bytes()), [&] {
-    MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_FLOAT, MPI_SUM, comm_, &r);
-    return r;
+    std::vector<MPI_Request> rs;
+    for (std::size_t at = 0; at < data.size(); at += kChunkFloats) {
+      rs.emplace_back();
+      MPI_Iallreduce(MPI_IN_PLACE, data.data() + at, count(std::min(kChunkFloats, data.size() - at)), MPI_FLOAT, MPI_SUM, comm_, &rs.back());
+    }
+    return rs;
   });
   check_identical(data, "all-reduce");
 }
 
 void MpiGroup::all_reduce_sum(std::span<double> data) {
   run("all-reduce", static_cast<double>(data.size_bytes()), [&] {
-    MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_DOUBLE, MPI_SUM, comm_, &r);
-    return r;
+    std::vector<MPI_Request> rs(1);
+    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_DOUBLE, MPI_SUM, comm_, rs.data());
+    return rs;
   });
 }
 
 void MpiGroup::all_reduce_max(std::span<float> data) {
   run("all-reduce", static_cast<double>(data.size_bytes()), [&] {
-    MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_FLOAT, MPI_MAX, comm_, &r);
-    return r;
+    std::vector<MPI_Request> rs(1);
+    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_FLOAT, MPI_MAX, comm_, rs.data());
+    return rs;
   });
 }
 
 void MpiGroup::reduce_scatter_sum(std::span<const float> in, std::span<float> out) {
   if (in.size() != out.size() * static_cast<std::size_t>(size_)) throw std::invalid_argument("reduce-scatter: the input is not size() blocks of the output");
-  run("reduce-scatter", static_cast<double>(in.size_bytes()), [&] {
-    MPI_Request r;
-    MPI_Ireduce_scatter_block(in.data(), out.data(), count(out.size()), MPI_FLOAT, MPI_SUM, comm_, &r);
-    return r;
-  });
+  const std::size_t block = out.size(), members = static_cast<std::size_t>(size_);
+  // Chunk j of every member's block, packed contiguously for MPI (kept until the end, and
+  // never freed if the call times out: MPI may still read it).
+  auto packed = std::make_unique<std::vector<std::vector<float>>>();
+  try {
+    run("reduce-scatter", static_cast<double>(in.size_bytes()), [&] {
+      std::vector<MPI_Request> rs;
+      for (std::size_t at = 0; at < block; at += kChunkFloats) {
+        const std::size_t c = std::min(kChunkFloats, block - at);
+        auto& buf = packed->emplace_back(members * c);
+        for (std::size_t b = 0; b < members; ++b) std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(b * block + at), c, buf.begin() + static_cast<std::ptrdiff_t>(b * c));
+        rs.emplace_back();
+        MPI_Ireduce_scatter_block(buf.data(), out.data() + at, count(c), MPI_FLOAT, MPI_SUM, comm_, &rs.back());
+      }
+      return rs;
+    });
+  } catch (...) {
+    (void)packed.release();  // NOLINT: MPI may still use them after a timeout
+    throw;
+  }
 }
 
 void MpiGroup::all_gather(std::span<const float> in, std::span<float> out) {
   if (out.size() != in.size() * static_cast<std::size_t>(size_)) throw std::invalid_argument("all-gather: the output is not size() blocks of the input");
-  run("all-gather", static_cast<double>(out.size_bytes()), [&] {
-    MPI_Request r;
-    MPI_Iallgather(in.data(), count(in.size()), MPI_FLOAT, out.data(), count(in.size()), MPI_FLOAT, comm_, &r);
-    return r;
-  });
+  const std::size_t block = in.size(), members = static_cast<std::size_t>(size_);
+  auto packed = std::make_unique<std::vector<std::vector<float>>>();
+  try {
+    run("all-gather", static_cast<double>(out.size_bytes()), [&] {
+      std::vector<MPI_Request> rs;
+      packed->reserve((block + kChunkFloats - 1) / kChunkFloats);
+      for (std::size_t at = 0; at < block; at += kChunkFloats) {
+        const std::size_t c = std::min(kChunkFloats, block - at);
+        auto& buf = packed->emplace_back(members * c);
+        rs.emplace_back();
+        MPI_Iallgather(in.data() + at, count(c), MPI_FLOAT, buf.data(), count(c), MPI_FLOAT, comm_, &rs.back());
+      }
+      return rs;
+    });
+  } catch (...) {
+    (void)packed.release();  // NOLINT: MPI may still use them after a timeout
+    throw;
+  }
+  std::size_t j = 0;
+  for (std::size_t at = 0; at < block; at += kChunkFloats, ++j) {
+    const std::size_t c = std::min(kChunkFloats, block - at);
+    for (std::size_t b = 0; b < members; ++b) std::copy_n((*packed)[j].begin() + static_cast<std::ptrdiff_t>(b * c), c, out.begin() + static_cast<std::ptrdiff_t>(b * block + at));
+  }
   check_identical(out, "all-gather");
 }
 
 void MpiGroup::all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) {
   if (out.size() != in.size() * static_cast<std::size_t>(size_)) throw std::invalid_argument("all-gather: the output is not size() blocks of the input");
   run("all-gather", static_cast<double>(out.size_bytes()), [&] {
-    MPI_Request r;
-    MPI_Iallgather(in.data(), count(in.size()), MPI_UINT64_T, out.data(), count(in.size()), MPI_UINT64_T, comm_, &r);
-    return r;
+    std::vector<MPI_Request> rs(1);
+    MPI_Iallgather(in.data(), count(in.size()), MPI_UINT64_T, out.data(), count(in.size()), MPI_UINT64_T, comm_, rs.data());
+    return rs;
   });
 }
 

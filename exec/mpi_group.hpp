@@ -55,7 +55,7 @@ class MpiGroup final : public Group {
   // request), and waits for it under the deadline.
   template <class Start>
   void run(const char* what, double bytes, Start start);
-  void wait(MPI_Request& request, const char* what, const std::vector<MPI_Request>& arrivals);
+  void wait(std::vector<MPI_Request>& requests, const char* what, const std::vector<MPI_Request>& arrivals);
   [[noreturn]] void fail(const std::string& message);
   void check_identical(std::span<const float> result, const char* what);
 
