@@ -53,6 +53,9 @@ void add_execute_command(CLI::App& app, Io& io) {
   cmd->add_option("--checkpoint-every", opt->checkpoint_every, "Write a checkpoint every K steps")->check(CLI::Range(0, 1000000));
   cmd->add_flag("--resume", opt->resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
   cmd->add_option("--timeout", opt->timeout_s, "The collectives' watchdog, seconds")->check(CLI::PositiveNumber);
+  cmd->add_option("--replica-check-every", opt->replica_check_every,
+                  "Compare the DP replicas' checksums every N steps (0: never); each comparison hashes the reduced gradients or gathered parameters")
+      ->check(CLI::Range(0, 1000000));
   cmd->add_option("--inject-bitflip", *bitflip, "STEP:RANK: flip a bit in that rank's reduced gradients (or gathered parameters under ZeRO) at that step");
   cmd->add_option("--inject-hang", *hang, "STEP:RANK: that rank sleeps forever at that step (the watchdog must name it)");
   cmd->add_option("--inject-death", *death, "STEP:RANK: that rank is killed at that step");

@@ -237,13 +237,16 @@ report::Report measured_report(const plan::Plan& plan, const std::vector<StepRec
   b.optimizer_s = ops.seconds[static_cast<std::size_t>(OpClass::optimizer)] / n;
   b.tp_s = g.tp->stats().seconds / n;
   b.dp_s = g.dp->stats().seconds / n;
-  b.pp_s = g.pp->stats().seconds / n;  // transfers and the waits for them (the bubble among them)
+  // Pipeline receives are mostly waits for the neighbour: the bubble (fill, drain and the
+  // neighbour's slowness); sends and everything else are the transfers.
+  b.bubble_s = g.pp->stats().recv_seconds / n;
+  b.pp_s = (g.pp->stats().seconds - g.pp->stats().recv_seconds) / n;
   b.stalls_s = std::max(0.0, step_s - b.total());
   r.breakdown = b;
   r.bubble_fraction = 0;
   r.notes.clear();
   r.notes.push_back("measured on the CPU backend (Eigen, Open MPI), rank 0's view; fp32 whatever the plan's precision");
-  r.notes.push_back("PP time includes the waits for pipeline neighbours (the bubble is not separated)");
+  r.notes.push_back("bubble: time in pipeline receives, waiting for the neighbour stage (its transfer included)");
   if (plan.model.position_embedding_type == plan::PositionEmbedding::rope) r.notes.push_back("learned absolute positions stand in for RoPE");
   return r;
 }

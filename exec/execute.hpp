@@ -27,6 +27,7 @@ struct ExecuteOptions {
   std::string checkpoint_dir;
   std::int64_t checkpoint_every = 0;  // steps; 0: none
   bool resume = false;                // from the newest complete checkpoint in checkpoint_dir
+  std::int64_t replica_check_every = 1;  // steps between the DP replicas' checksum comparisons; 0: never
   Injection bitflip, hang, death;     // faults for tests: a flipped bit after the DP reduction, a rank that sleeps, one that is killed
   bool trace = false;
   std::function<void(const std::string&)> progress;  // a line per step, on rank 0

@@ -20,6 +20,7 @@ class CollectiveError : public std::runtime_error {
 
 struct GroupStats {
   double seconds = 0;  // inside this group's calls, waiting included
+  double recv_seconds = 0;  // of which in point-to-point receives (mostly waiting for the sender)
   double bytes = 0;    // buffer sizes, as nccl-tests' "size"
   std::int64_t calls = 0;
   std::int64_t wrong = 0;  // self-checked results that disagreed across members (#wrong)

@@ -272,7 +272,9 @@ void MpiGroup::recv(int from, int tag, std::span<float> data) {
     }
     if (polls > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  stats_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  stats_.seconds += waited;
+  stats_.recv_seconds += waited;
 }
 
 void MpiGroup::flush() {

@@ -159,7 +159,7 @@ Batch Trainer::batch(std::int64_t step, std::int64_t microbatch) const {
 // (against a fresh reduction, or the owners' checksums of their shards), so that even two
 // replicas, which have no majority, name the right rank.
 void Trainer::check_replicas(const std::vector<float>& data, std::int64_t step, const char* what, const std::function<bool()>& corrupt) {
-  if (g_.dp->size() <= 1) return;
+  if (g_.dp->size() <= 1 || replica_check_every_ <= 0 || step % replica_check_every_ != 0) return;
   const std::uint64_t mine = kernels::checksum_fnv1a64<float>(data);
   std::vector<std::uint64_t> all(static_cast<std::size_t>(g_.dp->size()));
   g_.dp->all_gather(std::span<const std::uint64_t>(&mine, 1), all);
@@ -176,6 +176,7 @@ void Trainer::check_replicas(const std::vector<float>& data, std::int64_t step, 
 }
 
 double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
+  replica_check_every_ = options.replica_check_every;
   if (options.death.step == step && options.death.rank == world_rank_) std::raise(SIGKILL);
   if (options.hang.step == step && options.hang.rank == world_rank_) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));

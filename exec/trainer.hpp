@@ -83,6 +83,7 @@ class Trainer {
   std::size_t n_ = 0, shard_ = 0;      // parameters of this rank; their DP shard (ZeRO >= 1)
   std::vector<float> params_, exp_avg_, exp_avg_sq_;  // full (ZeRO 0-2) or the shard (ZeRO-3)
   std::int64_t adam_step_ = 0;
+  std::int64_t replica_check_every_ = 1;
   std::vector<Reduced> reduced_;
   std::vector<float> reduced_flat_;  // --verify: the all-reduced gradients, flat
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
