@@ -17,7 +17,10 @@ namespace meshwork::exec {
 
 namespace {
 
-constexpr char kMagic[8] = {'M', 'W', 'C', 'K', 'P', 'T', '0', '1'};
+// Version 02 appends the experts' three vectors to 01's payload; 01 shards still load (no
+// experts).
+constexpr char kMagic[8] = {'M', 'W', 'C', 'K', 'P', 'T', '0', '2'};
+constexpr char kMagicV1[8] = {'M', 'W', 'C', 'K', 'P', 'T', '0', '1'};
 
 void put(std::string& out, const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
 void put_i64(std::string& out, std::int64_t v) { put(out, &v, sizeof v); }
@@ -105,6 +108,9 @@ void save_shard(const std::filesystem::path& dir, const RankState& s) {
   put_floats(payload, s.params);
   put_floats(payload, s.exp_avg);
   put_floats(payload, s.exp_avg_sq);
+  put_floats(payload, s.expert_params);
+  put_floats(payload, s.expert_exp_avg);
+  put_floats(payload, s.expert_exp_avg_sq);
   std::string bytes(kMagic, sizeof kMagic);
   const std::uint64_t sum = checksum(payload);
   put(bytes, &sum, sizeof sum);
@@ -129,7 +135,8 @@ RankState load_shard(const std::filesystem::path& dir, std::int64_t step, std::i
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string bytes = ss.str();
-  if (bytes.size() < sizeof kMagic + sizeof(std::uint64_t) || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+  const bool v1 = bytes.size() >= sizeof kMagicV1 && std::memcmp(bytes.data(), kMagicV1, sizeof kMagicV1) == 0;
+  if (bytes.size() < sizeof kMagic + sizeof(std::uint64_t) || (!v1 && std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)) {
     throw std::runtime_error(file + ": not a meshwork checkpoint shard");
   }
   std::uint64_t sum = 0;
@@ -148,6 +155,12 @@ RankState load_shard(const std::filesystem::path& dir, std::int64_t step, std::i
   s.params = r.floats();
   s.exp_avg = r.floats();
   s.exp_avg_sq = r.floats();
+  if (!v1) {
+    s.expert_params = r.floats();
+    s.expert_exp_avg = r.floats();
+    s.expert_exp_avg_sq = r.floats();
+  }
+  if (r.at != payload.size()) throw std::runtime_error(file + ": corrupt checkpoint shard (bytes past its end)");
   if (s.step != step || s.rank != rank) throw std::runtime_error(file + ": holds step " + std::to_string(s.step) + " of rank " + std::to_string(s.rank));
   if (s.world_size != world_size) {
     throw std::runtime_error(file + ": written by a run of " + std::to_string(s.world_size) + " ranks, resumed with " + std::to_string(world_size));

@@ -18,6 +18,8 @@ struct RankState {
   std::int64_t rank = 0, world_size = 1;
   std::string plan_hash;
   std::vector<float> params, exp_avg, exp_avg_sq;
+  // MoE experts (this EP rank's), apart from the dense parameters; empty for a dense model.
+  std::vector<float> expert_params, expert_exp_avg, expert_exp_avg_sq;
 };
 
 std::filesystem::path shard_path(const std::filesystem::path& dir, std::int64_t step, std::int64_t rank);

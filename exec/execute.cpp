@@ -33,6 +33,8 @@ Groups mpi_groups(const plan::Plan& plan, std::int64_t rank, const GroupOptions&
   g.tp = group("tp", plan::GroupKind::tp);
   g.dp = group("dp", plan::GroupKind::dp);
   g.pp = group("pp", plan::GroupKind::pp);
+  g.ep = group("ep", plan::GroupKind::ep);
+  g.expert_dp = group("expert_dp", plan::GroupKind::expert_dp);
   // The tied embedding's two copies: a rank of the first stage and its peer on the last.
   const auto pp_members = layout.group_members(plan::GroupKind::pp, rank);
   const std::int64_t stage = layout.coord(rank).pp, last = static_cast<std::int64_t>(pp_members.size()) - 1;
@@ -51,6 +53,8 @@ Groups local_groups() {
   g.dp = std::make_unique<LocalGroup>("dp");
   g.pp = std::make_unique<LocalGroup>("pp");
   g.embedding = std::make_unique<LocalGroup>("embedding");
+  g.ep = std::make_unique<LocalGroup>("ep");
+  g.expert_dp = std::make_unique<LocalGroup>("expert_dp");
   return g;
 }
 
@@ -58,6 +62,7 @@ Groups local_groups() {
 plan::Plan single_rank(plan::Plan p) {
   auto& par = p.parallelism;
   par.tensor_model_parallel_size = par.pipeline_model_parallel_size = par.data_parallel_size = 1;
+  par.expert_model_parallel_size = par.context_parallel_size = 1;
   par.virtual_pipeline_model_parallel_size = 1;
   par.decoder_first_pipeline_num_layers = par.decoder_last_pipeline_num_layers = 0;
   par.sequence_parallel = false;
@@ -90,11 +95,13 @@ void compare(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int64_t ra
     for (auto& p : c->params()) reference[p.spec.name] = &p;
   }
   const int tp = run.groups().tp->size(), tp_rank = run.groups().tp->rank();
-  const bool counted_dp = run.groups().dp->rank() == 0;
+  // Dense parameters are counted on DP rank 0; an expert's on expert-DP rank 0 (its one
+  // owner in each expert-data-parallel replica).
+  const bool counted_dp = run.groups().dp->rank() == 0, counted_expert_dp = run.groups().expert_dp->rank() == 0;
   std::vector<double> sums(3 * names.size(), 0.0);  // squared differences, squared norms, elements
   for (const auto& r : run.reduced()) {
     const auto& spec = r.param->spec;
-    if (!counted_dp || (spec.split == Split::replicated && tp_rank != 0)) continue;
+    if (!(spec.is_expert() ? counted_expert_dp : counted_dp) || (spec.split == Split::replicated && tp_rank != 0)) continue;
     // The tied copy on the last stage equals the first stage's after their all-reduce.
     if (spec.name == "embedding.word" && layout.coord(rank).pp != 0) continue;
     const Mat expected = shard(reference.at(spec.name)->grad, spec.split, tp_rank, tp);
@@ -137,7 +144,7 @@ void sync_reference(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int
   const auto layout = plan::RankLayout::from_plan(plan.parallelism);
   const bool released = run.materialise();
   const int tp = run.groups().tp->size(), tp_rank = run.groups().tp->rank();
-  const bool counted_dp = run.groups().dp->rank() == 0;
+  const bool counted_dp = run.groups().dp->rank() == 0, counted_expert_dp = run.groups().expert_dp->rank() == 0;
   std::map<std::string, Param*> reference;
   std::size_t total = 0;
   for (auto& c : ref.chunks()) {
@@ -156,7 +163,7 @@ void sync_reference(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int
   for (auto& c : run.chunks()) {
     for (auto& p : c->params()) {
       const auto& spec = p.spec;
-      if (!counted_dp || (spec.split == Split::replicated && tp_rank != 0)) continue;
+      if (!(spec.is_expert() ? counted_expert_dp : counted_dp) || (spec.split == Split::replicated && tp_rank != 0)) continue;
       if (spec.name == "embedding.word" && layout.coord(rank).pp != 0) continue;
       Mat full = Mat::Zero(spec.rows, spec.cols);
       place(p.value, full, spec.split, tp_rank, tp);
@@ -236,7 +243,8 @@ report::Report measured_report(const plan::Plan& plan, const std::vector<StepRec
   }
   b.optimizer_s = ops.seconds[static_cast<std::size_t>(OpClass::optimizer)] / n;
   b.tp_s = g.tp->stats().seconds / n;
-  b.dp_s = g.dp->stats().seconds / n;
+  b.dp_s = (g.dp->stats().seconds + g.expert_dp->stats().seconds) / n;
+  b.ep_s = g.ep->stats().seconds / n;
   // Pipeline receives are mostly waits for the neighbour: the bubble (fill, drain and the
   // neighbour's slowness); sends and everything else are the transfers.
   b.bubble_s = g.pp->stats().recv_seconds / n;
@@ -266,9 +274,25 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
                 " processes: launch it with mpirun -np " + std::to_string(plan.cluster.num_gpus);
     return out;
   }
-  if (plan.model.is_moe() || par.context_parallel_size > 1 || par.expert_model_parallel_size > 1) {
-    out.error = "the CPU executor runs dense models without context parallelism (model.moe, parallelism.context_parallel_size)";
+  if (par.context_parallel_size > 1) {
+    out.error = "the CPU executor has no context parallelism (parallelism.context_parallel_size)";
     return out;
+  }
+  if (plan.model.is_moe()) {
+    // The CPU executor's MoE (exec/gpt.cpp): dropless top-k routing without shared experts
+    // or biases, expert parallelism over DP, the experts' gradients all-reduced unsharded.
+    const auto& moe = plan.model.moe;
+    std::vector<std::string> problems;
+    if (par.tensor_model_parallel_size > 1) problems.push_back("parallelism.tensor_model_parallel_size must be 1 (no expert tensor parallelism)");
+    if (par.zero_stage > 0) problems.push_back("parallelism.zero_stage must be 0 (experts are not sharded by ZeRO)");
+    if (moe.moe_shared_expert_intermediate_size > 0) problems.push_back("model.moe.moe_shared_expert_intermediate_size must be 0 (no shared experts)");
+    if (moe.capacity_factor > 0) problems.push_back("model.moe.capacity_factor must be 0 (routing is dropless)");
+    if (plan.model.add_bias_linear) problems.push_back("model.add_bias_linear must be false (experts have no biases)");
+    if (!problems.empty()) {
+      out.error = "the CPU executor cannot run this MoE plan:";
+      for (std::size_t i = 0; i < problems.size(); ++i) out.error += (i == 0 ? " " : "; ") + problems[i];
+      return out;
+    }
   }
   if (plan.model.mla.kv_lora_rank > 0) {
     out.error = "the CPU executor has no multi-head latent attention (model.mla)";

@@ -1,6 +1,8 @@
 #include "exec/gpt.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 #include <stdexcept>
 
 #include "kernels/embedding.hpp"
@@ -63,6 +65,20 @@ Mat collapse_groups(const Mat& d, Index heads, Index groups, Index hd) {
 
 }  // namespace
 
+// An MoE layer's dispatch, kept from forward to backward. Pairs are (token, choice), index
+// token * topk + choice; the send buffer holds them sorted by expert (so by owning EP rank).
+struct GptChunk::MoeCache {
+  Mat probs;                         // [tokens, experts] the router's softmax
+  std::vector<std::int64_t> expert;  // per pair: the chosen expert
+  std::vector<float> gate;           // per pair: its probability, the output's weight
+  std::vector<std::size_t> order;    // per send row: its pair
+  std::vector<int> send_counts, recv_counts;  // floats per EP member
+  std::vector<Index> segment;        // per (source member, local expert): first received row
+  std::vector<std::int64_t> recv_rows;  // per (source member, local expert): rows received
+  Mat out;                           // per pair: its expert's output
+  std::vector<Mat> x, u, a;          // per local expert: input rows, pre-activation, activation
+};
+
 struct GptChunk::LayerCache {
   Mat x, x1;      // the layer's input and the residual after attention (this rank's rows)
   NormOut n1, n2;
@@ -71,6 +87,7 @@ struct GptChunk::LayerCache {
   Mat att, lse;
   Mat u;          // MLP pre-activation
   Mat a;          // MLP activation
+  std::unique_ptr<MoeCache> moe;  // an MoE layer's, in place of u and a
 };
 
 struct GptChunk::Cache {
@@ -81,8 +98,10 @@ struct GptChunk::Cache {
 };
 
 GptChunk::GptChunk(const plan::ModelConfig& m, std::int64_t first_layer, std::int64_t layers, bool embedding, bool head, std::uint64_t seed,
-                   TensorParallel tp, OpSeconds* timing)
-    : m_(m), first_layer_(first_layer), layers_(layers), embedding_(embedding), head_(head), tp_(tp), timing_(timing) {
+                   TensorParallel tp, OpSeconds* timing, Group* ep)
+    : m_(m), first_layer_(first_layer), layers_(layers), embedding_(embedding), head_(head), tp_(tp), timing_(timing),
+      own_ep_(ep == nullptr ? std::make_unique<LocalGroup>("ep") : nullptr), ep_(ep == nullptr ? own_ep_.get() : ep) {
+  if (m.is_moe() && m.moe.num_moe_experts % ep_->size() != 0) throw std::invalid_argument("expert parallelism does not divide the experts");
   std::vector<ParamSpec> specs;
   if (embedding_) specs = embedding_specs(m);
   for (std::int64_t l = first_layer; l < first_layer + layers; ++l) {
@@ -96,6 +115,7 @@ GptChunk::GptChunk(const plan::ModelConfig& m, std::int64_t first_layer, std::in
     if (!m.untie_embeddings_and_output_weights && !embedding_) specs.push_back(embedding_specs(m).front());
   }
   for (auto& s : specs) {
+    if (s.is_expert() && expert_owner(s.expert, m.moe.num_moe_experts, ep_->size()) != ep_->rank()) continue;  // another EP rank's
     Param prm;
     prm.value = shard(initial_value(s, seed), s.split, tp_.group->rank(), tp_.group->size());
     prm.grad = Mat::Zero(prm.value.rows(), prm.value.cols());
@@ -196,6 +216,13 @@ Mat GptChunk::layer_forward(std::int64_t l, const Mat& x, LayerCache& c) {
   }
   c.n2 = norm(c.x1, "ln2");
   c.y2 = enter(c.n2.y);
+  if (is_moe_layer(m_, l)) {
+    // TP is 1 with MoE (execute() refuses more), so the layer needs no leave().
+    c.moe = std::make_unique<MoeCache>();
+    Mat moe = moe_forward(l, c.y2, *c.moe);
+    Scope s(timing_, OpClass::elementwise);
+    return c.x1 + moe;
+  }
   {
     Scope s(timing_, OpClass::gemm);
     c.u = c.y2 * p(l, "fc1.weight").value;
@@ -250,32 +277,36 @@ Mat GptChunk::layer_backward(std::int64_t l, const Mat& dy, const LayerCache& c)
   };
   // MLP.
   Mat dx1 = dy;
-  bias_grad(dy, "fc2");
-  const Mat dmf = leave_back(dy);
-  weight_grad(c.a, dmf, "fc2");
-  Mat da;
-  {
-    Scope s(timing_, OpClass::gemm);
-    da = dmf * p(l, "fc2.weight").value.transpose();
-  }
-  Mat du;
-  {
-    Scope s(timing_, OpClass::elementwise);
-    if (m_.activation == plan::Activation::swiglu) {
-      du = kernels::swiglu_backward<float>(da, c.u);
-    } else {
-      auto g = kernels::bias_gelu_backward<float>(da, c.u, bias ? vec(p(l, "fc1.bias").value) : Vec::Zero(c.u.cols()));
-      du = std::move(g.dx);
+  if (c.moe) {
+    dx1 += norm_back(enter_back(moe_backward(l, dy, c.y2, *c.moe)), c.x1, c.n2, "ln2");
+  } else {
+    bias_grad(dy, "fc2");
+    const Mat dmf = leave_back(dy);
+    weight_grad(c.a, dmf, "fc2");
+    Mat da;
+    {
+      Scope s(timing_, OpClass::gemm);
+      da = dmf * p(l, "fc2.weight").value.transpose();
     }
+    Mat du;
+    {
+      Scope s(timing_, OpClass::elementwise);
+      if (m_.activation == plan::Activation::swiglu) {
+        du = kernels::swiglu_backward<float>(da, c.u);
+      } else {
+        auto g = kernels::bias_gelu_backward<float>(da, c.u, bias ? vec(p(l, "fc1.bias").value) : Vec::Zero(c.u.cols()));
+        du = std::move(g.dx);
+      }
+    }
+    bias_grad(du, "fc1");
+    weight_grad(c.y2, du, "fc1");
+    Mat dy2;
+    {
+      Scope s(timing_, OpClass::gemm);
+      dy2 = du * p(l, "fc1.weight").value.transpose();
+    }
+    dx1 += norm_back(enter_back(dy2), c.x1, c.n2, "ln2");
   }
-  bias_grad(du, "fc1");
-  weight_grad(c.y2, du, "fc1");
-  Mat dy2;
-  {
-    Scope s(timing_, OpClass::gemm);
-    dy2 = du * p(l, "fc1.weight").value.transpose();
-  }
-  dx1 += norm_back(enter_back(dy2), c.x1, c.n2, "ln2");
   // Attention.
   bias_grad(dx1, "o");
   const Mat dof = leave_back(dx1);
@@ -303,6 +334,228 @@ Mat GptChunk::layer_backward(std::int64_t l, const Mat& dy, const LayerCache& c)
     dy1 = ag.dq * p(l, "q.weight").value.transpose() + dk * p(l, "k.weight").value.transpose() + dv * p(l, "v.weight").value.transpose();
   }
   return dx1 + norm_back(enter_back(dy1), c.x, c.n1, "ln1");
+}
+
+// Mixture of experts (Shazeer et al. 2017, "Outrageously Large Neural Networks", §2; top-k
+// routing as Switch, Fedus et al. 2021, generalised to k): logits = y W_r, p = softmax(logits)
+// per token, the k largest p chosen (ties to the lower expert index), and the output the sum
+// over chosen experts of p_e * expert_e(y). The chosen probabilities are not renormalised over
+// the k, as Switch's gate (Fedus et al. 2021 §2.1) keeps its one; Megatron-core's default and
+// Mixtral take a softmax over the k chosen logits instead (a renormalisation), a difference in
+// the model, not in the parallelism that --verify checks. No capacity limit, so no token is
+// dropped (dropless, Gale et al. 2023), and no auxiliary load-balancing loss: the gradient is
+// exactly that of the loss above. Expert parallelism (Lepikhin et al.
+// 2021, GShard §2.2): each token's row goes to the EP rank that owns its expert by an
+// all-to-all, comes back by the reverse one.
+Mat GptChunk::moe_forward(std::int64_t l, const Mat& y, MoeCache& c) {
+  const Index tokens = y.rows(), h = y.cols();
+  const std::int64_t experts = m_.moe.num_moe_experts, k = m_.moe.moe_router_topk;
+  const int ep = ep_->size();
+  const std::int64_t local = experts / ep;
+  Mat logits;
+  {
+    Scope s(timing_, OpClass::gemm);
+    logits = y * p(l, "router.weight").value;
+  }
+  {
+    Scope s(timing_, OpClass::elementwise);
+    c.probs.resize(tokens, experts);
+    for (Index t = 0; t < tokens; ++t) {
+      const float max = logits.row(t).maxCoeff();
+      c.probs.row(t) = (logits.row(t).array() - max).exp().matrix();
+      c.probs.row(t) /= c.probs.row(t).sum();
+    }
+    c.expert.resize(static_cast<std::size_t>(tokens * k));
+    c.gate.resize(c.expert.size());
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(experts));
+    for (Index t = 0; t < tokens; ++t) {
+      for (std::int64_t e = 0; e < experts; ++e) idx[static_cast<std::size_t>(e)] = e;
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](std::int64_t a, std::int64_t b) {
+        const float pa = c.probs(t, a), pb = c.probs(t, b);
+        return pa > pb || (pa == pb && a < b);
+      });
+      for (std::int64_t j = 0; j < k; ++j) {
+        const auto q = static_cast<std::size_t>(t * k + j);
+        c.expert[q] = idx[static_cast<std::size_t>(j)];
+        c.gate[q] = c.probs(t, c.expert[q]);
+      }
+    }
+  }
+  // Pairs sorted by expert (a counting sort, stable: by token within an expert).
+  std::vector<std::int64_t> rows_per_expert(static_cast<std::size_t>(experts), 0);
+  for (const auto e : c.expert) ++rows_per_expert[static_cast<std::size_t>(e)];
+  std::vector<std::size_t> next(static_cast<std::size_t>(experts), 0);
+  for (std::size_t e = 1; e < next.size(); ++e) next[e] = next[e - 1] + static_cast<std::size_t>(rows_per_expert[e - 1]);
+  c.order.resize(c.expert.size());
+  for (std::size_t q = 0; q < c.expert.size(); ++q) c.order[next[static_cast<std::size_t>(c.expert[q])]++] = q;
+  Mat send(static_cast<Index>(c.order.size()), h);
+  for (std::size_t i = 0; i < c.order.size(); ++i) send.row(static_cast<Index>(i)) = y.row(static_cast<Index>(c.order[i] / static_cast<std::size_t>(k)));
+  // Rows per (member, local expert) both ways, then the rows themselves.
+  c.recv_rows.assign(static_cast<std::size_t>(experts), 0);
+  ep_->all_to_all(rows_per_expert, c.recv_rows);
+  c.send_counts.assign(static_cast<std::size_t>(ep), 0);
+  c.recv_counts.assign(static_cast<std::size_t>(ep), 0);
+  c.segment.assign(static_cast<std::size_t>(experts), 0);
+  Index received = 0;
+  for (int d = 0; d < ep; ++d) {
+    std::int64_t out_rows = 0, in_rows = 0;
+    for (std::int64_t le = 0; le < local; ++le) {
+      const auto i = static_cast<std::size_t>(d * local + le);
+      out_rows += rows_per_expert[i];
+      c.segment[i] = received + in_rows;
+      in_rows += c.recv_rows[i];
+    }
+    received += in_rows;
+    if (std::max(out_rows, in_rows) * h > std::numeric_limits<int>::max()) throw std::length_error("MoE dispatch of more than 2^31 floats to one rank");
+    c.send_counts[static_cast<std::size_t>(d)] = static_cast<int>(out_rows * h);
+    c.recv_counts[static_cast<std::size_t>(d)] = static_cast<int>(in_rows * h);
+  }
+  Mat rows(received, h);
+  ep_->all_to_all_v(std::span<const float>(send.data(), static_cast<std::size_t>(send.size())), c.send_counts,
+                    std::span<float>(rows.data(), static_cast<std::size_t>(rows.size())), c.recv_counts);
+  const Mat results = experts_forward(l, rows, c);
+  Mat back(send.rows(), h);
+  ep_->all_to_all_v(std::span<const float>(results.data(), static_cast<std::size_t>(results.size())), c.recv_counts,
+                    std::span<float>(back.data(), static_cast<std::size_t>(back.size())), c.send_counts);
+  Scope s(timing_, OpClass::elementwise);
+  c.out.resize(back.rows(), h);
+  for (std::size_t i = 0; i < c.order.size(); ++i) c.out.row(static_cast<Index>(c.order[i])) = back.row(static_cast<Index>(i));
+  Mat out = Mat::Zero(tokens, h);
+  for (std::size_t q = 0; q < c.gate.size(); ++q) out.row(static_cast<Index>(q / static_cast<std::size_t>(k))) += c.gate[q] * c.out.row(static_cast<Index>(q));
+  return out;
+}
+
+Mat GptChunk::experts_forward(std::int64_t l, const Mat& rows, MoeCache& c) {
+  const int ep = ep_->size();
+  const std::int64_t local = m_.moe.num_moe_experts / ep, first = ep_->rank() * local;
+  const bool swiglu = m_.activation == plan::Activation::swiglu;
+  Mat results(rows.rows(), rows.cols());
+  c.x.assign(static_cast<std::size_t>(local), Mat());
+  c.u.assign(c.x.size(), Mat());
+  c.a.assign(c.x.size(), Mat());
+  for (std::int64_t le = 0; le < local; ++le) {
+    const auto e = static_cast<std::size_t>(le);
+    // This expert's rows from every member, in member order.
+    Index n = 0;
+    for (int src = 0; src < ep; ++src) n += c.recv_rows[static_cast<std::size_t>(src * local + le)];
+    if (n == 0) continue;
+    Mat& x = c.x[e];
+    x.resize(n, rows.cols());
+    Index at = 0;
+    for (int src = 0; src < ep; ++src) {
+      const auto i = static_cast<std::size_t>(src * local + le);
+      x.middleRows(at, c.recv_rows[i]) = rows.middleRows(c.segment[i], c.recv_rows[i]);
+      at += c.recv_rows[i];
+    }
+    const std::string name = "experts." + std::to_string(first + le) + ".";
+    {
+      Scope s(timing_, OpClass::gemm);
+      c.u[e] = x * p(l, (name + "fc1.weight").c_str()).value;
+    }
+    {
+      Scope s(timing_, OpClass::elementwise);
+      c.a[e] = swiglu ? kernels::swiglu_forward<float>(c.u[e]) : kernels::bias_gelu_forward<float>(c.u[e], Vec::Zero(c.u[e].cols()));
+    }
+    Mat o;
+    {
+      Scope s(timing_, OpClass::gemm);
+      o = c.a[e] * p(l, (name + "fc2.weight").c_str()).value;
+    }
+    at = 0;
+    for (int src = 0; src < ep; ++src) {
+      const auto i = static_cast<std::size_t>(src * local + le);
+      results.middleRows(c.segment[i], c.recv_rows[i]) = o.middleRows(at, c.recv_rows[i]);
+      at += c.recv_rows[i];
+    }
+  }
+  return results;
+}
+
+Mat GptChunk::experts_backward(std::int64_t l, const Mat& drows, const MoeCache& c) {
+  const int ep = ep_->size();
+  const std::int64_t local = m_.moe.num_moe_experts / ep, first = ep_->rank() * local;
+  const bool swiglu = m_.activation == plan::Activation::swiglu;
+  Mat dx_rows(drows.rows(), drows.cols());
+  for (std::int64_t le = 0; le < local; ++le) {
+    const auto e = static_cast<std::size_t>(le);
+    const Mat& x = c.x[e];
+    if (x.rows() == 0) continue;
+    Mat dout(x.rows(), x.cols());
+    Index at = 0;
+    for (int src = 0; src < ep; ++src) {
+      const auto i = static_cast<std::size_t>(src * local + le);
+      dout.middleRows(at, c.recv_rows[i]) = drows.middleRows(c.segment[i], c.recv_rows[i]);
+      at += c.recv_rows[i];
+    }
+    const std::string name = "experts." + std::to_string(first + le) + ".";
+    Param& fc1 = p(l, (name + "fc1.weight").c_str());
+    Param& fc2 = p(l, (name + "fc2.weight").c_str());
+    Mat da;
+    {
+      Scope s(timing_, OpClass::gemm);
+      fc2.grad.noalias() += c.a[e].transpose() * dout;
+      da = dout * fc2.value.transpose();
+    }
+    Mat du;
+    {
+      Scope s(timing_, OpClass::elementwise);
+      du = swiglu ? kernels::swiglu_backward<float>(da, c.u[e]) : Mat(kernels::bias_gelu_backward<float>(da, c.u[e], Vec::Zero(c.u[e].cols())).dx);
+    }
+    Mat dx;
+    {
+      Scope s(timing_, OpClass::gemm);
+      fc1.grad.noalias() += x.transpose() * du;
+      dx = du * fc1.value.transpose();
+    }
+    at = 0;
+    for (int src = 0; src < ep; ++src) {
+      const auto i = static_cast<std::size_t>(src * local + le);
+      dx_rows.middleRows(c.segment[i], c.recv_rows[i]) = dx.middleRows(at, c.recv_rows[i]);
+      at += c.recv_rows[i];
+    }
+  }
+  return dx_rows;
+}
+
+Mat GptChunk::moe_backward(std::int64_t l, const Mat& dy, const Mat& y, const MoeCache& c) {
+  const Index tokens = y.rows(), h = y.cols();
+  const auto k = static_cast<std::size_t>(m_.moe.moe_router_topk);
+  // Each pair's expert output gets gate * dy; its gate gets dy . output.
+  Mat dsend(static_cast<Index>(c.order.size()), h);
+  Mat dprobs = Mat::Zero(tokens, c.probs.cols());
+  {
+    Scope s(timing_, OpClass::elementwise);
+    for (std::size_t i = 0; i < c.order.size(); ++i) {
+      const std::size_t q = c.order[i];
+      dsend.row(static_cast<Index>(i)) = c.gate[q] * dy.row(static_cast<Index>(q / k));
+    }
+    for (std::size_t q = 0; q < c.gate.size(); ++q) dprobs(static_cast<Index>(q / k), c.expert[q]) += dy.row(static_cast<Index>(q / k)).dot(c.out.row(static_cast<Index>(q)));
+  }
+  Index received = 0;
+  for (const auto n : c.recv_counts) received += n / h;
+  Mat drows(received, h);
+  ep_->all_to_all_v(std::span<const float>(dsend.data(), static_cast<std::size_t>(dsend.size())), c.send_counts,
+                    std::span<float>(drows.data(), static_cast<std::size_t>(drows.size())), c.recv_counts);
+  const Mat dx_rows = experts_backward(l, drows, c);
+  Mat dback(dsend.rows(), h);
+  ep_->all_to_all_v(std::span<const float>(dx_rows.data(), static_cast<std::size_t>(dx_rows.size())), c.recv_counts,
+                    std::span<float>(dback.data(), static_cast<std::size_t>(dback.size())), c.send_counts);
+  Mat dyin = Mat::Zero(tokens, h);
+  Mat dlogits(tokens, c.probs.cols());
+  {
+    Scope s(timing_, OpClass::elementwise);
+    for (std::size_t i = 0; i < c.order.size(); ++i) dyin.row(static_cast<Index>(c.order[i] / k)) += dback.row(static_cast<Index>(i));
+    // Softmax backward: dlogits = p * (dp - sum(p * dp)) per row.
+    for (Index t = 0; t < tokens; ++t) {
+      const float dot = c.probs.row(t).dot(dprobs.row(t));
+      dlogits.row(t) = (c.probs.row(t).array() * (dprobs.row(t).array() - dot)).matrix();
+    }
+  }
+  Scope s(timing_, OpClass::gemm);
+  Param& router = p(l, "router.weight");
+  router.grad.noalias() += y.transpose() * dlogits;
+  dyin.noalias() += dlogits * router.value.transpose();
+  return dyin;
 }
 
 Mat GptChunk::forward(int mb, const Batch& batch, Mat x, double loss_scale) {

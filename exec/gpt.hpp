@@ -42,8 +42,10 @@ class GptChunk {
   // Layers [first_layer, first_layer + layers) of model `m`; `embedding` and `head` when this
   // chunk holds them; `tied_copy` when the head uses its own copy of the word embedding (the
   // last pipeline stage, as Megatron keeps one, kept equal by an all-reduce of its gradient).
+  // `ep`: the expert-parallel group of an MoE model (nullptr: every expert on this rank); the
+  // chunk holds the experts its EP rank owns (expert_owner) and dispatches tokens to the others.
   GptChunk(const plan::ModelConfig& m, std::int64_t first_layer, std::int64_t layers, bool embedding, bool head, std::uint64_t seed,
-           TensorParallel tp, OpSeconds* timing);
+           TensorParallel tp, OpSeconds* timing, Group* ep = nullptr);
   ~GptChunk();
   GptChunk(const GptChunk&) = delete;
   GptChunk& operator=(const GptChunk&) = delete;
@@ -65,10 +67,17 @@ class GptChunk {
   [[nodiscard]] Index local_rows(Index tokens) const;
 
  private:
+  struct MoeCache;
   struct LayerCache;
   struct Cache;
   Mat layer_forward(std::int64_t l, const Mat& x, LayerCache& c);
   Mat layer_backward(std::int64_t l, const Mat& dy, const LayerCache& c);
+  // An MoE layer's MLP on its normalised input y: the output and, backward, y's gradient.
+  Mat moe_forward(std::int64_t l, const Mat& y, MoeCache& c);
+  Mat moe_backward(std::int64_t l, const Mat& dy, const Mat& y, const MoeCache& c);
+  // Local experts' MLPs on their received rows (forward caches; backward accumulates grads).
+  Mat experts_forward(std::int64_t l, const Mat& rows, MoeCache& c);
+  Mat experts_backward(std::int64_t l, const Mat& drows, const MoeCache& c);
   Param& p(std::int64_t layer, const char* name);
   Param& p(const std::string& name);
 
@@ -83,6 +92,8 @@ class GptChunk {
   bool embedding_, head_;
   TensorParallel tp_;
   OpSeconds* timing_;
+  std::unique_ptr<Group> own_ep_;  // a group of one when no EP group is given
+  Group* ep_;
   std::vector<Param> params_;
   std::map<std::string, std::size_t> index_;
   std::map<int, std::unique_ptr<Cache>> caches_;  // by micro-batch, between forward and backward

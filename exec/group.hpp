@@ -4,6 +4,7 @@
 // `MpiGroup` (mpi_group.hpp) is the CPU backend's, over Open MPI; the CUDA backend's is NCCL's.
 // Sizes and times are recorded per group with nccl-tests' conventions (bytes = the buffer).
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <stdexcept>
@@ -43,6 +44,13 @@ class Group {
   // `out` gets every member's `in`, in member order.
   virtual void all_gather(std::span<const float> in, std::span<float> out) = 0;
   virtual void all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) = 0;
+  // All-to-all with variable sizes (MoE token dispatch): `send` holds size() contiguous
+  // blocks, block i of send_counts[i] floats going to member i; `recv` gets member i's block
+  // for this member, recv_counts[i] floats, in member order. The counts must agree pairwise.
+  virtual void all_to_all_v(std::span<const float> send, std::span<const int> send_counts, std::span<float> recv, std::span<const int> recv_counts) = 0;
+  // `in` holds size() equal blocks; member i gets block i of every member, in member order
+  // (how MoE dispatch exchanges its counts).
+  virtual void all_to_all(std::span<const std::int64_t> in, std::span<std::int64_t> out) = 0;
   // Point to point inside the group (pipeline neighbours): sends are buffered and return at
   // once; a receive waits for the matching tag.
   virtual void send(int to, int tag, std::span<const float> data) = 0;
@@ -71,6 +79,16 @@ class LocalGroup final : public Group {
   void all_gather(std::span<const float> in, std::span<float> out) override { copy(in, out); }
   void all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) override {
     if (in.size() != out.size()) throw std::invalid_argument("all_gather: sizes differ");
+    std::copy(in.begin(), in.end(), out.begin());
+  }
+  void all_to_all_v(std::span<const float> send, std::span<const int> send_counts, std::span<float> recv, std::span<const int> recv_counts) override {
+    if (send_counts.size() != 1 || recv_counts.size() != 1 || send_counts[0] != recv_counts[0] || static_cast<std::size_t>(send_counts[0]) != send.size()) {
+      throw std::invalid_argument("all_to_all_v in a group of one: counts and sizes differ");
+    }
+    copy(send, recv);
+  }
+  void all_to_all(std::span<const std::int64_t> in, std::span<std::int64_t> out) override {
+    if (in.size() != out.size()) throw std::invalid_argument("all_to_all: sizes differ");
     std::copy(in.begin(), in.end(), out.begin());
   }
   void send(int, int, std::span<const float>) override { throw std::logic_error("send in a group of one"); }

@@ -1,5 +1,6 @@
 #include "exec/mpi_group.hpp"
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -237,6 +238,46 @@ void MpiGroup::all_gather(std::span<const std::uint64_t> in, std::span<std::uint
   run("all-gather", static_cast<double>(out.size_bytes()), [&] {
     std::vector<MPI_Request> rs(1);
     MPI_Iallgather(in.data(), count(in.size()), MPI_UINT64_T, out.data(), count(in.size()), MPI_UINT64_T, comm_, rs.data());
+    return rs;
+  });
+}
+
+void MpiGroup::all_to_all_v(std::span<const float> send, std::span<const int> send_counts, std::span<float> recv, std::span<const int> recv_counts) {
+  const auto members = static_cast<std::size_t>(size_);
+  if (send_counts.size() != members || recv_counts.size() != members) throw std::invalid_argument("all-to-all: counts are not one per member");
+  // Counts and contiguous displacements live on the heap: after a timeout MPI may still read
+  // them, and they are left be.
+  auto layout = std::make_unique<std::array<std::vector<int>, 4>>();
+  std::vector<int>&scounts = (*layout)[0], &sdispls = (*layout)[1], &rcounts = (*layout)[2], &rdispls = (*layout)[3];
+  scounts.assign(send_counts.begin(), send_counts.end());
+  rcounts.assign(recv_counts.begin(), recv_counts.end());
+  std::size_t sent = 0, received = 0;
+  for (std::size_t i = 0; i < members; ++i) {
+    if (scounts[i] < 0 || rcounts[i] < 0) throw std::invalid_argument("all-to-all: a negative count");
+    sdispls.push_back(count(sent));
+    rdispls.push_back(count(received));
+    sent += static_cast<std::size_t>(scounts[i]);
+    received += static_cast<std::size_t>(rcounts[i]);
+  }
+  if (sent != send.size() || received != recv.size()) throw std::invalid_argument("all-to-all: the counts do not add up to the buffers' sizes");
+  try {
+    run("all-to-all", static_cast<double>(send.size_bytes()), [&] {
+      std::vector<MPI_Request> rs(1);
+      MPI_Ialltoallv(send.data(), scounts.data(), sdispls.data(), MPI_FLOAT, recv.data(), rcounts.data(), rdispls.data(), MPI_FLOAT, comm_, rs.data());
+      return rs;
+    });
+  } catch (...) {
+    (void)layout.release();  // NOLINT: MPI may still use them after a timeout
+    throw;
+  }
+}
+
+void MpiGroup::all_to_all(std::span<const std::int64_t> in, std::span<std::int64_t> out) {
+  if (in.size() != out.size() || in.size() % static_cast<std::size_t>(size_) != 0) throw std::invalid_argument("all-to-all: the buffers are not size() equal blocks");
+  const std::size_t block = in.size() / static_cast<std::size_t>(size_);
+  run("all-to-all", static_cast<double>(in.size_bytes()), [&] {
+    std::vector<MPI_Request> rs(1);
+    MPI_Ialltoall(in.data(), count(block), MPI_INT64_T, out.data(), count(block), MPI_INT64_T, comm_, rs.data());
     return rs;
   });
 }

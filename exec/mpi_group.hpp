@@ -45,6 +45,8 @@ class MpiGroup final : public Group {
   void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override;
   void all_gather(std::span<const float> in, std::span<float> out) override;
   void all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) override;
+  void all_to_all_v(std::span<const float> send, std::span<const int> send_counts, std::span<float> recv, std::span<const int> recv_counts) override;
+  void all_to_all(std::span<const std::int64_t> in, std::span<std::int64_t> out) override;
   void send(int to, int tag, std::span<const float> data) override;
   void recv(int from, int tag, std::span<float> data) override;
   void flush() override;

@@ -93,6 +93,10 @@ void place(const Mat& slice, Mat& full, Split split, int tp_rank, int tp) {
   }
 }
 
+bool is_moe_layer(const plan::ModelConfig& m, std::int64_t layer) { return m.is_moe() && layer >= m.moe.first_k_dense_layers; }
+
+Index expert_ffn(const plan::ModelConfig& m) { return m.moe.moe_ffn_hidden_size > 0 ? m.moe.moe_ffn_hidden_size : m.ffn_hidden_size; }
+
 std::vector<ParamSpec> layer_specs(const plan::ModelConfig& m, std::int64_t layer) {
   const std::string p = "layers." + std::to_string(layer) + ".";
   const Index h = m.hidden_size, hd = m.kv_channels;
@@ -118,6 +122,18 @@ std::vector<ParamSpec> layer_specs(const plan::ModelConfig& m, std::int64_t laye
   linear("v", h, kv, Split::columns, Split::rows, false, 0.02);
   linear("o", q, h, Split::rows, Split::replicated, true, out_std);
   norm("ln2");
+  if (is_moe_layer(m, layer)) {
+    // A router and num_moe_experts expert MLPs in place of the MLP (Shazeer et al. 2017;
+    // Fedus et al. 2021). No biases: execute() refuses MoE with add_bias_linear.
+    const Index f = expert_ffn(m);
+    s.push_back({p + "router.weight", h, m.moe.num_moe_experts, Split::replicated, Init::normal, 0.02, false});
+    for (std::int64_t e = 0; e < m.moe.num_moe_experts; ++e) {
+      const std::string x = p + "experts." + std::to_string(e) + ".";
+      s.push_back({x + "fc1.weight", h, f * (swiglu ? 2 : 1), Split::replicated, Init::normal, 0.02, false, e});
+      s.push_back({x + "fc2.weight", f, h, Split::replicated, Init::normal, out_std, false, e});
+    }
+    return s;
+  }
   s.push_back({p + "fc1.weight", h, ffn, swiglu ? Split::column_halves : Split::columns, Init::normal, 0.02, false});
   if (m.add_bias_linear) {
     // A bias vector splits as its layer's columns: rows of the [n, 1] vector, halves for SwiGLU.

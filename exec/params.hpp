@@ -35,6 +35,11 @@ struct ParamSpec {
   // With sequence parallelism each TP rank computes this replicated parameter's gradient on
   // its share of the tokens: the TP group sums them (Korthikanti et al. 2022, §4.2.2).
   bool sequence_partial = false;
+  // An MoE expert's weight: the expert's index (-1 for every other parameter). Expert
+  // parallelism keeps it on the EP rank that owns the expert only, and the expert-data-parallel
+  // group (not the dense DP group) reduces its gradient (Lepikhin et al. 2021, GShard §2.2).
+  std::int64_t expert = -1;
+  [[nodiscard]] bool is_expert() const { return expert >= 0; }
 };
 
 struct Param {
@@ -51,6 +56,14 @@ Mat shard(const Mat& full, Split split, int tp_rank, int tp);
 
 // The inverse of shard: writes this TP rank's slice into its place in the full tensor.
 void place(const Mat& slice, Mat& full, Split split, int tp_rank, int tp);
+
+// Whether layer `layer` of the model is an MoE layer (the first first_k_dense_layers are dense,
+// as DeepSeek's first_k_dense_replace), and its experts' FFN width.
+bool is_moe_layer(const plan::ModelConfig& m, std::int64_t layer);
+Index expert_ffn(const plan::ModelConfig& m);
+// The EP rank that holds expert `e` of `experts` over `ep` ranks: contiguous blocks, as
+// Megatron-core assigns local experts.
+inline int expert_owner(std::int64_t e, std::int64_t experts, int ep) { return static_cast<int>(e / (experts / ep)); }
 
 // The specs of one transformer layer, the embeddings and the head, as the model has them.
 std::vector<ParamSpec> layer_specs(const plan::ModelConfig& m, std::int64_t layer);

@@ -43,13 +43,15 @@ Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank,
   stage_ = layout_.coord(world_rank_).pp;
   chunks_per_stage_ = par.virtual_pipeline_model_parallel_size;
   microbatches_ = plan::derive(plan_).micro_batches_per_step;
+  if (!g_.ep) g_.ep = std::make_unique<LocalGroup>("ep");
+  if (!g_.expert_dp) g_.expert_dp = std::make_unique<LocalGroup>("expert_dp");
   const TensorParallel tp{g_.tp.get(), par.sequence_parallel && g_.tp->size() > 1};
   const auto seed = static_cast<std::uint64_t>(plan_.run.seed);
   if (chunks_per_stage_ == 1) {
     const auto per_stage = plan::layers_per_stage(plan_).value();
     std::int64_t first = 0;
     for (std::int64_t s = 0; s < stage_; ++s) first += per_stage[static_cast<std::size_t>(s)];
-    chunks_.push_back(std::make_unique<GptChunk>(m, first, per_stage[static_cast<std::size_t>(stage_)], stage_ == 0, stage_ == stages_ - 1, seed, tp, timing_));
+    chunks_.push_back(std::make_unique<GptChunk>(m, first, per_stage[static_cast<std::size_t>(stage_)], stage_ == 0, stage_ == stages_ - 1, seed, tp, timing_, g_.ep.get()));
     vstage_.push_back(stage_);
   } else {
     // Interleaved: chunk c of stage s is virtual stage c * p + s (Narayanan et al. 2021 §2.2),
@@ -60,13 +62,16 @@ Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank,
       const std::int64_t vs = c * stages_ + stage_;
       std::int64_t first = 0;
       for (std::int64_t v = 0; v < vs; ++v) first += layers_of(v);
-      chunks_.push_back(std::make_unique<GptChunk>(m, first, layers_of(vs), vs == 0, vs == stages_ * chunks_per_stage_ - 1, seed, tp, timing_));
+      chunks_.push_back(std::make_unique<GptChunk>(m, first, layers_of(vs), vs == 0, vs == stages_ * chunks_per_stage_ - 1, seed, tp, timing_, g_.ep.get()));
       vstage_.push_back(vs);
     }
   }
   for (auto& c : chunks_) {
-    for (auto& p : c->params()) n_ += static_cast<std::size_t>(p.value.size());
+    for (auto& p : c->params()) (p.spec.is_expert() ? ne_ : n_) += static_cast<std::size_t>(p.value.size());
   }
+  expert_params_ = flatten_experts(false);
+  expert_exp_avg_.assign(ne_, 0.0F);
+  expert_exp_avg_sq_.assign(ne_, 0.0F);
   const auto dp = static_cast<std::size_t>(g_.dp->size());
   shard_ = (n_ + dp - 1) / dp;
   flatten_params(params_);
@@ -86,7 +91,30 @@ void Trainer::flatten_params(std::vector<float>& out) {
   out.clear();
   out.reserve(n_);
   for (auto& c : chunks_) {
-    for (auto& p : c->params()) out.insert(out.end(), p.value.data(), p.value.data() + p.value.size());
+    for (auto& p : c->params()) {
+      if (!p.spec.is_expert()) out.insert(out.end(), p.value.data(), p.value.data() + p.value.size());
+    }
+  }
+}
+std::vector<float> Trainer::flatten_experts(bool grads) {
+  std::vector<float> out;
+  out.reserve(ne_);
+  for (auto& c : chunks_) {
+    for (auto& p : c->params()) {
+      const Mat& m = grads ? p.grad : p.value;
+      if (p.spec.is_expert()) out.insert(out.end(), m.data(), m.data() + m.size());
+    }
+  }
+  return out;
+}
+void Trainer::unflatten_experts(const std::vector<float>& flat) {
+  std::size_t at = 0;
+  for (auto& c : chunks_) {
+    for (auto& p : c->params()) {
+      if (!p.spec.is_expert()) continue;
+      std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), p.value.size(), p.value.data());
+      at += static_cast<std::size_t>(p.value.size());
+    }
   }
 }
 void Trainer::flatten_grads(std::vector<float>& out) {
@@ -94,6 +122,7 @@ void Trainer::flatten_grads(std::vector<float>& out) {
   std::size_t at = 0;
   for (auto& c : chunks_) {
     for (auto& p : c->params()) {
+      if (p.spec.is_expert()) continue;
       std::copy(p.grad.data(), p.grad.data() + p.grad.size(), out.begin() + static_cast<std::ptrdiff_t>(at));
       at += static_cast<std::size_t>(p.grad.size());
     }
@@ -103,6 +132,7 @@ void Trainer::unflatten_params(const std::vector<float>& flat) {
   std::size_t at = 0;
   for (auto& c : chunks_) {
     for (auto& p : c->params()) {
+      if (p.spec.is_expert()) continue;
       std::copy(flat.begin() + static_cast<std::ptrdiff_t>(at), flat.begin() + static_cast<std::ptrdiff_t>(at + static_cast<std::size_t>(p.grad.size())), p.value.data());
       at += static_cast<std::size_t>(p.grad.size());
     }
@@ -110,7 +140,9 @@ void Trainer::unflatten_params(const std::vector<float>& flat) {
 }
 void Trainer::release_params() {
   for (auto& c : chunks_) {
-    for (auto& p : c->params()) p.value = Mat();
+    for (auto& p : c->params()) {
+      if (!p.spec.is_expert()) p.value = Mat();  // experts are never sharded
+    }
   }
 }
 void Trainer::gather_params() {
@@ -243,21 +275,27 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
   }
   std::vector<float> grads;
   flatten_grads(grads);
+  std::vector<float> expert_grads = flatten_experts(true);
+  // Experts' gradients are divided by the whole DP size too: an expert's owner already holds the
+  // sum over its EP group's tokens, and the expert-data-parallel sum adds the other replicas'.
   const float inv_dp = 1.0F / static_cast<float>(g_.dp->size());
   if (keep_reduced) {
-    std::vector<float> copy = grads;
+    std::vector<float> copy = grads, expert_copy = expert_grads;
     g_.dp->all_reduce_sum(copy);
+    if (!expert_copy.empty()) g_.expert_dp->all_reduce_sum(expert_copy);
     reduced_flat_ = copy;
     for (auto& v : reduced_flat_) v *= inv_dp;
     reduced_.clear();
-    std::size_t at = 0;
+    std::size_t at = 0, at_expert = 0;
     for (auto& c : chunks_) {
       for (auto& p : c->params()) {
         const auto n = static_cast<std::size_t>(p.grad.size());
-        Reduced r{&p, std::vector<float>(copy.begin() + static_cast<std::ptrdiff_t>(at), copy.begin() + static_cast<std::ptrdiff_t>(at + n))};
+        const std::vector<float>& from = p.spec.is_expert() ? expert_copy : copy;
+        std::size_t& pos = p.spec.is_expert() ? at_expert : at;
+        Reduced r{&p, std::vector<float>(from.begin() + static_cast<std::ptrdiff_t>(pos), from.begin() + static_cast<std::ptrdiff_t>(pos + n))};
         for (auto& v : r.grad) v *= inv_dp;
         reduced_.push_back(std::move(r));
-        at += n;
+        pos += n;
       }
     }
   }
@@ -343,6 +381,19 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
       record(4, 1, t_gather, -1);
     }
   }
+  if (!expert_grads.empty()) {
+    // MoE experts: a plain all-reduce over expert data parallelism and AdamW on every local
+    // expert (execute() refuses ZeRO with MoE). Their replicas are not checksummed.
+    const auto t_expert = Clock::now();
+    g_.expert_dp->all_reduce_sum(expert_grads);
+    for (auto& v : expert_grads) v *= inv_dp;
+    record(2, 1, t_expert, -1);
+    const auto t_opt = Clock::now();
+    kernels::adamw_step<float>(expert_params_, expert_grads, expert_exp_avg_, expert_exp_avg_sq_, adam_step_, kAdam);
+    if (timing_ != nullptr) (*timing_)[OpClass::optimizer] += std::chrono::duration<double>(Clock::now() - t_opt).count();
+    unflatten_experts(expert_params_);
+    record(3, 1, t_opt, -1);
+  }
   // The step's loss: the last stage's micro-batch means, averaged over micro-batches and
   // data-parallel replicas, known on every rank.
   double loss = 0;
@@ -366,17 +417,25 @@ RankState Trainer::state() const {
   s.params = params_;
   s.exp_avg = exp_avg_;
   s.exp_avg_sq = exp_avg_sq_;
+  s.expert_params = expert_params_;
+  s.expert_exp_avg = expert_exp_avg_;
+  s.expert_exp_avg_sq = expert_exp_avg_sq_;
   return s;
 }
 
 void Trainer::restore(const RankState& s) {
-  if (s.params.size() != params_.size() || s.exp_avg.size() != exp_avg_.size() || s.exp_avg_sq.size() != exp_avg_sq_.size()) {
+  if (s.params.size() != params_.size() || s.exp_avg.size() != exp_avg_.size() || s.exp_avg_sq.size() != exp_avg_sq_.size() ||
+      s.expert_params.size() != expert_params_.size() || s.expert_exp_avg.size() != expert_exp_avg_.size() || s.expert_exp_avg_sq.size() != expert_exp_avg_sq_.size()) {
     throw std::runtime_error("the checkpoint's shard sizes do not match this plan's (another mesh or model?)");
   }
   params_ = s.params;
   exp_avg_ = s.exp_avg;
   exp_avg_sq_ = s.exp_avg_sq;
+  expert_params_ = s.expert_params;
+  expert_exp_avg_ = s.expert_exp_avg;
+  expert_exp_avg_sq_ = s.expert_exp_avg_sq;
   adam_step_ = s.step;
+  unflatten_experts(expert_params_);
   if (!(plan_.parallelism.zero_stage == 3 && g_.dp->size() > 1)) unflatten_params(params_);
 }
 

@@ -2,7 +2,8 @@
 // One rank's training loop: the chunks of its pipeline stage played in the order of the
 // plan's schedule (models::stage_schedule), pipeline transfers to its neighbours, the
 // gradient reductions (sequence-parallel partials over TP, the tied embedding between first
-// and last stage, data parallelism with ZeRO 0-3) and AdamW. The same class with groups of one
+// and last stage, data parallelism with ZeRO 0-3, MoE experts over expert data parallelism) and
+// AdamW. The same class with groups of one
 // is the single-rank reference of --verify.
 
 #include <chrono>
@@ -19,6 +20,9 @@ namespace meshwork::exec {
 
 struct Groups {
   std::unique_ptr<Group> world, tp, dp, pp, embedding;
+  // MoE: expert parallelism and the expert-data-parallel group that reduces the experts'
+  // gradients (groups of one when absent).
+  std::unique_ptr<Group> ep, expert_dp;
 };
 
 struct TraceEvent {
@@ -58,7 +62,10 @@ class Trainer {
     if (released) release_params();
   }
   // Sets the parameters (and the flat copy the optimizer updates) from the chunks' values.
-  void load_from_chunks() { flatten_params(params_); }
+  void load_from_chunks() {
+    flatten_params(params_);
+    expert_params_ = flatten_experts(false);
+  }
   std::vector<TraceEvent> events;
   bool tracing = false;
 
@@ -66,6 +73,10 @@ class Trainer {
   void flatten_grads(std::vector<float>& out);
   void unflatten_params(const std::vector<float>& flat);
   void flatten_params(std::vector<float>& out);
+  // The experts' parameters (or gradients), flat: they are reduced and updated apart from the
+  // dense ones, over the expert-data-parallel group, and never sharded by ZeRO.
+  std::vector<float> flatten_experts(bool grads);
+  void unflatten_experts(const std::vector<float>& flat);
   void release_params();
   void gather_params();
   Batch batch(std::int64_t step, std::int64_t microbatch) const;
@@ -82,6 +93,8 @@ class Trainer {
   std::vector<std::int64_t> vstage_;  // per chunk: its virtual stage
   std::size_t n_ = 0, shard_ = 0;      // parameters of this rank; their DP shard (ZeRO >= 1)
   std::vector<float> params_, exp_avg_, exp_avg_sq_;  // full (ZeRO 0-2) or the shard (ZeRO-3)
+  std::size_t ne_ = 0;  // expert parameters of this rank
+  std::vector<float> expert_params_, expert_exp_avg_, expert_exp_avg_sq_;
   std::int64_t adam_step_ = 0;
   std::int64_t replica_check_every_ = 1;
   std::vector<Reduced> reduced_;
