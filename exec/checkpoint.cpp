@@ -22,7 +22,9 @@ namespace {
 constexpr char kMagic[8] = {'M', 'W', 'C', 'K', 'P', 'T', '0', '2'};
 constexpr char kMagicV1[8] = {'M', 'W', 'C', 'K', 'P', 'T', '0', '1'};
 
-void put(std::string& out, const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
+void put(std::string& out, const void* p, std::size_t n) {
+  if (n > 0) out.append(static_cast<const char*>(p), n);  // an empty vector's data() may be null
+}
 void put_i64(std::string& out, std::int64_t v) { put(out, &v, sizeof v); }
 void put_floats(std::string& out, const std::vector<float>& v) {
   put_i64(out, static_cast<std::int64_t>(v.size()));
@@ -35,6 +37,7 @@ struct Reader {
   const std::string& file;
   void get(void* p, std::size_t n) {
     if (at + n > data.size()) throw std::runtime_error(file + ": truncated checkpoint shard");
+    if (n == 0) return;  // an empty vector's data() may be null, which memcpy must not get
     std::memcpy(p, data.data() + at, n);
     at += n;
   }
