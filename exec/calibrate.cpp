@@ -153,8 +153,8 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
     const Mat x = Mat::Random(1, 16);
     const kernels::Vec<float> bias = kernels::Vec<float>::Zero(16);
     const double t = seconds_per_call([&] {
-      Mat y = kernels::bias_gelu_forward<float>(x, bias);
-      if (y(0, 0) > 1e30F) std::abort();  // keeps the call
+      volatile float keep = kernels::bias_gelu_forward<float>(x, bias)(0, 0);  // keeps the call
+      (void)keep;
     });
     out.op_overhead_s = std::max(0.0, t - 2 * 16 * sizeof(float) / std::max(1.0, out.stream_bytes_per_s));
     out.calibration.kernel_overhead_us = out.op_overhead_s * 1e6;
