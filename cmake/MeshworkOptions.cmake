@@ -45,7 +45,7 @@ endif()
 meshwork_resolve(MESHWORK_WITH_CUDA CUDA _cuda_found)
 
 if(NOT MESHWORK_WITH_QT STREQUAL "OFF")
-  find_package(Qt6 QUIET COMPONENTS Widgets Charts Test)
+  find_package(Qt6 QUIET COMPONENTS Widgets Charts Test Concurrent)
 endif()
 meshwork_resolve(MESHWORK_WITH_QT QT Qt6_FOUND)
 

@@ -75,4 +75,52 @@ std::optional<FieldPath> resolve_field_path(std::string_view dotted) {
   return out;
 }
 
+void set_field(nlohmann::json& tree, const FieldPath& field, nlohmann::json value) {
+  if (!tree.is_object()) tree = nlohmann::json::object();
+  nlohmann::json* node = &tree;
+  for (const auto& section : field.parent) {
+    if (node->contains(section) && (*node)[section].is_string()) {
+      // `model: gpt3-175b` or `gpu: h100-sxm`: the shorthand for {preset: NAME}.
+      (*node)[section] = nlohmann::json{{"preset", (*node)[section]}};
+    }
+    if (!node->contains(section) || !(*node)[section].is_object()) (*node)[section] = nlohmann::json::object();
+    node = &(*node)[section];
+  }
+  for (const auto& key : field.keys) node->erase(key);
+  (*node)[field.keys.front()] = std::move(value);
+}
+
+namespace {
+nlohmann::json* section_of(nlohmann::json& tree, const FieldPath& field) {
+  nlohmann::json* node = &tree;
+  for (const auto& section : field.parent) {
+    if (!node->is_object() || !node->contains(section)) return nullptr;
+    node = &(*node)[section];
+  }
+  return node->is_object() ? node : nullptr;
+}
+}  // namespace
+
+void erase_field(nlohmann::json& tree, const FieldPath& field) {
+  if (nlohmann::json* node = section_of(tree, field)) {
+    for (const auto& key : field.keys) node->erase(key);
+  }
+}
+
+const nlohmann::json* find_field(const nlohmann::json& tree, const FieldPath& field) {
+  const nlohmann::json* node = &tree;
+  for (const auto& section : field.parent) {
+    if (!node->is_object()) return nullptr;
+    const auto it = node->find(section);
+    if (it == node->end()) return nullptr;
+    node = &*it;
+  }
+  if (!node->is_object()) return nullptr;
+  for (const auto& key : field.keys) {
+    const auto it = node->find(key);
+    if (it != node->end()) return &*it;
+  }
+  return nullptr;
+}
+
 }  // namespace meshwork::plan

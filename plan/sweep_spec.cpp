@@ -33,17 +33,7 @@ nlohmann::json SweepSpec::point(std::uint64_t index) const {
   nlohmann::json tree = base_tree;
   for (std::size_t a = 0; a < axes.size(); ++a) {
     const auto& axis = axes[a];
-    nlohmann::json* node = &tree;
-    for (const auto& section : axis.parent) {
-      if (node->contains(section) && (*node)[section].is_string()) {
-        // `model: gpt3-175b` or `gpu: h100-sxm`: the shorthand for {preset: NAME}.
-        (*node)[section] = nlohmann::json{{"preset", (*node)[section]}};
-      }
-      if (!node->contains(section) || !(*node)[section].is_object()) (*node)[section] = nlohmann::json::object();
-      node = &(*node)[section];
-    }
-    for (const auto& key : axis.keys) node->erase(key);  // whatever spelling the base used
-    (*node)[axis.keys.front()] = axis.values[axis_index(*this, index, a)];
+    set_field(tree, FieldPath{axis.path, axis.parent, axis.keys}, axis.values[axis_index(*this, index, a)]);
   }
   return tree;
 }

@@ -707,6 +707,7 @@ class Simulation {
     std::uint8_t stream;
     double start_s, end_s;
     std::int32_t microbatch;
+    std::int8_t pass;  // models::Pass of the schedule item, -1 outside one
   };
 
   // What an actor (one rank, or a TP group) did, for the report and the trace.
@@ -891,8 +892,14 @@ class Simulation {
   }
 
   static void record(ActorState& st, const models::StageProgram& sp, const Instr& in, double start, double end) {
-    const std::int32_t mb = in.item >= 0 ? sp.schedule[static_cast<std::size_t>(in.item)].microbatch : -1;
-    st.trace.push_back({in.name, static_cast<std::uint8_t>(in.stream), start, end, mb});
+    std::int32_t mb = -1;
+    std::int8_t pass = -1;
+    if (in.item >= 0) {
+      const models::ScheduleItem& item = sp.schedule[static_cast<std::size_t>(in.item)];
+      mb = item.microbatch;
+      pass = static_cast<std::int8_t>(item.pass);
+    }
+    st.trace.push_back({in.name, static_cast<std::uint8_t>(in.stream), start, end, mb, pass});
   }
 
   // Chrome trace event format: complete events ("X") in microseconds, one process per rank,
@@ -914,6 +921,7 @@ class Simulation {
         nlohmann::json ev = {{"ph", "X"}, {"name", program_.names[static_cast<std::size_t>(e.name)]}, {"pid", pid}, {"tid", e.stream},
                              {"ts", e.start_s * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6}};
         if (e.microbatch >= 0) ev["args"] = {{"microbatch", e.microbatch}};
+        if (e.pass >= 0) ev["args"]["pass"] = std::string(models::to_string(static_cast<models::Pass>(e.pass)));
         events.push_back(std::move(ev));
       }
     }

@@ -1,0 +1,234 @@
+// meshwork-gui end to end under QT_QPA_PLATFORM=offscreen: every scenario opens; an edit
+// re-estimates; an invalid value shows its diagnostic and marks the field; a small plan
+// simulates and fills the charts and the timeline; a sweep fills the table; a measured report
+// is compared. Each main view is written as a PNG for review (not compared by pixel) to
+// $MESHWORK_SCREENSHOT_DIR, else screenshots/ beside the test.
+#include <QAbstractItemView>
+#include <QDir>
+#include <QSignalSpy>
+#include <QTabWidget>
+#include <QTableView>
+#include <QtCharts/QChart>
+#include <QtTest/QtTest>
+#include <filesystem>
+#include <fstream>
+
+#include "gui/app/compare_view.hpp"
+#include "gui/app/main_window.hpp"
+#include "gui/app/plan_editor.hpp"
+#include "gui/app/results_view.hpp"
+#include "gui/app/sweep_view.hpp"
+#include "gui/app/timeline_view.hpp"
+#include "gui/core/comparison_model.hpp"
+#include "models/estimate.hpp"
+#include "report/report_io.hpp"
+
+using namespace meshwork;
+using namespace meshwork::gui;
+
+namespace {
+const QString kSource = MESHWORK_SOURCE_DIR;
+const QString kDefault = kSource + "/scenarios/gpt3-175b-a100-1024.yaml";
+
+QString screenshot_dir() {
+  const QString dir = qEnvironmentVariableIsSet("MESHWORK_SCREENSHOT_DIR") ? qEnvironmentVariable("MESHWORK_SCREENSHOT_DIR")
+                                                                            : QString(MESHWORK_BINARY_DIR) + "/screenshots";
+  QDir().mkpath(dir);
+  return dir;
+}
+
+void screenshot(MainWindow& w, int tab, const QString& name) {
+  w.tabs()->setCurrentIndex(tab);
+  QCoreApplication::processEvents();
+  const QString file = screenshot_dir() + "/" + name + ".png";
+  QVERIFY2(w.grab().save(file), qPrintable(file));
+  QVERIFY(QFileInfo(file).size() > 1000);
+}
+
+}  // namespace
+
+class MainWindowTest : public QObject {
+  Q_OBJECT
+ private slots:
+  void every_scenario_opens() {
+    MainWindow w;
+    int opened = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(kSource.toStdString() + "/scenarios")) {
+      if (e.path().extension() != ".yaml" || e.path().parent_path().filename() == "sweeps") continue;
+      QString error;
+      QVERIFY2(w.open_plan(QString::fromStdString(e.path().string()), &error), qPrintable(error));
+      QVERIFY2(w.document().valid(), e.path().c_str());
+      QVERIFY2(w.results()->report().has_value(), e.path().c_str());
+      ++opened;
+    }
+    QVERIFY(opened >= 30);
+    QString error;
+    QVERIFY(!w.open_plan(kSource + "/no/such/plan.yaml", &error));
+    QVERIFY(error.contains("no/such/plan.yaml"));
+  }
+
+  void changing_tp_updates_the_estimate() {
+    MainWindow w;
+    QVERIFY(w.open_plan(kDefault));
+    const double before = w.results()->report()->step_time_s;
+    const QString shown_before = w.results()->headline_text("step time");
+    QSignalSpy estimated(&w, &MainWindow::estimated);
+    PlanEditor* editor = w.plan_editor();
+    editor->select_section("parallelism");
+    FieldTableModel* fields = editor->field_model();
+    const int row = fields->row_of("parallelism.tensor_model_parallel_size");
+    QVERIFY(row >= 0);
+    QVERIFY(fields->setData(fields->index(row, FieldTableModel::value_column), "4"));
+    QCOMPARE(estimated.count(), 1);
+    QVERIFY(w.results()->report().has_value());
+    QVERIFY(w.results()->report()->step_time_s != before);
+    QVERIFY(w.results()->headline_text("step time") != shown_before);
+    QVERIFY(w.windowTitle().endsWith("*"));
+    qInfo("estimate after the edit took %.2f ms", w.last_estimate_ms());
+  }
+
+  void an_invalid_value_shows_its_diagnostic_and_marks_the_field() {
+    MainWindow w;
+    QVERIFY(w.open_plan(kDefault));
+    PlanEditor* editor = w.plan_editor();
+    editor->select_section("parallelism");
+    FieldTableModel* fields = editor->field_model();
+    const int row = fields->row_of("parallelism.tensor_model_parallel_size");
+    const QModelIndex value = fields->index(row, FieldTableModel::value_column);
+    QVERIFY(fields->setData(value, "0"));
+    // The diagnostics table lists it with its path; the field is marked; no stale estimate.
+    DiagnosticsModel* diags = editor->diagnostics_model();
+    bool listed = false;
+    for (int r = 0; r < diags->rowCount(); ++r) listed = listed || diags->at(r).path == "parallelism.tensor_model_parallel_size";
+    QVERIFY(listed);
+    QVERIFY(value.data(Qt::BackgroundRole).isValid());
+    QVERIFY(!value.data(FieldTableModel::diagnostic_role).toString().isEmpty());
+    QVERIFY(!w.results()->report().has_value());
+    screenshot(w, 0, "plan-editor-invalid");
+    // A click on the diagnostic selects the field.
+    editor->select_section("model");
+    editor->show_field("parallelism.tensor_model_parallel_size");
+    QCOMPARE(fields->section(), QString("parallelism"));
+    QCOMPARE(editor->field_view()->currentIndex().row(), row);
+    QVERIFY(fields->setData(value, "8"));
+    QVERIFY(w.results()->report().has_value());
+  }
+
+  void a_small_plan_simulates_and_fills_the_charts() {
+    if (!simulator_available()) QSKIP("this build has no simulator");
+    MainWindow w;
+    w.resize(1500, 950);
+    w.show();
+    QVERIFY(w.open_plan(kSource + "/scenarios/published/kor22-175b.yaml"));
+    // What if each GPU failed once in 50,000 hours? (The published run gives no rates.)
+    std::string error;
+    QVERIFY(w.document().set("failures.mtbf_hours.gpu", "50000", error));
+    w.set_goodput_effort(9, 10);
+    QSignalSpy simulated(&w, &MainWindow::simulated);
+    QSignalSpy goodput(&w, &MainWindow::goodput_ready);
+    w.simulate();
+    QVERIFY(simulated.wait(120000));
+    QVERIFY2(simulated.front().at(0).toBool(), qPrintable(simulated.front().at(1).toString()));
+    QCOMPARE(w.results()->report()->method, report::Method::simulated);
+    QVERIFY(!w.results()->waterfall_chart()->series().isEmpty());
+    QVERIFY(!w.results()->memory_chart()->series().isEmpty());
+    QVERIFY(!w.timeline()->timeline().rows.empty());
+    QVERIFY(w.timeline()->timeline().end_s > 0);
+    if (goodput.isEmpty()) QVERIFY(goodput.wait(120000));
+    while (w.goodput_running()) QVERIFY(goodput.wait(120000));
+    QVERIFY(!w.results()->goodput_chart()->series().isEmpty());
+    screenshot(w, 1, "results");
+    screenshot(w, 2, "timeline");
+    const double span = w.timeline()->scale().span_s();
+    w.timeline()->zoom(4, 600);
+    QVERIFY(std::abs(w.timeline()->scale().span_s() - span / 4) < 1e-9 * span);
+    screenshot(w, 2, "timeline-zoomed");
+  }
+
+  void a_simulation_can_be_cancelled() {
+    if (!simulator_available()) QSKIP("this build has no simulator");
+    MainWindow w;
+    QVERIFY(w.open_plan(kSource + "/scenarios/heldout/llama3-405b-h100-16384.yaml"));
+    const double estimated_step = w.results()->report()->step_time_s;
+    QSignalSpy simulated(&w, &MainWindow::simulated);
+    w.simulate();
+    w.cancel_simulation();
+    QVERIFY(simulated.wait(120000));
+    QVERIFY(!simulated.front().at(0).toBool());
+    QVERIFY2(simulated.front().at(1).toString().contains("cancel"), qPrintable(simulated.front().at(1).toString()));
+    // The estimate stays on show.
+    QCOMPARE(w.results()->report()->step_time_s, estimated_step);
+  }
+
+  void a_sweep_fills_the_table_and_charts() {
+    MainWindow w;
+    w.resize(1500, 950);
+    w.show();
+    QVERIFY(w.open_plan(kDefault));
+    SweepView* sweep = w.sweep();
+    sweep->set_axis(0, "cluster.num_gpus", "512..4096 *2");
+    sweep->set_axis(1, "parallelism.tp", "4, 8, 16");
+    QSignalSpy finished(sweep, &SweepView::finished);
+    QVERIFY(sweep->run());
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(sweep->table_model()->rowCount(), 12);
+    QVERIFY(!sweep->mfu_chart()->series().isEmpty());
+    // Sorting by MFU through the proxy puts the best row first.
+    QTableView* table = sweep->table_view();
+    const int mfu = sweep->table_model()->figure_column(SweepTableModel::mfu_figure);
+    table->sortByColumn(mfu, Qt::DescendingOrder);
+    const double top = table->model()->index(0, mfu).data(Qt::UserRole).toDouble();
+    for (int r = 1; r < table->model()->rowCount(); ++r) QVERIFY(table->model()->index(r, mfu).data(Qt::UserRole).toDouble() <= top);
+    screenshot(w, 3, "sweep");
+    // A bad axis is refused with its reason.
+    sweep->set_axis(1, "parallelism.nope", "1");
+    QVERIFY(!sweep->run());
+  }
+
+  void plans_are_pinned_and_measured_runs_compared() {
+    MainWindow w;
+    w.resize(1500, 950);
+    w.show();
+    QVERIFY(w.open_plan(kDefault));
+    w.pin_current();
+    QString error;
+    w.plan_editor()->select_section("parallelism");
+    FieldTableModel* fields = w.plan_editor()->field_model();
+    QVERIFY(fields->setData(fields->index(fields->row_of("parallelism.pipeline_model_parallel_size"), FieldTableModel::value_column), "16"));
+    w.pin_current();
+    QCOMPARE(w.compare()->pinned_model()->columnCount(), 2);
+    // A measured Report as the executor writes it.
+    report::Report measured = *w.results()->report();
+    measured.method = report::Method::measured;
+    measured.step_time_s *= 1.2;
+    measured.breakdown.dp_s += 0.2 * w.results()->report()->step_time_s;
+    QTemporaryDir dir;
+    const QString file = dir.path() + "/measured.json";
+    std::ofstream(file.toStdString()) << report::to_json(measured).dump(2);
+    QVERIFY(w.compare()->load_measured(file));
+    QVERIFY(w.compare()->comparison_model()->rowCount() > 3);
+    QVERIFY(!w.compare()->overlay_chart()->series().isEmpty());
+    std::ofstream(file.toStdString()) << "neither a report nor a log";
+    QVERIFY(!w.compare()->load_measured(file));
+    screenshot(w, 4, "compare");
+  }
+
+  void main_window_screenshot_for_the_readme() {
+    // Llama 3 405B on 16,384 H100s as Meta ran it, with its published failure rates.
+    MainWindow w;
+    w.resize(1500, 950);
+    w.show();
+    w.set_goodput_effort(9, 3);  // a few trials: this runs under sanitizers in CI
+    QSignalSpy goodput(&w, &MainWindow::goodput_ready);
+    QVERIFY(w.open_plan(kSource + "/scenarios/heldout/llama3-405b-h100-16384.yaml"));
+    w.plan_editor()->select_section("parallelism");
+    screenshot(w, 0, "plan-editor");
+    QVERIFY(goodput.wait(120000));
+    while (w.goodput_running()) QVERIFY(goodput.wait(120000));
+    QVERIFY(!w.results()->goodput_chart()->series().isEmpty());
+    screenshot(w, 1, "main-window");
+  }
+};
+
+QTEST_MAIN(MainWindowTest)
+#include "main_window_test.moc"
