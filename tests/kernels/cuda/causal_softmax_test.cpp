@@ -1,0 +1,131 @@
+// The CUDA causal softmax (the fast path's middle step) against the softmax definition in
+// double, and, composed with host GEMMs as the backend composes it with cuBLAS, against
+// kernels/attention.hpp.
+#include "kernels/cuda/causal_softmax.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <utility>
+
+#include "kernels/attention.hpp"
+#include "tests/kernels/cuda/gpu_test_util.hpp"
+
+namespace meshwork::kernels::cuda {
+namespace {
+
+using namespace gpu_test;
+
+// Row i of one [seq, seq] score matrix: P_ij = exp(scale s_ij) / sum_{k <= i} exp(scale s_ik)
+// for j <= i (Vaswani et al. 2017, eq. 1, with the causal mask), 0 above the diagonal.
+Mat<double> causal_softmax_reference(const Mat<double>& s, double scale) {
+  Mat<double> p = Mat<double>::Zero(s.rows(), s.cols());
+  for (Index i = 0; i < s.rows(); ++i) {
+    const double m = (scale * s.row(i).head(i + 1)).maxCoeff();
+    double sum = 0.0;
+    for (Index j = 0; j <= i; ++j) sum += std::exp(scale * s(i, j) - m);
+    for (Index j = 0; j <= i; ++j) p(i, j) = std::exp(scale * s(i, j) - m) / sum;
+  }
+  return p;
+}
+
+// dS = scale * P * (dP - rowsum(dP * P)) below the diagonal, 0 above.
+Mat<double> causal_softmax_backward_reference(const Mat<double>& dp, const Mat<double>& p, double scale) {
+  Mat<double> ds = Mat<double>::Zero(p.rows(), p.cols());
+  for (Index i = 0; i < p.rows(); ++i) {
+    const double d = (dp.row(i).head(i + 1).array() * p.row(i).head(i + 1).array()).sum();
+    for (Index j = 0; j <= i; ++j) ds(i, j) = scale * p(i, j) * (dp(i, j) - d);
+  }
+  return ds;
+}
+
+template <class T>
+class CausalSoftmax : public ::testing::Test {};
+TYPED_TEST_SUITE(CausalSoftmax, ElementTypes, ElementTypeNames);
+
+TYPED_TEST(CausalSoftmax, MatchesTheDefinitionAndZeroesTheMask) {
+  MESHWORK_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937_64 rng(501);
+  for (const auto& [batch, seq] : {std::pair<Index, Index>{1, 1}, {3, 5}, {2, 33}, {4, 100}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch) + " seq " + std::to_string(seq));
+    const auto n = static_cast<std::size_t>(batch * seq * seq);
+    const float scale = 0.125f;  // 1/sqrt(64)
+    const auto scores = rounded_to<T>(random_values(n, rng, -20.0, 20.0));
+    const auto dprobs = rounded_to<T>(random_values(n, rng));
+    DeviceBuffer<T> scores_d = upload<T>(scores), dprobs_d = upload<T>(dprobs), probs_d(n), dscores_d(n);
+    cuda::causal_softmax_forward<T>(scores_d.data(), probs_d.data(), batch, seq, scale, nullptr);
+    // The backward reads the GPU's own (rounded) P, so the reference takes that P too.
+    cuda::causal_softmax_backward<T>(dprobs_d.data(), probs_d.data(), dscores_d.data(), batch, seq, scale, nullptr);
+    const auto probs = download(probs_d);
+    const auto dscores = download(dscores_d);
+    const Mat<double> all_scores = as_mat(scores, batch * seq, seq), all_dprobs = as_mat(dprobs, batch * seq, seq);
+    const Mat<double> gpu_probs = as_mat(probs, batch * seq, seq);
+    Mat<double> p_ref(batch * seq, seq), ds_ref(batch * seq, seq);
+    for (Index b = 0; b < batch; ++b) {
+      p_ref.middleRows(b * seq, seq) = causal_softmax_reference(all_scores.middleRows(b * seq, seq), scale);
+      ds_ref.middleRows(b * seq, seq) = causal_softmax_backward_reference(all_dprobs.middleRows(b * seq, seq),
+                                                                          gpu_probs.middleRows(b * seq, seq), scale);
+    }
+    // Row sums of seq <= 100 exps: fp32 within the float bound; bf16 by its output rounding.
+    expect_close(probs, p_ref, kOutputBound<T>, "probs");
+    expect_close(dscores, ds_ref, kOutputBound<T>, "dscores");
+    for (Index r = 0; r < batch * seq; ++r)
+      for (Index j = r % seq + 1; j < seq; ++j) {
+        EXPECT_EQ(probs[static_cast<std::size_t>(r * seq + j)], 0.0f) << "masked P(" << r << ", " << j << ")";
+        EXPECT_EQ(dscores[static_cast<std::size_t>(r * seq + j)], 0.0f) << "masked dS(" << r << ", " << j << ")";
+      }
+  }
+}
+
+// The fast path as the backend runs it, S = Q K^T -> softmax -> O = P V and back, with host
+// GEMMs in double standing in for cuBLAS: O, dQ and dK equal kernels/attention.hpp's.
+TEST(CausalSoftmaxFastPath, ComposesToTheCpuAttention) {
+  MESHWORK_REQUIRE_GPU();
+  std::mt19937_64 rng(502);
+  const Index seq = 45, dim = 24;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  const Mat<double> q = as_mat(random_values(seq * dim, rng), seq, dim), k = as_mat(random_values(seq * dim, rng), seq, dim),
+                    v = as_mat(random_values(seq * dim, rng), seq, dim), dout = as_mat(random_values(seq * dim, rng), seq, dim);
+  const auto to_floats = [](const Mat<double>& m) {
+    std::vector<float> f(static_cast<std::size_t>(m.size()));
+    for (Index i = 0; i < m.size(); ++i) f[static_cast<std::size_t>(i)] = static_cast<float>(m.data()[i]);
+    return f;
+  };
+  const Mat<double> s = q * k.transpose();
+  DeviceBuffer<float> s_d = upload<float>(to_floats(s)), p_d(static_cast<std::size_t>(seq * seq));
+  cuda::causal_softmax_forward<float>(s_d.data(), p_d.data(), 1, seq, static_cast<float>(scale), nullptr);
+  const Mat<double> p = as_mat(p_d.download(), seq, seq);
+  const auto reference = kernels::causal_attention_forward<double>(q, k, v);
+  // O = P V from fp32 P: P's fp32 error (~1e-7 relative) passes straight through.
+  expect_close(to_floats(p * v), reference.out, kFloatOutputBound, "out = P V");
+
+  const Mat<double> dp = dout * v.transpose();
+  DeviceBuffer<float> dp_d = upload<float>(to_floats(dp)), ds_d(static_cast<std::size_t>(seq * seq));
+  cuda::causal_softmax_backward<float>(dp_d.data(), p_d.data(), ds_d.data(), 1, seq, static_cast<float>(scale),
+                                       nullptr);
+  const Mat<double> ds = as_mat(ds_d.download(), seq, seq);  // scale already applied
+  const auto grads = kernels::causal_attention_backward<double>(dout, q, k, v, reference.out, reference.logsumexp);
+  // dS = P (dP - D) cancels where dP ~ D: allow 5x the float bound.
+  expect_close(to_floats(ds * k), grads.dq, 5 * kFloatOutputBound, "dq = dS K");
+  expect_close(to_floats(ds.transpose() * q), grads.dk, 5 * kFloatOutputBound, "dk = dS^T Q");
+}
+
+TYPED_TEST(CausalSoftmax, NaNScorePoisonsItsRowOnly) {
+  MESHWORK_REQUIRE_GPU();
+  using T = TypeParam;
+  const Index seq = 4;
+  std::vector<float> scores(static_cast<std::size_t>(seq * seq), 0.25f);
+  scores[static_cast<std::size_t>(2 * seq + 1)] = std::nanf("");  // visible from row 2
+  scores[static_cast<std::size_t>(0 * seq + 3)] = std::nanf("");  // masked in row 0: never read
+  DeviceBuffer<T> scores_d = upload<T>(scores), probs_d(scores.size());
+  cuda::causal_softmax_forward<T>(scores_d.data(), probs_d.data(), 1, seq, 1.0f, nullptr);
+  const auto p = download(probs_d);
+  EXPECT_EQ(p[0], 1.0f);
+  for (Index j = 0; j <= 2; ++j) EXPECT_TRUE(std::isnan(p[static_cast<std::size_t>(2 * seq + j)])) << j;
+  for (Index j = 0; j <= 3; ++j) EXPECT_FALSE(std::isnan(p[static_cast<std::size_t>(3 * seq + j)])) << j;
+}
+
+}  // namespace
+}  // namespace meshwork::kernels::cuda
