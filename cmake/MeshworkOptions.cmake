@@ -16,6 +16,33 @@ meshwork_tristate(MESHWORK_WITH_QT "Build the Qt 6 GUI")
 meshwork_tristate(MESHWORK_WITH_MPI "Build the MPI parts of the CPU executor")
 meshwork_tristate(MESHWORK_WITH_SIMGRID "Build the discrete-event simulator (sim/)")
 option(MESHWORK_FUZZ "Build libFuzzer targets (needs clang)" OFF)
+# A machine with the CUDA toolkit and CMake but none of Debian's packages (the GPU machine):
+# plan, models, kernels and the executor's CUDA backend, their tests and the GPU benchmark;
+# header-only dependencies and GoogleTest's sources carried in MESHWORK_DEPS_DIR.
+option(MESHWORK_GPU_ONLY "Build only what the GPU checks need (scripts/gpu-check)" OFF)
+set(MESHWORK_DEPS_DIR "" CACHE PATH "Carried dependencies (scripts/gpu-deps): include/{nlohmann,eigen3}, googletest/")
+if(MESHWORK_GPU_ONLY)
+  set(MESHWORK_WITH_QT OFF)
+  set(MESHWORK_WITH_MPI OFF)
+  set(MESHWORK_WITH_SIMGRID OFF)
+  if(MESHWORK_WITH_CUDA STREQUAL "AUTO")
+    set(MESHWORK_WITH_CUDA ON)
+  endif()
+endif()
+
+# A header-only dependency from MESHWORK_DEPS_DIR/include when its package is not installed:
+# an imported INTERFACE target named `target` whose include directory holds `probe`.
+function(meshwork_carried_headers target probe package)
+  foreach(dir ${MESHWORK_DEPS_DIR}/include ${MESHWORK_DEPS_DIR}/include/eigen3)
+    if(EXISTS ${dir}/${probe})
+      add_library(${target} INTERFACE IMPORTED GLOBAL)
+      set_target_properties(${target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${dir})
+      set_target_properties(${target} PROPERTIES INTERFACE_SYSTEM_INCLUDE_DIRECTORIES ${dir})
+      return()
+    endif()
+  endforeach()
+  message(FATAL_ERROR "${probe} not found: install ${package} (scripts/install-deps) or set MESHWORK_DEPS_DIR (scripts/gpu-deps)")
+endfunction()
 
 # Resolves one optional dependency: sets MESHWORK_HAVE_<what> to TRUE or FALSE.
 macro(meshwork_resolve option what found)
