@@ -184,12 +184,12 @@ void MainWindow::re_estimate() {
   t.start();
   const report::Report r = models::estimate(document_.loaded().plan);
   last_estimate_ms_ = static_cast<double>(t.nsecsElapsed()) / 1e6;
-  results_->show_report(r, tr("estimated in %1 ms").arg(last_estimate_ms_, 0, 'f', 1));
+  results_->show_report(r, tr("validated and estimated in %1 ms").arg(last_edit_ms(), 0, 'f', 1));
   compare_->set_predicted(r);
   status_->setText(tr("estimate: step %1, MFU %2 % (%3 ms)")
                        .arg(QString::fromStdString(human_duration(r.step_time_s)))
                        .arg(100 * r.mfu, 0, 'f', 1)
-                       .arg(last_estimate_ms_, 0, 'f', 1));
+                       .arg(last_edit_ms(), 0, 'f', 1));
   goodput_timer_->start();
   emit estimated();
 }

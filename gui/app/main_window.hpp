@@ -43,7 +43,9 @@ class MainWindow : public QMainWindow {
   [[nodiscard]] SweepView* sweep() { return sweep_; }
   [[nodiscard]] CompareView* compare() { return compare_; }
   [[nodiscard]] QTabWidget* tabs() { return tabs_; }
+  // The last edit's cost: resolving and validating the plan, then estimating it (ms).
   [[nodiscard]] double last_estimate_ms() const { return last_estimate_ms_; }
+  [[nodiscard]] double last_edit_ms() const { return document_.last_reload_ms() + last_estimate_ms_; }
   [[nodiscard]] bool goodput_running() const { return goodput_->running(); }
   // How much Monte Carlo the goodput chart spends: intervals swept and trials per interval.
   void set_goodput_effort(int points, std::int64_t trials) {

@@ -1,5 +1,6 @@
 #include "gui/core/plan_document.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 
@@ -87,8 +88,10 @@ bool PlanDocument::save(const std::filesystem::path& file, std::string& error) {
 }
 
 void PlanDocument::reload() {
+  const auto start = std::chrono::steady_clock::now();
   loaded_ = plan::load_plan_json(tree_, base_dir_);
   resolved_ = plan::to_json(loaded_.plan);
+  last_reload_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 nlohmann::json value_from_text(std::string_view text) {

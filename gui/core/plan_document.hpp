@@ -43,6 +43,8 @@ class PlanDocument {
 
   [[nodiscard]] const std::filesystem::path& file() const { return file_; }
   [[nodiscard]] bool modified() const { return modified_; }
+  // Wall time of the last resolve and validate (after every change), milliseconds.
+  [[nodiscard]] double last_reload_ms() const { return last_reload_ms_; }
   // Writes the tree as JSON (to a temporary file, then renamed over `file`).
   bool save(const std::filesystem::path& file, std::string& error);
 
@@ -54,6 +56,7 @@ class PlanDocument {
   plan::LoadResult loaded_;
   nlohmann::json resolved_;
   bool modified_ = false;
+  double last_reload_ms_ = 0;
 };
 
 // "8" -> 8, "0.5" -> 0.5, "true" -> true, anything else -> the string itself.

@@ -53,15 +53,23 @@ class MainWindowTest : public QObject {
   void every_scenario_opens() {
     MainWindow w;
     int opened = 0;
+    double slowest_ms = 0;
+    std::string slowest;
     for (const auto& e : std::filesystem::recursive_directory_iterator(kSource.toStdString() + "/scenarios")) {
       if (e.path().extension() != ".yaml" || e.path().parent_path().filename() == "sweeps") continue;
       QString error;
       QVERIFY2(w.open_plan(QString::fromStdString(e.path().string()), &error), qPrintable(error));
       QVERIFY2(w.document().valid(), e.path().c_str());
       QVERIFY2(w.results()->report().has_value(), e.path().c_str());
+      if (w.last_edit_ms() > slowest_ms) {
+        slowest_ms = w.last_edit_ms();
+        slowest = e.path().filename().string();
+      }
       ++opened;
     }
     QVERIFY(opened >= 30);
+    // Measured, not asserted (the machine is shared): the budget is 50 ms per edit.
+    qInfo("%d scenarios; the slowest validate + estimate after opening: %.2f ms (%s)", opened, slowest_ms, slowest.c_str());
     QString error;
     QVERIFY(!w.open_plan(kSource + "/no/such/plan.yaml", &error));
     QVERIFY(error.contains("no/such/plan.yaml"));
@@ -84,7 +92,7 @@ class MainWindowTest : public QObject {
     QVERIFY(w.results()->report()->step_time_s != before);
     QVERIFY(w.results()->headline_text("step time") != shown_before);
     QVERIFY(w.windowTitle().endsWith("*"));
-    qInfo("estimate after the edit took %.2f ms", w.last_estimate_ms());
+    qInfo("validate + estimate after the edit took %.2f ms", w.last_edit_ms());
   }
 
   void an_invalid_value_shows_its_diagnostic_and_marks_the_field() {
