@@ -42,10 +42,16 @@ class DeviceBuffer {
   [[nodiscard]] std::size_t size() const { return count_; }
   [[nodiscard]] std::size_t size_bytes() const { return count_ * sizeof(T); }
 
-  // Synchronous copies (the default stream); `host` must hold size() elements.
+  // Synchronous copies, complete when they return; `host` must hold size() elements.
   void upload(std::span<const T> host) {
     if (host.size() != count_) fail(__FILE__, __LINE__, "DeviceBuffer::upload", "host span has the wrong length");
-    if (count_ > 0) MESHWORK_CUDA_CHECK(cudaMemcpy(data_, host.data(), size_bytes(), cudaMemcpyHostToDevice));
+    if (count_ > 0) {
+      MESHWORK_CUDA_CHECK(cudaMemcpy(data_, host.data(), size_bytes(), cudaMemcpyHostToDevice));
+      // From pageable memory cudaMemcpy may return before the copy lands (CUDA Runtime API,
+      // "API synchronization behavior"), and non-blocking streams do not wait for the legacy
+      // one: wait here, so work on any stream sees the data.
+      MESHWORK_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+    }
   }
   [[nodiscard]] std::vector<T> download() const {
     std::vector<T> host(count_);
@@ -53,7 +59,10 @@ class DeviceBuffer {
     return host;
   }
   void zero() {
-    if (count_ > 0) MESHWORK_CUDA_CHECK(cudaMemset(data_, 0, size_bytes()));
+    if (count_ > 0) {
+      MESHWORK_CUDA_CHECK(cudaMemset(data_, 0, size_bytes()));
+      MESHWORK_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));  // as upload()
+    }
   }
 
  private:

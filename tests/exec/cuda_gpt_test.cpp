@@ -75,6 +75,18 @@ void compare_one_step(bool swiglu, AttentionPath attention = AttentionPath::auto
   EXPECT_NEAR(loss, cpu.loss_sum(), 2e-2 * cpu.loss_sum());
   for (auto& p : cpu.params()) {
     const auto n = static_cast<std::size_t>(p.grad.size());
+    if (p.spec.name.ends_with(".k.bias")) {
+      // Zero in exact arithmetic (softmax is invariant to q.b_k, the same for every key): both
+      // sides hold rounding noise, bf16's far larger, so the bound is against the key weight's
+      // gradient, as --verify floors its comparisons (exec/execute.cpp).
+      const auto gb = gpu.grad(p.spec.name);
+      const auto gw = gpu.grad(p.spec.name.substr(0, p.spec.name.size() - 4) + "weight");
+      double nb = 0, nw = 0;
+      for (const float x : gb) nb += static_cast<double>(x) * x;
+      for (const float x : gw) nw += static_cast<double>(x) * x;
+      EXPECT_LT(std::sqrt(nb), 1e-2 * std::sqrt(nw)) << p.spec.name;
+      continue;
+    }
     EXPECT_LT(relative_error(gpu.grad(p.spec.name), p.grad.data(), n), 5e-2) << p.spec.name;
   }
   gpu.optimizer_step(1);
