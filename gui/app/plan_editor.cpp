@@ -85,7 +85,10 @@ PlanEditor::PlanEditor(PlanDocument* document, QWidget* parent)
     if (i > 0) apply_preset("cluster.gpu", gpu_preset_->itemText(i));
     gpu_preset_->setCurrentIndex(0);
   });
-  connect(import, &QPushButton::clicked, this, &PlanEditor::import_hf_config);
+  connect(import, &QPushButton::clicked, this, [this] {
+    const QString file = QFileDialog::getOpenFileName(this, tr("Hugging Face config.json"), {}, tr("JSON (*.json)"));
+    if (!file.isEmpty()) import_hf_config(file);
+  });
 
   auto* split = new QSplitter(Qt::Horizontal, this);
   sections_ = new QListWidget(split);
@@ -214,9 +217,7 @@ void PlanEditor::apply_preset(const QString& section, const QString& name) {
   emit edited();
 }
 
-void PlanEditor::import_hf_config() {
-  const QString file = QFileDialog::getOpenFileName(this, tr("Hugging Face config.json"), {}, tr("JSON (*.json)"));
-  if (file.isEmpty()) return;
+void PlanEditor::import_hf_config(const QString& file) {
   nlohmann::json tree = document_->tree();
   if (!tree.is_object()) tree = nlohmann::json::object();
   tree["model"] = nlohmann::json{{"hf_config", std::filesystem::absolute(file.toStdString()).string()}};

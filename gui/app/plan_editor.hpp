@@ -28,6 +28,11 @@ class PlanEditor : public QWidget {
   void show_field(const QString& path);
   void select_section(const QString& section);
 
+  // Starts the model from a Hugging Face config.json, or from a preset ("model" or
+  // "cluster.gpu" and its name): the section is replaced, the rest of the plan kept.
+  void import_hf_config(const QString& file);
+  void apply_preset(const QString& section, const QString& name);
+
   [[nodiscard]] FieldTableModel* field_model() { return fields_; }
   [[nodiscard]] DiagnosticsModel* diagnostics_model() { return diagnostics_; }
   [[nodiscard]] QTableView* field_view() { return field_view_; }
@@ -37,8 +42,6 @@ class PlanEditor : public QWidget {
 
  private:
   void apply_source();
-  void import_hf_config();
-  void apply_preset(const QString& section, const QString& name);
 
   PlanDocument* document_;
   FieldTableModel* fields_;

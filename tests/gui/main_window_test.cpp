@@ -122,6 +122,23 @@ class MainWindowTest : public QObject {
     QVERIFY(w.results()->report().has_value());
   }
 
+  void presets_and_hf_import_replace_the_model() {
+    MainWindow w;
+    QVERIFY(w.open_plan(kDefault));
+    QSignalSpy estimated(&w, &MainWindow::estimated);
+    w.plan_editor()->import_hf_config(kSource + "/tests/data/hf/meta-llama-3-8b.json");
+    QVERIFY(w.document().valid());
+    QCOMPARE(w.document().resolved("model.hidden_size").get<int>(), 4096);
+    QCOMPARE(w.document().resolved("model.num_query_groups").get<int>(), 8);
+    QCOMPARE(estimated.count(), 1);
+    w.plan_editor()->apply_preset("cluster.gpu", "h100-sxm");
+    QCOMPARE(QString::fromStdString(w.document().resolved("cluster.gpu.name").get<std::string>()), QString("h100-sxm"));
+    w.plan_editor()->apply_preset("model", "gpt3-175b");
+    QCOMPARE(w.document().resolved("model.num_layers").get<int>(), 96);
+    QVERIFY(w.document().valid());
+    QCOMPARE(estimated.count(), 3);
+  }
+
   void a_small_plan_simulates_and_fills_the_charts() {
     if (!simulator_available()) QSKIP("this build has no simulator");
     MainWindow w;
