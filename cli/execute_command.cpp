@@ -1,8 +1,9 @@
-// meshwork execute PLAN [--verify] [--steps N] [--json] [--trace F] [--checkpoint-dir D
-//                  [--checkpoint-every K] [--resume]] [--timeout S]
+// meshwork execute PLAN [--backend cpu|cuda] [--verify] [--steps N] [--json] [--trace F]
+//                  [--checkpoint-dir D [--checkpoint-every K] [--resume]] [--timeout S]
 //                  [--inject-bitflip|--inject-hang|--inject-death STEP:RANK]:
-// the plan run for real on the CPU backend, one rank per process, launched by
-// `mpirun -np N` (or srun, torchrun). Rank 0 prints; every rank reports its own errors. When a
+// the plan run for real on the CPU backend (or the CUDA backend: one GPU per rank, data
+// parallelism only), one rank per process, launched by `mpirun -np N` (or srun, torchrun).
+// Rank 0 prints; every rank reports its own errors. When a
 // rank fails (a hung or dead peer named by the watchdog, corruption found, a failed check) the
 // job is aborted, so that no rank is left waiting.
 #include <mpi.h>
@@ -37,16 +38,27 @@ bool parse_injection(const std::string& text, const char* option, exec::Injectio
 }  // namespace
 
 void add_execute_command(CLI::App& app, Io& io) {
-  auto* cmd = app.add_subcommand("execute", "Run the plan for real (CPU backend: Eigen and Open MPI, one rank per process; launch with mpirun -np N)");
+  auto* cmd = app.add_subcommand("execute",
+                                 "Run the plan for real, one rank per process (launch with mpirun -np N): on the CPU backend (Eigen and Open MPI) or the CUDA "
+                                 "backend (one GPU per rank, bf16, NCCL)");
   auto file = std::make_shared<std::string>();
   auto opt = std::make_shared<exec::ExecuteOptions>();
   auto json = std::make_shared<bool>(false);
   auto trace = std::make_shared<std::string>();
   auto bitflip = std::make_shared<std::string>(), hang = std::make_shared<std::string>(), death = std::make_shared<std::string>();
   cmd->add_option("plan", *file, "Plan file (YAML or JSON)")->required();
-  cmd->add_flag("--verify", opt->verify, "Compare the loss and every gradient with a single-rank run of the same model and seed; exit 1 past --tolerance");
+  cmd->add_option("--backend", opt->backend,
+                  "cpu: Eigen and Open MPI, fp32, every parallelism; cuda: one GPU per rank (rank on its node modulo the node's GPUs), bf16 with fp32 "
+                  "master weights, NCCL; data parallelism only (TP = PP = CP = EP = 1, ZeRO 0), gradients all-reduced in buckets during backward "
+                  "when parallelism.overlap.grad_reduce; no checkpoints, --trace or --inject-bitflip")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_flag("--verify", opt->verify,
+                "Compare the loss and every gradient with a single-rank run of the same model and seed; exit 1 past --tolerance (cpu: every step, "
+                "fp32; cuda: the first step against the CPU's fp32 run)");
   cmd->add_option("--steps", opt->steps, "Training steps to run")->check(CLI::Range(1, 1000000));
-  cmd->add_option("--tolerance", opt->tolerance, "--verify's bound on ||a-b||/||b|| per tensor")->check(CLI::PositiveNumber);
+  auto* tolerance = cmd->add_option("--tolerance", opt->tolerance, "--verify's bound on ||a-b||/||b|| per tensor (default 1e-5 for cpu, 5e-2 for cuda's bf16)")
+                        ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", *json, "Print the measured Report as JSON (rank 0)");
   cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace of every rank to this file");
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Where checkpoints are written and resumed from");
@@ -59,8 +71,14 @@ void add_execute_command(CLI::App& app, Io& io) {
   cmd->add_option("--inject-bitflip", *bitflip, "STEP:RANK: flip a bit in that rank's reduced gradients (or gathered parameters under ZeRO) at that step");
   cmd->add_option("--inject-hang", *hang, "STEP:RANK: that rank sleeps forever at that step (the watchdog must name it)");
   cmd->add_option("--inject-death", *death, "STEP:RANK: that rank is killed at that step");
-  cmd->callback([&io, file, opt, json, trace, bitflip, hang, death] {
+  cmd->callback([&io, file, opt, json, trace, bitflip, hang, death, tolerance] {
     std::string error;
+    if (opt->backend == "cuda" && !exec::have_cuda_backend()) {
+      io.err << "meshwork execute: --backend cuda: this build has no CUDA backend\n";
+      io.exit_code = 2;
+      return;
+    }
+    if (opt->backend == "cuda" && tolerance->count() == 0) opt->tolerance = exec::kBf16VerifyTolerance;
     if (!parse_injection(*bitflip, "--inject-bitflip", opt->bitflip, error) || !parse_injection(*hang, "--inject-hang", opt->hang, error) ||
         !parse_injection(*death, "--inject-death", opt->death, error)) {
       io.err << "meshwork execute: " << error << '\n';
@@ -114,7 +132,10 @@ void add_execute_command(CLI::App& app, Io& io) {
         std::snprintf(buf, sizeof buf, "  per step (s): compute %.4f, TP %.4f, DP %.4f, PP %.4f, optimizer %.4f, other %.4f\n", b.compute_s, b.tp_s, b.dp_s,
                       b.pp_s, b.optimizer_s, b.stalls_s);
         io.out << buf;
-        if (opt->verify) io.out << "  verified: loss and every gradient within " << opt->tolerance << " of the single-rank run\n";
+        if (opt->verify) {
+          io.out << "  verified: loss and every gradient within " << opt->tolerance
+                 << (opt->backend == "cuda" ? " of the CPU's fp32 run (first step)\n" : " of the single-rank run\n");
+        }
       }
     }
     if (!initialised) MPI_Finalize();

@@ -2,6 +2,8 @@
 // one training step played
 // out on the plan's fabric by the discrete-event simulator.
 #include <cstdio>
+#include <iostream>
+#include <iterator>
 #include <ostream>
 #include <unistd.h>
 
@@ -17,6 +19,18 @@
 namespace meshwork::cli {
 
 void add_simulate_command(CLI::App& app, Io& io) {
+#ifdef MESHWORK_HAVE_SIMGRID
+  // The simulation for a multi-threaded caller (meshwork-gui): the plan and options as JSON on
+  // stdin, progress and the result on stdout (sim::SimulateOptions::worker). Not for people:
+  // hidden from the help.
+  auto* worker = app.add_subcommand("__simulate-worker", "");
+  worker->group("");
+  worker->callback([&io] {
+    std::string request((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    std::cout.flush();
+    io.exit_code = sim::run_worker(request, STDOUT_FILENO);
+  });
+#endif
   auto* cmd = app.add_subcommand("simulate", "One training step simulated on the plan's fabric (SimGrid)");
   auto file = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);

@@ -4,16 +4,20 @@
 #include <bit>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "exec/checkpoint.hpp"
+#include "exec/measured_report.hpp"
 #include "exec/mpi_group.hpp"
 #include "exec/trainer.hpp"
-#include "models/estimate.hpp"
-#include "models/flops.hpp"
 #include "plan/derived.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
 #include "report/report_io.hpp"
+
+#ifdef MESHWORK_HAVE_CUDA
+#include "exec/cuda/execute_cuda.hpp"
+#endif
 
 namespace meshwork::exec {
 
@@ -210,49 +214,17 @@ std::string chrome_trace(Trainer& t, std::int64_t world_size) {
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
 }
 
-report::Report measured_report(const plan::Plan& plan, const std::vector<StepRecord>& steps, const OpSeconds& ops, const Groups& g) {
-  report::Report r = models::estimate(plan);
-  r.method = report::Method::measured;
-  // The median step after the first (which pays for first touches of memory), as benchmarks
-  // report steady state.
-  std::vector<double> times;
-  for (std::size_t i = steps.size() > 2 ? 1 : 0; i < steps.size(); ++i) times.push_back(steps[i].seconds);
-  std::sort(times.begin(), times.end());
-  const double step_s = times.empty() ? 0 : times[times.size() / 2];
-  const auto n = static_cast<double>(steps.size());
-  const double gpus = static_cast<double>(plan.cluster.num_gpus);
-  const auto flops = models::step_flops(plan);
-  const double peak = plan::peak_tflops(plan.cluster.gpu, plan.training.precision) * 1e12;
-  r.step_time_s = step_s;
-  r.model_tflops_per_gpu = step_s > 0 ? flops.model / step_s / gpus / 1e12 : 0;
-  r.hardware_tflops_per_gpu = step_s > 0 ? flops.hardware / step_s / gpus / 1e12 : 0;
-  r.mfu = peak > 0 ? r.model_tflops_per_gpu * 1e12 / peak : 0;
-  r.hfu = peak > 0 ? r.hardware_tflops_per_gpu * 1e12 / peak : 0;
-  r.tokens_per_s = step_s > 0 ? static_cast<double>(plan.training.global_batch_size * plan.model.seq_length) / step_s : 0;
-  report::Breakdown b;
-  double compute = 0;
-  for (std::size_t i = 0; i < ops.seconds.size(); ++i) {
-    if (i != static_cast<std::size_t>(OpClass::optimizer)) compute += ops.seconds[i];
-  }
-  b.compute_s = compute / n;
-  // Per op kind, as the estimate and the simulator name them (models/op_table).
-  r.op_times.clear();
-  for (std::size_t i = 0; i < ops.seconds.size(); ++i) {
-    if (i == static_cast<std::size_t>(OpClass::optimizer) || ops.seconds[i] <= 0) continue;
-    r.op_times.push_back({kOpClassNames[i], ops.seconds[i] / n, 0});
-  }
-  b.optimizer_s = ops.seconds[static_cast<std::size_t>(OpClass::optimizer)] / n;
-  b.tp_s = g.tp->stats().seconds / n;
-  b.dp_s = (g.dp->stats().seconds + g.expert_dp->stats().seconds) / n;
-  b.ep_s = g.ep->stats().seconds / n;
+report::Report cpu_report(const plan::Plan& plan, const std::vector<StepRecord>& steps, const OpSeconds& ops, const Groups& g) {
+  MeasuredSeconds measured;
+  measured.ops = ops;
+  measured.tp = g.tp->stats().seconds;
+  measured.dp = g.dp->stats().seconds + g.expert_dp->stats().seconds;
+  measured.ep = g.ep->stats().seconds;
   // Pipeline receives are mostly waits for the neighbour: the bubble (fill, drain and the
   // neighbour's slowness); sends and everything else are the transfers.
-  b.bubble_s = g.pp->stats().recv_seconds / n;
-  b.pp_s = (g.pp->stats().seconds - g.pp->stats().recv_seconds) / n;
-  b.stalls_s = std::max(0.0, step_s - b.total());
-  r.breakdown = b;
-  r.bubble_fraction = 0;
-  r.notes.clear();
+  measured.pp_waits = g.pp->stats().recv_seconds;
+  measured.pp = g.pp->stats().seconds - g.pp->stats().recv_seconds;
+  report::Report r = measured_report(plan, steps, measured, plan::peak_tflops(plan.cluster.gpu, plan.training.precision) * 1e12);
   r.notes.push_back("measured on the CPU backend (Eigen, Open MPI), rank 0's view; fp32 whatever the plan's precision");
   r.notes.push_back("bubble: time in pipeline receives, waiting for the neighbour stage (its transfer included)");
   if (plan.model.position_embedding_type == plan::PositionEmbedding::rope) r.notes.push_back("learned absolute positions stand in for RoPE");
@@ -261,7 +233,23 @@ report::Report measured_report(const plan::Plan& plan, const std::vector<StepRec
 
 }  // namespace
 
+bool have_cuda_backend() {
+#ifdef MESHWORK_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
+  if (options.backend == "cuda") {
+#ifdef MESHWORK_HAVE_CUDA
+    return cuda::execute_cuda(plan, options);
+#else
+    throw std::invalid_argument("backend cuda: this build has no CUDA backend");
+#endif
+  }
+  if (options.backend != "cpu") throw std::invalid_argument("backend '" + options.backend + "' is not one of cpu, cuda");
   ExecuteResult out;
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -378,7 +366,7 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
     }
     out.verified = options.verify;
     for (const auto& rec : out.steps) out.verified = out.verified && rec.worst_relative_error <= options.tolerance;
-    out.report = measured_report(plan, out.steps, timing, run->groups());
+    out.report = cpu_report(plan, out.steps, timing, run->groups());
     if (options.trace) out.trace_json = chrome_trace(*run, size);
     out.ok = !options.verify || out.verified;
     if (!out.ok) out.error = "verification failed: a gradient or the loss differs from the single-rank run by more than " + std::to_string(options.tolerance);

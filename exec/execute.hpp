@@ -1,7 +1,9 @@
 #pragma once
-// Runs a plan for real on this process's share of the mesh: the CPU backend (kernels/ on
-// Eigen, collectives over Open MPI), one rank per process. MPI must be initialised; a run of
-// one process needs no launcher. Reports the measured figures in the simulator's Report.
+// Runs a plan for real on this process's share of the mesh, one rank per process: the CPU
+// backend (kernels/ on Eigen, collectives over Open MPI) or, where the build has it, the CUDA
+// backend (exec/cuda: CudaGpt in bf16 and NCCL; data parallelism only so far). MPI must be
+// initialised; a run of one process needs no launcher. Reports the measured figures in the
+// simulator's Report.
 
 #include <cstdint>
 #include <functional>
@@ -19,11 +21,21 @@ struct Injection {
   std::int64_t rank = -1;
 };
 
+// --verify's bound for the CUDA backend: its bf16 step against the CPU's fp32 one (the bound
+// tests/exec/cuda_gpt_test.cpp holds CudaGpt to). The CLI sets it for --backend cuda unless
+// --tolerance is given.
+inline constexpr double kBf16VerifyTolerance = 5e-2;
+
 struct ExecuteOptions {
+  // "cpu" (Eigen and Open MPI) or "cuda" (one GPU per rank, NCCL); execute() throws
+  // std::invalid_argument for any other, and for "cuda" in a build without CUDA.
+  std::string backend = "cpu";
   std::int64_t steps = 1;
-  bool verify = false;        // compare loss and gradients with a single-rank run, every step
+  // Compare loss and gradients with a single-rank run: the CPU backend every step against its
+  // own fp32 run; the CUDA backend the first step against the CPU's fp32 GptChunk.
+  bool verify = false;
   double timeout_s = 300;     // the collectives' watchdog
-  double tolerance = 1e-5;    // ||a - b|| / ||b|| per tensor, fp32 (the bound)
+  double tolerance = 1e-5;    // ||a - b|| / ||b|| per tensor, fp32 (the bound); bf16: kBf16VerifyTolerance
   std::string checkpoint_dir;
   std::int64_t checkpoint_every = 0;  // steps; 0: none
   bool resume = false;                // from the newest complete checkpoint in checkpoint_dir
@@ -57,5 +69,8 @@ struct ExecuteResult {
 };
 
 ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options);
+
+// Whether this build has the CUDA backend (execute() with backend "cuda").
+[[nodiscard]] bool have_cuda_backend();
 
 }  // namespace meshwork::exec

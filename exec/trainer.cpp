@@ -9,6 +9,8 @@
 #include <map>
 #include <thread>
 
+#include "exec/executor_adamw.hpp"
+#include "exec/synthetic_batch.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/checksum.hpp"
 #include "models/program.hpp"
@@ -20,16 +22,6 @@ namespace meshwork::exec {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// AdamW as GPT-3 trained (Brown et al. 2020, Appendix B: beta2 0.95, weight decay 0.1), with a
-// learning rate for a small model.
-constexpr kernels::AdamWHyperparams kAdam{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
-
-std::uint64_t mix(std::uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 std::span<float> span_of(Mat& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
 
@@ -162,29 +154,6 @@ void Trainer::record(std::int32_t name, std::int32_t thread, Clock::time_point s
   events.push_back({name, thread, std::chrono::duration<double, std::micro>(start - epoch_).count(), std::chrono::duration<double, std::micro>(now - start).count(), mb});
 }
 
-// Synthetic tokens with structure to learn: each next token follows from the last by a fixed
-// rule, with a random one in eight (so the loss falls from ln V towards its entropy floor).
-Batch Trainer::batch(std::int64_t step, std::int64_t microbatch) const {
-  const auto& m = plan_.model;
-  const std::int64_t mbs = plan_.training.micro_batch_size;
-  const std::int64_t first = (step - 1) * plan_.training.global_batch_size + (layout_.dp_index(world_rank_) * microbatches_ + microbatch) * mbs;
-  Batch b;
-  b.samples = mbs;
-  b.seq = m.seq_length;
-  const auto vocab = static_cast<std::uint64_t>(m.vocab_size);
-  for (std::int64_t s = 0; s < mbs; ++s) {
-    const std::uint64_t key = mix(static_cast<std::uint64_t>(plan_.run.seed) * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(first + s));
-    std::uint64_t token = key % vocab;
-    for (std::int64_t i = 0; i <= m.seq_length; ++i) {
-      if (i < m.seq_length) b.ids.push_back(static_cast<std::int64_t>(token));
-      if (i > 0) b.targets.push_back(static_cast<std::int64_t>(token));
-      const std::uint64_t r = mix(key + static_cast<std::uint64_t>(i) + 1);
-      token = r % 8 == 0 ? (r >> 8) % vocab : (token * 5 + 3) % vocab;
-    }
-  }
-  return b;
-}
-
 // Replicas of a data-parallel group must hold bit-identical reduced gradients (or gathered
 // parameters): their checksums are compared (silent data corruption, Dixit et al. 2021; Llama
 // 3 §3.3.4). On a mismatch each replica asks `corrupt` whether its own copy is the bad one
@@ -242,7 +211,8 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
         x.resize(rows, hidden);
         g_.pp->recv(prev, tag(item.microbatch, item.chunk, 0), span_of(x));
       }
-      Mat out = chunk.forward(item.microbatch, batch(step, item.microbatch), std::move(x), 1.0 / static_cast<double>(microbatches_));
+      const Batch b = synthetic_batch(plan_, microbatches_, layout_.dp_index(world_rank_), step, item.microbatch);
+      Mat out = chunk.forward(item.microbatch, b, std::move(x), 1.0 / static_cast<double>(microbatches_));
       if (vs < last_vs) g_.pp->send(next, tag(item.microbatch, stage_ == stages_ - 1 ? item.chunk + 1 : item.chunk, 0), span_of(out));
       record(0, 0, t0, item.microbatch);
     } else {
@@ -320,7 +290,7 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     const auto t_opt = Clock::now();
     {
       const auto start = Clock::now();
-      kernels::adamw_step<float>(params_, grads, exp_avg_, exp_avg_sq_, adam_step_, kAdam);
+      kernels::adamw_step<float>(params_, grads, exp_avg_, exp_avg_sq_, adam_step_, kExecutorAdamW);
       if (timing_ != nullptr) (*timing_)[OpClass::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
     }
     unflatten_params(params_);
@@ -351,7 +321,7 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     std::span<float> shard = zero3 ? std::span<float>(params_) : std::span<float>(full).subspan(shard_ * static_cast<std::size_t>(g_.dp->rank()), shard_);
     {
       const auto start = Clock::now();
-      kernels::adamw_step<float>(shard, mine, exp_avg_, exp_avg_sq_, adam_step_, kAdam);
+      kernels::adamw_step<float>(shard, mine, exp_avg_, exp_avg_sq_, adam_step_, kExecutorAdamW);
       if (timing_ != nullptr) (*timing_)[OpClass::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
     }
     record(3, 1, t_opt, -1);
@@ -389,7 +359,7 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     for (auto& v : expert_grads) v *= inv_dp;
     record(2, 1, t_expert, -1);
     const auto t_opt = Clock::now();
-    kernels::adamw_step<float>(expert_params_, expert_grads, expert_exp_avg_, expert_exp_avg_sq_, adam_step_, kAdam);
+    kernels::adamw_step<float>(expert_params_, expert_grads, expert_exp_avg_, expert_exp_avg_sq_, adam_step_, kExecutorAdamW);
     if (timing_ != nullptr) (*timing_)[OpClass::optimizer] += std::chrono::duration<double>(Clock::now() - t_opt).count();
     unflatten_experts(expert_params_);
     record(3, 1, t_opt, -1);

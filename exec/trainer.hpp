@@ -79,7 +79,6 @@ class Trainer {
   void unflatten_experts(const std::vector<float>& flat);
   void release_params();
   void gather_params();
-  Batch batch(std::int64_t step, std::int64_t microbatch) const;
   void check_replicas(const std::vector<float>& data, std::int64_t step, const char* what, const std::function<bool()>& corrupt);
   void record(std::int32_t name, std::int32_t thread, std::chrono::steady_clock::time_point start, std::int32_t mb);
 

@@ -2,8 +2,10 @@
 // progress and result from a pipe.
 #include "sim/simulate.hpp"
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
+#include <spawn.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +14,10 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "plan/plan_io.hpp"
 #include "report/report_io.hpp"
+
+extern char** environ;
 
 namespace meshwork::sim {
 namespace {
@@ -65,14 +70,103 @@ SimulateResult result_from_json(const std::string& text) {
   return r;
 }
 
+namespace {
+
+nlohmann::json options_to_json(const SimulateOptions& o) {
+  nlohmann::json j = {{"free_communication", o.free_communication}, {"trace_path", o.trace_path}, {"trace_ranks", o.trace_ranks},
+                      {"fine", o.fine}, {"per_message", o.per_message}, {"mirror_alike", o.mirror_alike}};
+  if (o.failure) j["failure"] = {{"target", o.failure->target}, {"at_s", o.failure->at_s}};
+  return j;
+}
+
+SimulateOptions options_from_json(const nlohmann::json& j) {
+  SimulateOptions o;
+  o.free_communication = j.at("free_communication").get<bool>();
+  o.trace_path = j.at("trace_path").get<std::string>();
+  o.trace_ranks = j.at("trace_ranks").get<std::vector<std::int64_t>>();
+  o.fine = j.at("fine").get<bool>();
+  o.per_message = j.at("per_message").get<bool>();
+  o.mirror_alike = j.at("mirror_alike").get<bool>();
+  if (j.contains("failure")) o.failure = SimulateOptions::Failure{j["failure"].at("target").get<std::string>(), j["failure"].at("at_s").get<double>()};
+  return o;
+}
+
+// Starts `worker __simulate-worker` with the request on its stdin (written through a pipe by
+// a thread-free loop here: the request is small) and its stdout on `out_fd`'s other end.
+pid_t spawn_worker(const std::string& worker, const std::string& request, int stdout_write_end, int stdout_read_end, std::string& error) {
+  int in[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) {
+    error = std::string("cannot create a pipe for the simulation worker: ") + std::strerror(errno);
+    return -1;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, stdout_write_end, STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, in[1]);
+  posix_spawn_file_actions_addclose(&actions, stdout_read_end);
+  std::string arg0 = worker, arg1 = "__simulate-worker";
+  char* argv[] = {arg0.data(), arg1.data(), nullptr};
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, worker.c_str(), &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(in[0]);
+  if (rc != 0) {
+    ::close(in[1]);
+    error = "cannot start the simulation worker " + worker + ": " + std::strerror(rc);
+    return -1;
+  }
+  const bool sent = write_all(in[1], request);
+  ::close(in[1]);
+  if (!sent) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    error = "cannot send the plan to the simulation worker " + worker;
+    return -1;
+  }
+  return pid;
+}
+
+}  // namespace
+
+int run_worker(std::string_view request, int out_fd) {
+  SimulateResult r;
+  try {
+    const auto j = nlohmann::json::parse(request);
+    const plan::LoadResult loaded = plan::load_plan_json(j.at("plan"));
+    if (!loaded.ok()) {
+      r.error = "the worker could not load the plan: " + plan::format(loaded.diagnostics.items().front());
+    } else {
+      ::mallopt(M_MMAP_THRESHOLD, 1 << 30);  // as the forked child (simulate below)
+      ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
+      r = simulate_here(loaded.plan, options_from_json(j.at("options")), out_fd);
+    }
+  } catch (const std::exception& e) {
+    r.error = std::string("simulation failed: ") + e.what();
+  }
+  return write_all(out_fd, "result " + result_to_json(r) + "\n") ? 0 : 3;
+}
+
 SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) {
   SimulateResult failed;
   int fds[2];
-  if (::pipe(fds) != 0) {
+  // Close-on-exec: a worker started by another thread must not hold our pipe open.
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
     failed.error = std::string("cannot create a pipe for the simulation: ") + std::strerror(errno);
     return failed;
   }
-  const pid_t child = ::fork();
+  pid_t child = -1;
+  if (!options.worker.empty()) {
+    const std::string request = nlohmann::json{{"plan", plan::to_json(plan)}, {"options", options_to_json(options)}}.dump() + "\n";
+    child = spawn_worker(options.worker, request, fds[1], fds[0], failed.error);
+    if (child < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      return failed;
+    }
+  } else {
+    child = ::fork();
+  }
   if (child < 0) {
     ::close(fds[0]);
     ::close(fds[1]);

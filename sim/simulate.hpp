@@ -17,6 +17,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/program.hpp"
@@ -62,6 +63,12 @@ struct SimulateOptions {
   // Play one actor per colour of alike actors (sim/symmetry.hpp). Off: every actor is
   // played (the check that the reduction is exact).
   bool mirror_alike = true;
+  // A program to run the simulation in instead of a fork of this process: `WORKER
+  // __simulate-worker` (the meshwork CLI) reads the plan and these options as JSON on its
+  // stdin and answers as the forked child does. A multi-threaded caller (the GUI) must use it:
+  // a fork copies only the calling thread, and a lock another thread held (the allocator's,
+  // a Qt mutex) stays locked in the child for good. `program` cannot travel this way.
+  std::string worker;
 };
 
 struct LinkUse {
@@ -95,6 +102,10 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options =
 // can run it once (SimGrid's engine is global). Writes progress lines ("progress F\n") to
 // `progress_fd` when it is >= 0.
 SimulateResult simulate_here(const plan::Plan& plan, const SimulateOptions& options, int progress_fd);
+
+// The worker's side (`meshwork __simulate-worker`): reads {"plan": ..., "options": ...} from
+// `in`, simulates, and writes progress and the result to `out_fd`. Returns the exit status.
+int run_worker(std::string_view request, int out_fd);
 
 // The result as JSON and back (the pipe between child and parent).
 std::string result_to_json(const SimulateResult& r);

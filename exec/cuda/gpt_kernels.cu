@@ -34,6 +34,10 @@ __global__ void accumulate_kernel(const float* src, float* dst, std::int64_t n) 
   for (std::int64_t i = thread_index(); i < n; i += thread_stride()) dst[i] += src[i];
 }
 
+__global__ void scale_kernel(float* x, float factor, std::int64_t n) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_stride()) x[i] *= factor;
+}
+
 __global__ void add_bias_kernel(bf16* x, const bf16* bias, std::int64_t rows, std::int64_t cols) {
   for (std::int64_t i = thread_index(); i < rows * cols; i += thread_stride()) x[i] = __float2bfloat16(__bfloat162float(x[i]) + __bfloat162float(bias[i % cols]));
 }
@@ -111,6 +115,12 @@ void add(const bf16* a, const bf16* b, bf16* out, std::int64_t count, cudaStream
 void accumulate(const float* src, float* dst, std::int64_t count, cudaStream_t stream) {
   if (count <= 0) return;
   accumulate_kernel<<<blocks_for(count), kThreads, 0, stream>>>(src, dst, count);
+  check_launch();
+}
+
+void scale(float* x, float factor, std::int64_t count, cudaStream_t stream) {
+  if (count <= 0) return;
+  scale_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, factor, count);
   check_launch();
 }
 

@@ -1,5 +1,7 @@
 #include "gui/core/background_jobs.hpp"
 
+#include <QCoreApplication>
+#include <QFileInfo>
 #include <QTemporaryDir>
 #include <QtConcurrent/QtConcurrent>
 #include <cmath>
@@ -33,6 +35,15 @@ bool simulator_available() {
 #endif
 }
 
+std::string simulation_worker() {
+  if (qEnvironmentVariableIsSet("MESHWORK_CLI")) return qEnvironmentVariable("MESHWORK_CLI").toStdString();
+  const QString here = QCoreApplication::applicationDirPath();
+  for (const QString& candidate : {here + "/meshwork", here + "/../cli/meshwork"}) {
+    if (QFileInfo(candidate).isExecutable()) return QFileInfo(candidate).canonicalFilePath().toStdString();
+  }
+  return "meshwork";
+}
+
 SimulationJob::~SimulationJob() {
   if (watcher_ != nullptr) {
     cancel();
@@ -51,12 +62,14 @@ void SimulationJob::start(const plan::Plan& plan) {
   });
   QPointer<SimulationJob> self(this);
   auto flag = cancel_;
-  watcher_->setFuture(QtConcurrent::run([plan, flag, self]() {
+  const std::string worker = simulation_worker();
+  watcher_->setFuture(QtConcurrent::run([plan, flag, self, worker]() {
     SimulationOutcome out;
 #ifdef MESHWORK_HAVE_SIMGRID
     QTemporaryDir dir;
     sim::SimulateOptions options;
     options.cancel = flag.get();
+    options.worker = worker;
     if (dir.isValid()) options.trace_path = (dir.path() + "/trace.json").toStdString();
     options.progress = [self](double f) {
       if (self) QMetaObject::invokeMethod(self.data(), [self, f] { if (self) emit self->progress(f); }, Qt::QueuedConnection);
@@ -75,6 +88,7 @@ void SimulationJob::start(const plan::Plan& plan) {
     (void)plan;
     (void)flag;
     (void)self;
+    (void)worker;
     out.error = "this build has no simulator (SimGrid was not found)";
 #endif
     return out;

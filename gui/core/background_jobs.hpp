@@ -22,6 +22,11 @@ namespace meshwork::gui {
 // Whether this build has the discrete-event simulator (SimGrid).
 bool simulator_available();
 
+// The meshwork CLI that runs simulations for the GUI in their own process (a fork of the
+// multi-threaded GUI could inherit a lock another thread holds): $MESHWORK_CLI, else
+// `meshwork` beside the GUI's executable or in ../cli/ (the build tree), else `meshwork` on PATH.
+std::string simulation_worker();
+
 struct SimulationOutcome {
   std::optional<report::Report> report;  // absent on error or cancel
   std::string error;

@@ -1,5 +1,5 @@
 // The executor's parts that need no second process: launcher detection, how parameters split
-// over TP and back, checkpoint files.
+// over TP and back, checkpoint files, the CUDA backend's --verify reference.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,8 +8,12 @@
 
 #include "exec/calibrate.hpp"
 #include "exec/checkpoint.hpp"
+#include "exec/execute.hpp"
 #include "exec/launch.hpp"
 #include "exec/params.hpp"
+#include "exec/reference_check.hpp"
+#include "exec/trainer.hpp"
+#include "plan/plan_io.hpp"
 
 namespace meshwork::exec {
 namespace {
@@ -146,6 +150,47 @@ TEST_F(Checkpoint, ACorruptTruncatedOrForeignShardIsRefusedByName) {
   expect_error("not a meshwork checkpoint", 2, "abc");
   std::filesystem::remove(path);
   expect_error("no checkpoint shard", 2, "abc");
+}
+
+// The CUDA backend's --verify reference (a DP 2 plan's whole global batch on one CPU chunk)
+// is the CPU executor's single-rank run: the same tokens, order and scaling, so a run that
+// holds exactly the CPU trainer's gradients differs from it by nothing, and a tensor off by 1%
+// is named.
+TEST(ReferenceCheck, IsTheCpuTrainersSingleRankStep) {
+  const auto loaded = plan::load_plan_text(R"(schema_version: 1
+name: ref
+model: {name: r, num_layers: 2, hidden_size: 32, num_attention_heads: 4, ffn_hidden_size: 64, seq_length: 16, vocab_size: 128, add_bias_linear: true}
+training: {global_batch_size: 8, micro_batch_size: 2, precision: fp32, recompute: none, flash_attention: false}
+parallelism: {tp: 1, pp: 1, zero_stage: 0}
+cluster: {gpu: cpu-host, num_gpus: 2, gpus_per_node: 2, intra_node: {kind: shared_memory}, nics_per_node: 0, topology: {kind: single_node}}
+run: {seed: 7}
+)");
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded.plan.parallelism.data_parallel_size, 2);
+  plan::Plan single = loaded.plan;
+  single.parallelism.data_parallel_size = 1;
+  single.cluster.num_gpus = 1;
+  Groups g;
+  for (auto* group : {&g.world, &g.tp, &g.dp, &g.pp, &g.embedding}) *group = std::make_unique<LocalGroup>();
+  Trainer cpu(single, std::move(g), 0, nullptr);
+  cpu.keep_reduced = true;
+  const double loss = cpu.step(1, ExecuteOptions{});
+  std::map<std::string, std::vector<float>> grads;
+  for (const auto& r : cpu.reduced()) grads[r.param->spec.name] = r.grad;
+  auto run = [&](const std::string& name) { return grads.at(name); };
+  ReferenceCheck c = check_first_step(loaded.plan, loss, run);
+  EXPECT_DOUBLE_EQ(c.reference_loss, loss);
+  EXPECT_LT(c.worst_relative_error, 1e-6) << c.worst_tensor;
+  for (auto& x : grads.at("layers.1.fc1.weight")) x *= 1.01F;
+  c = check_first_step(loaded.plan, loss, run);
+  EXPECT_EQ(c.worst_tensor, "layers.1.fc1.weight");
+  EXPECT_NEAR(c.worst_relative_error, 1e-2, 1e-4);
+}
+
+TEST(Execute, AnUnknownBackendIsRefused) {
+  ExecuteOptions o;
+  o.backend = "tpu";
+  EXPECT_THROW((void)execute(plan::Plan{}, o), std::invalid_argument);
 }
 
 }  // namespace

@@ -1,0 +1,57 @@
+#include "exec/measured_report.hpp"
+
+#include <algorithm>
+
+#include "models/estimate.hpp"
+#include "models/flops.hpp"
+
+namespace meshwork::exec {
+
+double steady_step_seconds(const std::vector<StepRecord>& steps) {
+  std::vector<double> times;
+  for (std::size_t i = steps.size() > 2 ? 1 : 0; i < steps.size(); ++i) times.push_back(steps[i].seconds);
+  std::sort(times.begin(), times.end());
+  return times.empty() ? 0 : times[times.size() / 2];
+}
+
+report::Report measured_report(const plan::Plan& plan, const std::vector<StepRecord>& steps, const MeasuredSeconds& measured, double peak_flops_per_gpu) {
+  report::Report r = models::estimate(plan);
+  r.method = report::Method::measured;
+  const double step_s = steady_step_seconds(steps);
+  const auto n = static_cast<double>(steps.size());
+  const double gpus = static_cast<double>(plan.cluster.num_gpus);
+  const auto flops = models::step_flops(plan);
+  const double peak = peak_flops_per_gpu;
+  r.step_time_s = step_s;
+  r.model_tflops_per_gpu = step_s > 0 ? flops.model / step_s / gpus / 1e12 : 0;
+  r.hardware_tflops_per_gpu = step_s > 0 ? flops.hardware / step_s / gpus / 1e12 : 0;
+  r.mfu = peak > 0 ? r.model_tflops_per_gpu * 1e12 / peak : 0;
+  r.hfu = peak > 0 ? r.hardware_tflops_per_gpu * 1e12 / peak : 0;
+  r.tokens_per_s = step_s > 0 ? static_cast<double>(plan.training.global_batch_size * plan.model.seq_length) / step_s : 0;
+  const OpSeconds& ops = measured.ops;
+  report::Breakdown b;
+  double compute = 0;
+  for (std::size_t i = 0; i < ops.seconds.size(); ++i) {
+    if (i != static_cast<std::size_t>(OpClass::optimizer)) compute += ops.seconds[i];
+  }
+  b.compute_s = compute / n;
+  // Per op kind, as the estimate and the simulator name them (models/op_table).
+  r.op_times.clear();
+  for (std::size_t i = 0; i < ops.seconds.size(); ++i) {
+    if (i == static_cast<std::size_t>(OpClass::optimizer) || ops.seconds[i] <= 0) continue;
+    r.op_times.push_back({kOpClassNames[i], ops.seconds[i] / n, 0});
+  }
+  b.optimizer_s = ops.seconds[static_cast<std::size_t>(OpClass::optimizer)] / n;
+  b.tp_s = measured.tp / n;
+  b.dp_s = measured.dp / n;
+  b.ep_s = measured.ep / n;
+  b.bubble_s = measured.pp_waits / n;
+  b.pp_s = measured.pp / n;
+  b.stalls_s = std::max(0.0, step_s - b.total());
+  r.breakdown = b;
+  r.bubble_fraction = 0;
+  r.notes.clear();
+  return r;
+}
+
+}  // namespace meshwork::exec
