@@ -49,6 +49,8 @@ CompareView::CompareView(QWidget* parent)
   auto* load = new QPushButton(tr("Load measured report or training log..."), bottom);
   status_ = new QLabel(tr("no measured run loaded"), bottom);
   status_->setObjectName("compare_status");
+  status_->setWordWrap(true);  // a long parse error must not widen the window
+  status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   bar->addWidget(load);
   bar->addWidget(status_, 1);
   bottom_layout->addLayout(bar);

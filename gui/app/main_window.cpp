@@ -83,6 +83,7 @@ MainWindow::MainWindow(QWidget* parent)
   progress_->setMaximumWidth(220);
   progress_->hide();
   status_ = new QLabel(this);
+  status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);  // long messages elide, not widen
   statusBar()->addWidget(status_, 1);
   statusBar()->addPermanentWidget(progress_);
 

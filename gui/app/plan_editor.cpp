@@ -127,6 +127,8 @@ PlanEditor::PlanEditor(PlanDocument* document, QWidget* parent)
   bottom_layout->setContentsMargins(0, 0, 0, 0);
   status_ = new QLabel(bottom);
   status_->setObjectName("validation_status");
+  status_->setWordWrap(true);
+  status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   diagnostics_view_ = new QTableView(bottom);
   diagnostics_view_->setObjectName("diagnostics");
   diagnostics_view_->setModel(diagnostics_);

@@ -68,6 +68,8 @@ SweepView::SweepView(PlanDocument* document, QWidget* parent)
   progress_->setRange(0, 1000);
   status_ = new QLabel(this);
   status_->setObjectName("sweep_status");
+  status_->setWordWrap(true);
+  status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   bar->addWidget(run_);
   bar->addWidget(cancel_);
   bar->addWidget(progress_);

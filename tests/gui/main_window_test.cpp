@@ -233,9 +233,9 @@ class MainWindowTest : public QObject {
     QVERIFY(w.compare()->load_measured(file));
     QVERIFY(w.compare()->comparison_model()->rowCount() > 3);
     QVERIFY(!w.compare()->overlay_chart()->series().isEmpty());
+    screenshot(w, 4, "compare");
     std::ofstream(file.toStdString()) << "neither a report nor a log";
     QVERIFY(!w.compare()->load_measured(file));
-    screenshot(w, 4, "compare");
   }
 
   void main_window_screenshot_for_the_readme() {
