@@ -1,18 +1,35 @@
-// meshwork-gui [PLAN]: the what-if desk (DESIGN.md, gui/). Opens PLAN, or the default scenario
-// when it is found beside the sources.
+// meshwork-gui [PLAN]: the what-if desk (DESIGN.md, gui/). Opens PLAN when given.
 #include <QApplication>
 #include <QCommandLineParser>
-#include <QFileInfo>
+#include <cstring>
 
 #include "gui/app/main_window.hpp"
 
-int main(int argc, char** argv) {
-  QApplication app(argc, argv);
-  QApplication::setApplicationName("meshwork-gui");
-  QCommandLineParser parser;
+namespace {
+
+void describe(QCommandLineParser& parser) {
   parser.setApplicationDescription("meshwork: plan, estimate and simulate large-model training on GPU clusters");
   parser.addHelpOption();
   parser.addPositionalArgument("plan", "a plan file (YAML or JSON) to open");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // --help needs no display: answer it before a QApplication looks for one.
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      QCoreApplication core(argc, argv);
+      QCoreApplication::setApplicationName("meshwork-gui");
+      QCommandLineParser parser;
+      describe(parser);
+      parser.process(core);  // prints the help and exits
+    }
+  }
+  QApplication app(argc, argv);
+  QApplication::setApplicationName("meshwork-gui");
+  QCommandLineParser parser;
+  describe(parser);
   parser.process(app);
 
   meshwork::gui::MainWindow window;
