@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Predicted against measured on this machine: for each 2-rank tiny CPU scenario (one rank per
-# core), `meshwork calibrate` measures the machine on its fixed grid (never the scenario's
-# shapes) and writes the calibrated plan; `meshwork simulate` predicts it; `meshwork execute`
-# runs it (10 steps, the median after the first; without the DP replicas' checksum comparison,
-# which the plan does not ask for and the model does not price); `meshwork compare` puts them
-# side by side.
+# Predicted against measured on this machine: `meshwork calibrate` measures the machine once,
+# on its fixed grid (never the scenarios' shapes), over 2 ranks (one per core); its GPU section
+# and node-fabric latency go into each 2-rank tiny CPU scenario, as a user calibrates a machine
+# once and plans on it. For each, `meshwork simulate` predicts it; `meshwork execute` runs it
+# (30 steps, the median after the first; without the DP replicas' checksum comparison, which
+# the plan does not ask for and the model does not price); `meshwork compare` puts them side
+# by side.
 # Prints one Markdown row per mesh; the full comparisons are left in OUT.
 #
 #   bench/exec_compare.sh [build/release/cli/meshwork] [OUT=/tmp/meshwork-exec-compare]
@@ -15,11 +16,19 @@ cd "$(dirname "$0")/.."
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 printf '| mesh (tp, pp, dp) | simulated step (s) | measured step (s) | error | largest contributors (measured - predicted) |\n|---|---|---|---|---|\n'
+mpirun -np 2 "$bin" calibrate --plan scenarios/cpu/tiny-tp2-2rank.yaml --out "$out/machine-calibrated.json" > "$out/calibrate.txt" 2>&1
 for mesh in tp2 pp2 dp2; do
   plan="scenarios/cpu/tiny-$mesh-2rank.yaml"
-  mpirun -np 2 "$bin" calibrate --plan "$plan" --out "$out/$mesh-calibrated.json" > "$out/$mesh-calibrate.txt" 2>&1
+  "$bin" show "$plan" --json > "$out/$mesh-plan.json"
+  python3 - "$out/machine-calibrated.json" "$out/$mesh-plan.json" "$out/$mesh-calibrated.json" <<'PY'
+import json, sys
+machine, plan = (json.load(open(f)) for f in sys.argv[1:3])
+plan["cluster"]["gpu"] = machine["cluster"]["gpu"]
+plan["cluster"]["intra_node"] = machine["cluster"]["intra_node"]
+json.dump(plan, open(sys.argv[3], "w"), indent=2)
+PY
   "$bin" simulate "$out/$mesh-calibrated.json" --json > "$out/$mesh-simulated.json"
-  mpirun -np 2 "$bin" execute "$out/$mesh-calibrated.json" --steps 10 --replica-check-every 0 --json > "$out/$mesh-measured.json"
+  mpirun -np 2 "$bin" execute "$out/$mesh-calibrated.json" --steps 30 --replica-check-every 0 --json > "$out/$mesh-measured.json"
   "$bin" compare "$out/$mesh-simulated.json" "$out/$mesh-measured.json" > "$out/$mesh-compare.txt"
   "$bin" compare "$out/$mesh-simulated.json" "$out/$mesh-measured.json" --json > "$out/$mesh-compare.json"
   python3 - "$mesh" "$out" <<'PY'

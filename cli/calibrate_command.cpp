@@ -1,6 +1,6 @@
 // meshwork calibrate [--plan PLAN] [--out FILE] [--json]: measures this machine (GEMM
-// efficiency on a fixed grid of shapes, streaming bandwidth, an op's fixed cost, all-reduce
-// bus bandwidth and latency over the ranks of `mpirun -np N`) and writes what it found where
+// efficiency on a fixed grid of shapes, streaming bandwidth, the executor's own kernels, an
+// op's fixed cost, collective bus bandwidth and latency over the ranks of `mpirun -np N`) and writes what it found where
 // plans and the simulator take it: with --plan, that plan with its GPU's `calibration` and
 // its node fabric's latency filled in; otherwise the calibrated GPU section.
 #include <mpi.h>
@@ -17,7 +17,7 @@
 namespace meshwork::cli {
 
 void add_calibrate_command(CLI::App& app, Io& io) {
-  auto* cmd = app.add_subcommand("calibrate", "Measure this machine (GEMMs, memory, op overhead, collectives over mpirun's ranks) for the cost models");
+  auto* cmd = app.add_subcommand("calibrate", "Measure this machine (GEMMs, memory, the executor's kernels, op overhead, collectives over mpirun's ranks) for the cost models");
   auto plan_file = std::make_shared<std::string>();
   auto out_file = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
@@ -54,8 +54,12 @@ void add_calibrate_command(CLI::App& app, Io& io) {
         m["stream_gbytes_per_s"] = run.stream_bytes_per_s / 1e9;
         m["streaming_kernels_gbytes_per_s"] = run.kernel_bytes_per_s / 1e9;
         m["op_overhead_us"] = run.op_overhead_s * 1e6;
-        for (const auto& c : run.all_reduce) {
-          m["all_reduce"].push_back({{"bytes", c.bytes}, {"time_us", c.seconds * 1e6}, {"algbw_gbytes_per_s", c.algbw_bytes_per_s / 1e9}, {"busbw_gbytes_per_s", c.busbw_bytes_per_s / 1e9}});
+        const std::pair<const char*, const std::vector<exec::CollectivePoint>*> collectives[] = {
+            {"all_reduce", &run.all_reduce}, {"reduce_scatter", &run.reduce_scatter}, {"all_gather", &run.all_gather}};
+        for (const auto& [name, points] : collectives) {
+          for (const auto& c : *points) {
+            m[name].push_back({{"bytes", c.bytes}, {"time_us", c.seconds * 1e6}, {"algbw_gbytes_per_s", c.algbw_bytes_per_s / 1e9}, {"busbw_gbytes_per_s", c.busbw_bytes_per_s / 1e9}});
+          }
         }
         plan::Plan holder;
         holder.cluster.gpu = spec;
@@ -67,7 +71,7 @@ void add_calibrate_command(CLI::App& app, Io& io) {
         if (*json) {
           io.out << m.dump(2) << '\n';
         } else {
-          char buf[200];
+          char buf[600];
           io.out << "GEMMs (fixed grid):\n";
           for (const auto& g : run.gemm) {
             std::snprintf(buf, sizeof buf, "  %5lld x %5lld x %5lld  %8.2f GFLOP/s\n", static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
@@ -77,17 +81,23 @@ void add_calibrate_command(CLI::App& app, Io& io) {
           std::snprintf(buf, sizeof buf, "memory: STREAM triad %.2f GB/s, the executor's streaming kernels %.2f GB/s; an op's fixed cost: %.2f us\n",
                         run.stream_bytes_per_s / 1e9, run.kernel_bytes_per_s / 1e9, run.op_overhead_s * 1e6);
           io.out << buf;
-          if (!run.all_reduce.empty()) io.out << "all-reduce over " << size << " ranks (nccl-tests' definitions):\n       bytes    time (us)  algbw (GB/s)  busbw (GB/s)\n";
-          for (const auto& c : run.all_reduce) {
-            std::snprintf(buf, sizeof buf, "  %10.0f  %11.1f  %12.3f  %12.3f\n", c.bytes, c.seconds * 1e6, c.algbw_bytes_per_s / 1e9, c.busbw_bytes_per_s / 1e9);
-            io.out << buf;
+          const std::pair<const char*, const std::vector<exec::CollectivePoint>*> tables[] = {
+              {"all-reduce", &run.all_reduce}, {"reduce-scatter", &run.reduce_scatter}, {"all-gather", &run.all_gather}};
+          for (const auto& [name, points] : tables) {
+            if (points->empty()) continue;
+            io.out << name << " over " << size << " ranks (nccl-tests' definitions):\n       bytes    time (us)  algbw (GB/s)  busbw (GB/s)\n";
+            for (const auto& c : *points) {
+              std::snprintf(buf, sizeof buf, "  %10.0f  %11.1f  %12.3f  %12.3f\n", c.bytes, c.seconds * 1e6, c.algbw_bytes_per_s / 1e9, c.busbw_bytes_per_s / 1e9);
+              io.out << buf;
+            }
           }
           const auto& k = run.calibration;
           std::snprintf(buf, sizeof buf,
                         "calibration: gemm_max_efficiency %.4f, gemm_half_macs %.3g, memory_efficiency %.3f, elementwise_efficiency %.4f, norm_efficiency %.4f, "
+                        "attention_max_efficiency %.4f, attention_half_macs %.3g, loss_efficiency %.4f, embedding_efficiency %.4f, optimizer_efficiency %.4f, "
                         "kernel_overhead_us %.2f, intra_node_efficiency %.3f",
-                        k.gemm_max_efficiency, k.gemm_half_macs, k.memory_efficiency, k.elementwise_efficiency, k.norm_efficiency, k.kernel_overhead_us,
-                        k.intra_node_efficiency);
+                        k.gemm_max_efficiency, k.gemm_half_macs, k.memory_efficiency, k.elementwise_efficiency, k.norm_efficiency, k.attention_max_efficiency,
+                        k.attention_half_macs, k.loss_efficiency, k.embedding_efficiency, k.optimizer_efficiency, k.kernel_overhead_us, k.intra_node_efficiency);
           io.out << buf;
           if (latency_us > 0) io.out << ", intra-node latency " << latency_us << " us";
           io.out << '\n';

@@ -1,9 +1,12 @@
 #pragma once
 // Measures the machine at hand for the cost models (`meshwork calibrate`): GEMM efficiency on
-// a fixed grid of shapes (never the scenario's own), streaming memory bandwidth, the fixed cost
-// of a small op, and collective bus bandwidth and latency by message size with nccl-tests'
-// definitions (doc/PERFORMANCE.md: algbw = S / t, all-reduce busbw = algbw x 2(n-1)/n). Every
-// rank measures at once, as they compute at once in a run.
+// a fixed grid of shapes (never the scenario's own) in the three forms a layer runs, streaming
+// memory bandwidth, the executor's own kernels (activation, norm, attention, loss, embedding,
+// optimizer) on fixed grids, the fixed cost of a small op, and collective bus bandwidth and
+// latency by message size with nccl-tests' definitions (doc/PERFORMANCE.md: algbw = S / t,
+// all-reduce busbw = algbw x 2(n-1)/n, reduce-scatter and all-gather algbw x (n-1)/n). Every
+// rank measures at once, as they compute at once in a run, and compute figures are the
+// slowest rank's, as a synchronous step goes at its pace.
 
 #include <cstdint>
 #include <functional>
@@ -28,7 +31,7 @@ struct CalibrationRun {
   double stream_bytes_per_s = 0;  // STREAM triad (McCalpin 1995), bytes read and written
   double kernel_bytes_per_s = 0;  // the executor's streaming kernels, as the cost model counts their bytes
   double op_overhead_s = 0;       // a tiny elementwise op, beyond its bytes
-  std::vector<CollectivePoint> all_reduce;  // empty in a group of one
+  std::vector<CollectivePoint> all_reduce, reduce_scatter, all_gather;  // empty in a group of one
   int ranks = 1;
   plan::Calibration calibration;  // fitted against the GPU spec's peak and bandwidths
 };
@@ -40,7 +43,7 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
                          const std::function<void(const std::string&)>& progress, const plan::Plan* plan = nullptr);
 
 // Fits eff(macs) = E macs / (macs + H) (models::gemm_efficiency) to measured efficiencies by
-// least squares on 1/eff = 1/E + (H/E) / macs; returns {E, H}.
+// least squares on 1/eff = 1/E + (H/E) / macs; returns {E, H}, H at least 1.
 std::pair<double, double> fit_gemm_efficiency(const std::vector<std::pair<double, double>>& macs_and_efficiency);
 
 }  // namespace meshwork::exec

@@ -303,7 +303,7 @@ Mat GptChunk::forward(int mb, const Batch& batch, Mat x, double loss_scale) {
     Scope s(timing_, OpClass::embedding);
     const Index offset = tp_.sequence_parallel ? r * x.rows() : 0;
     const Mat& pos = p("embedding.position").value;
-    for (Index i = 0; i < x.rows(); ++i) x.row(i) += pos.row((offset + i) % batch.seq);
+    add_positions(x, pos, offset, batch.seq);
   }
   cache->layers.resize(static_cast<std::size_t>(layers_));
   for (std::int64_t i = 0; i < layers_; ++i) x = layer_forward(first_layer_ + i, x, cache->layers[static_cast<std::size_t>(i)]);
@@ -329,9 +329,19 @@ Mat GptChunk::forward(int mb, const Batch& batch, Mat x, double loss_scale) {
     }
     // Vocabulary-parallel cross-entropy (Shoeybi et al. 2019 §3): the row maxima and the two
     // partial sums all-reduced over TP, never the logits.
-    Vec max = kernels::vocab_parallel_local_max<float>(logits);
+    // Every pass over the logits is the loss's time (`meshwork calibrate` times the same
+    // three kernels); the all-reduces between them are TP communication.
+    Vec max;
+    {
+      Scope s(timing_, OpClass::loss);
+      max = kernels::vocab_parallel_local_max<float>(logits);
+    }
     tp_.group->all_reduce_max(std::span<float>(max.data(), static_cast<std::size_t>(max.size())));
-    auto sums = kernels::vocab_parallel_partial_sums<float>(logits, max, batch.targets, vocab_begin);
+    kernels::VocabParallelPartialSums<float> sums;
+    {
+      Scope s(timing_, OpClass::loss);
+      sums = kernels::vocab_parallel_partial_sums<float>(logits, max, batch.targets, vocab_begin);
+    }
     tp_.group->all_reduce_sum(std::span<float>(sums.sum_exp.data(), static_cast<std::size_t>(sums.sum_exp.size())));
     tp_.group->all_reduce_sum(std::span<float>(sums.target_logit_minus_max.data(), static_cast<std::size_t>(sums.target_logit_minus_max.size())));
     Scope s(timing_, OpClass::loss);
@@ -384,7 +394,7 @@ Mat GptChunk::backward(int mb, Mat dy) {
       Mat& pos = p("embedding.position").grad;
       const Index offset = tp_.sequence_parallel ? r * dy.rows() : 0;
       const Index seq = m_.seq_length;
-      for (Index i = 0; i < dy.rows(); ++i) pos.row((offset + i) % seq) += dy.row(i);
+      accumulate_position_grad(pos, dy, offset, seq);
     }
     const Mat df = leave_back(dy);
     Scope s(timing_, OpClass::embedding);

@@ -22,6 +22,15 @@ inline Vec vec(const Mat& m) { return Eigen::Map<const Vec>(m.data(), m.size());
 inline Mat column_sums(const Mat& d) { return d.colwise().sum().transpose(); }
 inline void add_rows(Mat& x, const Mat& bias) { x.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias.data(), bias.size()); }
 
+// Learned absolute positions (GPT-2): token i of a sequence adds position row (offset + i) mod
+// seq; the gradient accumulates the other way.
+inline void add_positions(Mat& x, const Mat& pos, Index offset, Index seq) {
+  for (Index i = 0; i < x.rows(); ++i) x.row(i) += pos.row((offset + i) % seq);
+}
+inline void accumulate_position_grad(Mat& pos_grad, const Mat& dy, Index offset, Index seq) {
+  for (Index i = 0; i < dy.rows(); ++i) pos_grad.row((offset + i) % seq) += dy.row(i);
+}
+
 class Scope {
  public:
   Scope(OpSeconds* t, OpClass c) : t_(t), c_(c), start_(std::chrono::steady_clock::now()) {}

@@ -18,7 +18,7 @@ report::Report measured_report(const plan::Plan& plan, const std::vector<StepRec
   report::Report r = models::estimate(plan);
   r.method = report::Method::measured;
   const double step_s = steady_step_seconds(steps);
-  const auto n = static_cast<double>(steps.size());
+  const auto n = static_cast<double>(std::max<std::size_t>(1, measured.steps > 0 ? measured.steps : steps.size()));
   const double gpus = static_cast<double>(plan.cluster.num_gpus);
   const auto flops = models::step_flops(plan);
   const double peak = peak_flops_per_gpu;

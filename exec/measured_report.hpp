@@ -21,6 +21,9 @@ struct MeasuredSeconds {
   double ep = 0;
   double pp = 0;          // pipeline transfers
   double pp_waits = 0;    // pipeline receives waiting for the neighbour: the bubble
+  // How many steps the sums above cover; 0: all of them. The CPU backend leaves out the first
+  // step, as steady_step_seconds does: it pays for first touches and the collectives' setup.
+  std::size_t steps = 0;
 };
 
 // The median step after the first (which pays for first touches of memory), as benchmarks

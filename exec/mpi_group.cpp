@@ -20,6 +20,9 @@ int count(std::size_t n) {
 
 // Tags of arrival notices cycle below MPI's guaranteed upper bound (32767, MPI 4.0 §8.1.2).
 constexpr std::int64_t kTagCycle = 32000;
+// How many chunks of a large collective are in flight at once (run()); measured on 2 ranks,
+// bench/RESULTS.md.
+constexpr std::size_t kChunksInFlight = 4;
 
 }  // namespace
 
@@ -97,8 +100,8 @@ void MpiGroup::wait(std::vector<MPI_Request>& requests, const char* what, const 
   }
 }
 
-template <class Start>
-void MpiGroup::run(const char* what, double bytes, Start start) {
+template <class Launch>
+void MpiGroup::run(const char* what, double bytes, std::size_t chunks, Launch launch) {
   const auto t0 = Clock::now();
   ++sequence_;
   std::vector<MPI_Request> arrivals(static_cast<std::size_t>(size_), MPI_REQUEST_NULL), notices;
@@ -115,9 +118,15 @@ void MpiGroup::run(const char* what, double bytes, Start start) {
       MPI_Isend(&mine, 1, MPI_INT64_T, m, tag, notices_, &notices.back());
     }
   }
-  std::vector<MPI_Request> requests = start();
+  // Chunks go in waves of kChunksInFlight: a few keep the shared-memory transport busy, but
+  // dozens outstanding at once slow Open MPI's non-blocking collectives down by orders of
+  // magnitude (a 16 MiB reduce-scatter as 64 chunks at once: 124 ms, bench/RESULTS.md).
   try {
-    wait(requests, what, arrivals);
+    for (std::size_t first = 0; first < chunks; first += kChunksInFlight) {
+      std::vector<MPI_Request> requests;
+      for (std::size_t c = first; c < std::min(chunks, first + kChunksInFlight); ++c) requests.push_back(launch(c));
+      wait(requests, what, arrivals);
+    }
   } catch (...) {
     (void)inbox.release();  // NOLINT: still targeted by receives in flight
     throw;
@@ -133,10 +142,10 @@ void MpiGroup::check_identical(std::span<const float> result, const char* what) 
   if (!options_.self_check || size_ <= 1) return;
   const std::uint64_t mine = kernels::checksum_fnv1a64<float>(result);
   std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
-  run("self-check", 0, [&] {
-    std::vector<MPI_Request> rs(1);
-    MPI_Iallgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_, rs.data());
-    return rs;
+  run("self-check", 0, 1, [&](std::size_t) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_Iallgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_, &r);
+    return r;
   });
   for (const auto c : all) {
     if (c != all.front()) {
@@ -147,37 +156,37 @@ void MpiGroup::check_identical(std::span<const float> result, const char* what) 
   }
 }
 
-// Large buffers go as several non-blocking collectives of at most kChunkFloats each, in
-// flight together: Open MPI's non-blocking collectives over shared memory slow down tenfold
+// Large buffers go as several non-blocking collectives of at most kChunkFloats each, a few in
+// flight together (kChunksInFlight): Open MPI's non-blocking collectives over shared memory slow down tenfold
 // past a few hundred KiB (a protocol change: 137 us for 256 KiB, 2 ms for 1 MiB here; see
 // bench/RESULTS.md), and chunks keep every call below it, as NCCL splits a buffer in chunks.
 constexpr std::size_t kChunkFloats = std::size_t{32} << 10;
+// At least one chunk: an empty buffer is one empty collective, which every member must call.
+constexpr std::size_t chunks_of(std::size_t floats) { return std::max<std::size_t>(1, (floats + kChunkFloats - 1) / kChunkFloats); }
 
 void MpiGroup::all_reduce_sum(std::span<float> data) {
-  run("all-reduce", static_cast<double>(data.size_bytes()), [&] {
-    std::vector<MPI_Request> rs;
-    for (std::size_t at = 0; at < data.size(); at += kChunkFloats) {
-      rs.emplace_back();
-      MPI_Iallreduce(MPI_IN_PLACE, data.data() + at, count(std::min(kChunkFloats, data.size() - at)), MPI_FLOAT, MPI_SUM, comm_, &rs.back());
-    }
-    return rs;
+  run("all-reduce", static_cast<double>(data.size_bytes()), chunks_of(data.size()), [&](std::size_t j) {
+    const std::size_t at = j * kChunkFloats;
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_Iallreduce(MPI_IN_PLACE, data.data() + at, count(std::min(kChunkFloats, data.size() - at)), MPI_FLOAT, MPI_SUM, comm_, &r);
+    return r;
   });
   check_identical(data, "all-reduce");
 }
 
 void MpiGroup::all_reduce_sum(std::span<double> data) {
-  run("all-reduce", static_cast<double>(data.size_bytes()), [&] {
-    std::vector<MPI_Request> rs(1);
-    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_DOUBLE, MPI_SUM, comm_, rs.data());
-    return rs;
+  run("all-reduce", static_cast<double>(data.size_bytes()), 1, [&](std::size_t) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_DOUBLE, MPI_SUM, comm_, &r);
+    return r;
   });
 }
 
 void MpiGroup::all_reduce_max(std::span<float> data) {
-  run("all-reduce", static_cast<double>(data.size_bytes()), [&] {
-    std::vector<MPI_Request> rs(1);
-    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_FLOAT, MPI_MAX, comm_, rs.data());
-    return rs;
+  run("all-reduce", static_cast<double>(data.size_bytes()), 1, [&](std::size_t) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_Iallreduce(MPI_IN_PLACE, data.data(), count(data.size()), MPI_FLOAT, MPI_MAX, comm_, &r);
+    return r;
   });
 }
 
@@ -188,16 +197,14 @@ void MpiGroup::reduce_scatter_sum(std::span<const float> in, std::span<float> ou
   // never freed if the call times out: MPI may still read it).
   auto packed = std::make_unique<std::vector<std::vector<float>>>();
   try {
-    run("reduce-scatter", static_cast<double>(in.size_bytes()), [&] {
-      std::vector<MPI_Request> rs;
-      for (std::size_t at = 0; at < block; at += kChunkFloats) {
-        const std::size_t c = std::min(kChunkFloats, block - at);
-        auto& buf = packed->emplace_back(members * c);
-        for (std::size_t b = 0; b < members; ++b) std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(b * block + at), c, buf.begin() + static_cast<std::ptrdiff_t>(b * c));
-        rs.emplace_back();
-        MPI_Ireduce_scatter_block(buf.data(), out.data() + at, count(c), MPI_FLOAT, MPI_SUM, comm_, &rs.back());
-      }
-      return rs;
+    packed->reserve(chunks_of(block));
+    run("reduce-scatter", static_cast<double>(in.size_bytes()), chunks_of(block), [&](std::size_t j) {
+      const std::size_t at = j * kChunkFloats, c = std::min(kChunkFloats, block - at);
+      auto& buf = packed->emplace_back(members * c);
+      for (std::size_t b = 0; b < members; ++b) std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(b * block + at), c, buf.begin() + static_cast<std::ptrdiff_t>(b * c));
+      MPI_Request r = MPI_REQUEST_NULL;
+      MPI_Ireduce_scatter_block(buf.data(), out.data() + at, count(c), MPI_FLOAT, MPI_SUM, comm_, &r);
+      return r;
     });
   } catch (...) {
     (void)packed.release();  // NOLINT: MPI may still use them after a timeout
@@ -210,16 +217,13 @@ void MpiGroup::all_gather(std::span<const float> in, std::span<float> out) {
   const std::size_t block = in.size(), members = static_cast<std::size_t>(size_);
   auto packed = std::make_unique<std::vector<std::vector<float>>>();
   try {
-    run("all-gather", static_cast<double>(out.size_bytes()), [&] {
-      std::vector<MPI_Request> rs;
-      packed->reserve((block + kChunkFloats - 1) / kChunkFloats);
-      for (std::size_t at = 0; at < block; at += kChunkFloats) {
-        const std::size_t c = std::min(kChunkFloats, block - at);
-        auto& buf = packed->emplace_back(members * c);
-        rs.emplace_back();
-        MPI_Iallgather(in.data() + at, count(c), MPI_FLOAT, buf.data(), count(c), MPI_FLOAT, comm_, &rs.back());
-      }
-      return rs;
+    packed->reserve(chunks_of(block));
+    run("all-gather", static_cast<double>(out.size_bytes()), chunks_of(block), [&](std::size_t j) {
+      const std::size_t at = j * kChunkFloats, c = std::min(kChunkFloats, block - at);
+      auto& buf = packed->emplace_back(members * c);
+      MPI_Request r = MPI_REQUEST_NULL;
+      MPI_Iallgather(in.data() + at, count(c), MPI_FLOAT, buf.data(), count(c), MPI_FLOAT, comm_, &r);
+      return r;
     });
   } catch (...) {
     (void)packed.release();  // NOLINT: MPI may still use them after a timeout
@@ -235,10 +239,10 @@ void MpiGroup::all_gather(std::span<const float> in, std::span<float> out) {
 
 void MpiGroup::all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) {
   if (out.size() != in.size() * static_cast<std::size_t>(size_)) throw std::invalid_argument("all-gather: the output is not size() blocks of the input");
-  run("all-gather", static_cast<double>(out.size_bytes()), [&] {
-    std::vector<MPI_Request> rs(1);
-    MPI_Iallgather(in.data(), count(in.size()), MPI_UINT64_T, out.data(), count(in.size()), MPI_UINT64_T, comm_, rs.data());
-    return rs;
+  run("all-gather", static_cast<double>(out.size_bytes()), 1, [&](std::size_t) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_Iallgather(in.data(), count(in.size()), MPI_UINT64_T, out.data(), count(in.size()), MPI_UINT64_T, comm_, &r);
+    return r;
   });
 }
 
@@ -261,10 +265,10 @@ void MpiGroup::all_to_all_v(std::span<const float> send, std::span<const int> se
   }
   if (sent != send.size() || received != recv.size()) throw std::invalid_argument("all-to-all: the counts do not add up to the buffers' sizes");
   try {
-    run("all-to-all", static_cast<double>(send.size_bytes()), [&] {
-      std::vector<MPI_Request> rs(1);
-      MPI_Ialltoallv(send.data(), scounts.data(), sdispls.data(), MPI_FLOAT, recv.data(), rcounts.data(), rdispls.data(), MPI_FLOAT, comm_, rs.data());
-      return rs;
+    run("all-to-all", static_cast<double>(send.size_bytes()), 1, [&](std::size_t) {
+      MPI_Request r = MPI_REQUEST_NULL;
+      MPI_Ialltoallv(send.data(), scounts.data(), sdispls.data(), MPI_FLOAT, recv.data(), rcounts.data(), rdispls.data(), MPI_FLOAT, comm_, &r);
+      return r;
     });
   } catch (...) {
     (void)layout.release();  // NOLINT: MPI may still use them after a timeout
@@ -275,10 +279,10 @@ void MpiGroup::all_to_all_v(std::span<const float> send, std::span<const int> se
 void MpiGroup::all_to_all(std::span<const std::int64_t> in, std::span<std::int64_t> out) {
   if (in.size() != out.size() || in.size() % static_cast<std::size_t>(size_) != 0) throw std::invalid_argument("all-to-all: the buffers are not size() equal blocks");
   const std::size_t block = in.size() / static_cast<std::size_t>(size_);
-  run("all-to-all", static_cast<double>(in.size_bytes()), [&] {
-    std::vector<MPI_Request> rs(1);
-    MPI_Ialltoall(in.data(), count(block), MPI_INT64_T, out.data(), count(block), MPI_INT64_T, comm_, rs.data());
-    return rs;
+  run("all-to-all", static_cast<double>(in.size_bytes()), 1, [&](std::size_t) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_Ialltoall(in.data(), count(block), MPI_INT64_T, out.data(), count(block), MPI_INT64_T, comm_, &r);
+    return r;
   });
 }
 

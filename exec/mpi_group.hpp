@@ -53,10 +53,11 @@ class MpiGroup final : public Group {
 
  private:
   MpiGroup(std::string name, MPI_Comm comm, MPI_Comm notices, std::vector<std::int64_t> members, const GroupOptions& options);
-  // Posts this member's arrival at collective `what`, starts `start` (which returns the
-  // request), and waits for it under the deadline.
-  template <class Start>
-  void run(const char* what, double bytes, Start start);
+  // Posts this member's arrival at collective `what`, starts its `chunks` pieces
+  // (`launch(i)` starts piece i and returns its request) a few at a time, and waits for them
+  // under the deadline.
+  template <class Launch>
+  void run(const char* what, double bytes, std::size_t chunks, Launch launch);
   void wait(std::vector<MPI_Request>& requests, const char* what, const std::vector<MPI_Request>& arrivals);
   [[noreturn]] void fail(const std::string& message);
   void check_identical(std::span<const float> result, const char* what);

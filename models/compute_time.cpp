@@ -15,6 +15,21 @@ constexpr double kCausalFlashFraction = 0.5;
 
 }  // namespace
 
+double ComputeTimer::bytes_per_s(OpKind kind) const {
+  // Kinds whose pace `meshwork calibrate` measured on the executor's kernel (bytes as the
+  // cost model counts them) rather than STREAM's.
+  double e = 0;
+  switch (kind) {
+    case OpKind::elementwise: e = hw_.elementwise_efficiency; break;
+    case OpKind::norm: e = hw_.norm_efficiency; break;
+    case OpKind::loss: e = hw_.loss_efficiency; break;
+    case OpKind::embedding: e = hw_.embedding_efficiency; break;
+    case OpKind::optimizer: e = hw_.optimizer_efficiency; break;
+    default: break;
+  }
+  return e > 0 ? hbm_bytes_per_s_ / hw_.memory_efficiency * e : hbm_bytes_per_s_;
+}
+
 ComputeTimer::ComputeTimer(const plan::Plan& p)
     : hw_(hardware_profile(p.cluster.gpu)),
       peak_flops_(plan::peak_tflops(p.cluster.gpu, p.training.precision) * 1e12),
@@ -26,6 +41,14 @@ double ComputeTimer::operator()(OpKind kind, double flops, double bytes) const {
   switch (kind) {
     case OpKind::gemm: t += flops / (peak_flops_ * gemm_efficiency(hw_, flops / 2)); break;
     case OpKind::attention: {
+      if (hw_.attention_max_efficiency > 0 && flops > 0) {
+        // Measured on the executor's own attention kernel (`meshwork calibrate`), fitted
+        // against the op's size as GEMMs are: its arithmetic and score passes together.
+        const double macs = flops / 2;
+        const double e = hw_.attention_max_efficiency * macs / (macs + hw_.attention_half_macs);
+        t += flops / (peak_flops_ * e);
+        break;
+      }
       // Causal flash attention skips the masked half of the score blocks (Dao 2023 §3.1); the
       // op's FLOPs stay the full matrix, as MFU counts them.
       const double executed = flash_ ? flops * kCausalFlashFraction : flops;
@@ -36,13 +59,7 @@ double ComputeTimer::operator()(OpKind kind, double flops, double bytes) const {
       t += flash_ ? std::max(compute, memory) : compute + memory;
       break;
     }
-    case OpKind::elementwise:
-    case OpKind::norm: {
-      const double e = kind == OpKind::norm ? hw_.norm_efficiency : hw_.elementwise_efficiency;
-      t += e > 0 ? bytes / (hbm_bytes_per_s_ / hw_.memory_efficiency * e) : bytes / hbm_bytes_per_s_;
-      break;
-    }
-    default: t += bytes / hbm_bytes_per_s_; break;
+    default: t += bytes / bytes_per_s(kind); break;
   }
   return t;
 }

@@ -20,6 +20,9 @@ class ComputeTimer {
   [[nodiscard]] double operator()(OpKind kind, double flops, double bytes) const;
   [[nodiscard]] double operator()(const Op& op) const { return (*this)(op.kind, op.flops, op.bytes); }
   [[nodiscard]] double hbm_bytes_per_s() const { return hbm_bytes_per_s_; }
+  // The streaming rate of an op of `kind` (memory-bound kinds): a calibrated kernel's where
+  // `meshwork calibrate` measured one, the achievable memory bandwidth otherwise.
+  [[nodiscard]] double bytes_per_s(OpKind kind) const;
   [[nodiscard]] const HardwareProfile& hardware() const { return hw_; }
 
  private:

@@ -275,7 +275,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     double bytes_per_param = kOptimizerBytesPerParam;
     // Compression and its error feedback read and write an fp32 residual per parameter.
     if (par.gradient_compression != plan::GradientCompression::none) bytes_per_param += 12;
-    b.optimizer_s = (owned_dense + owned_expert) * bytes_per_param / timer.hbm_bytes_per_s();
+    b.optimizer_s = (owned_dense + owned_expert) * bytes_per_param / timer.bytes_per_s(OpKind::optimizer);
   }
 
   r.step_time_s = b.total();

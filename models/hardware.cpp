@@ -101,6 +101,11 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
   if (c.memory_efficiency > 0) hw.memory_efficiency = c.memory_efficiency;
   if (c.elementwise_efficiency > 0) hw.elementwise_efficiency = c.elementwise_efficiency;
   if (c.norm_efficiency > 0) hw.norm_efficiency = c.norm_efficiency;
+  if (c.attention_max_efficiency > 0) hw.attention_max_efficiency = c.attention_max_efficiency;
+  if (c.attention_half_macs > 0) hw.attention_half_macs = c.attention_half_macs;
+  if (c.loss_efficiency > 0) hw.loss_efficiency = c.loss_efficiency;
+  if (c.embedding_efficiency > 0) hw.embedding_efficiency = c.embedding_efficiency;
+  if (c.optimizer_efficiency > 0) hw.optimizer_efficiency = c.optimizer_efficiency;
   if (c.kernel_overhead_us > 0) hw.kernel_overhead_s = c.kernel_overhead_us * 1e-6;
   if (c.intra_node_efficiency > 0) hw.nvlink_efficiency = c.intra_node_efficiency;
   if (c.nic_efficiency > 0) hw.nic_efficiency = c.nic_efficiency;

@@ -24,6 +24,12 @@ struct HardwareProfile {
   // CPUs); 0: memory_efficiency.
   double elementwise_efficiency = 0;
   double norm_efficiency = 0;
+  // Measured on the executor's own kernels (plan::Calibration); 0: the roofline's.
+  double attention_max_efficiency = 0;
+  double attention_half_macs = 0;
+  double loss_efficiency = 0;
+  double embedding_efficiency = 0;
+  double optimizer_efficiency = 0;
   // Fixed cost per kernel launch, seconds.
   double kernel_overhead_s = 0;
   // Bus bandwidth of large collectives over NVLink and over the NICs, / line rate.

@@ -125,6 +125,15 @@ struct Calibration {
   // rather than memory sets the pace (CPUs); 0: as memory_efficiency.
   double elementwise_efficiency = 0;
   double norm_efficiency = 0;
+  // What the executor's own kernels measure where a datasheet roofline misses them (CPUs):
+  // unfused attention fitted like GEMMs (achieved / peak FLOP/s against the op's size), and
+  // the loss, the embedding and the optimizer as achieved bytes/s (as the cost model counts
+  // their bytes) over memory bandwidth; 0: the roofline's.
+  double attention_max_efficiency = 0;
+  double attention_half_macs = 0;
+  double loss_efficiency = 0;
+  double embedding_efficiency = 0;
+  double optimizer_efficiency = 0;
   double kernel_overhead_us = 0;   // fixed cost per kernel or op
   double intra_node_efficiency = 0;  // collectives' bus bandwidth in a node / its fabric's
   double nic_efficiency = 0;

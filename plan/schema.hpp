@@ -113,6 +113,11 @@ void describe(V& v, Calibration& s) {
   v.field(s.memory_efficiency, {.key = "memory_efficiency", .doc = "Streaming kernels' achieved over datasheet memory bandwidth.", .min = 0, .max = 100});
   v.field(s.elementwise_efficiency, {.key = "elementwise_efficiency", .doc = "Elementwise kernels (activation, bias, residual): achieved bytes/s over memory bandwidth; 0: memory_efficiency.", .min = 0, .max = 100});
   v.field(s.norm_efficiency, {.key = "norm_efficiency", .doc = "Normalisation kernels: achieved bytes/s over memory bandwidth; 0: memory_efficiency.", .min = 0, .max = 100});
+  v.field(s.attention_max_efficiency, {.key = "attention_max_efficiency", .doc = "Attention as the executor computes it (unfused): the largest ops' achieved over peak FLOP/s; 0: a GEMM of its size plus the score passes.", .min = 0, .max = 1});
+  v.field(s.attention_half_macs, {.key = "attention_half_macs", .doc = "Attention op size (multiply-adds) at half attention_max_efficiency.", .min = 0, .max = 1e18});
+  v.field(s.loss_efficiency, {.key = "loss_efficiency", .doc = "Softmax cross-entropy: achieved bytes/s over memory bandwidth; 0: memory_efficiency.", .min = 0, .max = 100});
+  v.field(s.embedding_efficiency, {.key = "embedding_efficiency", .doc = "Embedding lookup and its gradient: achieved bytes/s over memory bandwidth; 0: memory_efficiency.", .min = 0, .max = 100});
+  v.field(s.optimizer_efficiency, {.key = "optimizer_efficiency", .doc = "Optimizer step (Adam): achieved bytes/s over memory bandwidth; 0: memory_efficiency.", .min = 0, .max = 100});
   v.field(s.kernel_overhead_us, {.key = "kernel_overhead_us", .doc = "Fixed cost of one kernel or CPU op.", .unit = Unit::microseconds, .min = 0, .max = 1e6});
   v.field(s.intra_node_efficiency, {.key = "intra_node_efficiency", .doc = "Collectives' bus bandwidth inside a node over the node fabric's bandwidth.", .min = 0, .max = 2});
   v.field(s.nic_efficiency, {.key = "nic_efficiency", .doc = "Collectives' bus bandwidth between nodes over the NICs' line rate.", .min = 0, .max = 2});

@@ -95,6 +95,17 @@ TEST(Calibrate, TheGemmFitRecoversItsModel) {
   EXPECT_NEAR(fh, h, 1e-3);
 }
 
+TEST(Calibrate, AFlatOrFallingFitKeepsAPositiveHalfSize) {
+  // No size dependence (or noise that makes large GEMMs slower): H is 1, never 0, which a plan
+  // reads as "not calibrated".
+  const auto [fe, fh] = fit_gemm_efficiency({{1e4, 0.2}, {1e6, 0.2}, {1e8, 0.2}});
+  EXPECT_NEAR(fe, 0.2, 1e-12);
+  EXPECT_EQ(fh, 1);
+  const auto [ge, gh] = fit_gemm_efficiency({{1e4, 0.3}, {1e6, 0.2}, {1e8, 0.1}});
+  EXPECT_GT(ge, 0);
+  EXPECT_EQ(gh, 1);
+}
+
 class Checkpoint : public ::testing::Test {
  protected:
   void SetUp() override {

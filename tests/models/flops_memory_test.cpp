@@ -2,6 +2,7 @@
 // ZeRO's worked example, bubble fractions against the schedule formulas.
 #include <gtest/gtest.h>
 
+#include "models/compute_time.hpp"
 #include "models/estimate.hpp"
 #include "models/flops.hpp"
 #include "models/hardware.hpp"
@@ -243,6 +244,37 @@ TEST(Estimate, OneBitCompressionCutsDataParallelTime) {
   const double onebit = estimate(r.plan).breakdown.dp_s;
   EXPECT_GT(plain, 0);
   EXPECT_NEAR(onebit / plain, (1.0 / 8) / 2, 0.05);  // 1 bit against 16, all else equal but latency
+}
+
+TEST(ComputeTimer, MeasuredKernelsPriceTheirOwnKinds) {
+  // The CPU host (100 GB/s, 0.192 TFLOP/s fp32) with `meshwork calibrate`'s figures: each kind
+  // it measured is priced at its own rate, the others at memory_efficiency's.
+  auto r = plan::load_plan_text("model: tiny\ntraining: {global_batch_size: 4, precision: fp32}\n"
+                                "cluster: {gpu: cpu-host, num_gpus: 1, gpus_per_node: 1, intra_node: {kind: shared_memory}, nics_per_node: 0, topology: {kind: single_node}}\n",
+                                plan::Format::yaml);
+  ASSERT_TRUE(r.ok());
+  auto& c = r.plan.cluster.gpu.calibration;
+  c.memory_efficiency = 0.5;
+  c.kernel_overhead_us = 1;
+  c.loss_efficiency = 0.1;
+  c.embedding_efficiency = 0.2;
+  c.optimizer_efficiency = 0.25;
+  c.attention_max_efficiency = 0.1;
+  c.attention_half_macs = 1e6;
+  const ComputeTimer timer(r.plan);
+  const double bw = r.plan.cluster.gpu.hbm_gbytes_per_s * 1e9;
+  EXPECT_DOUBLE_EQ(timer(OpKind::loss, 0, 1e6), 1e-6 + 1e6 / (0.1 * bw));
+  EXPECT_DOUBLE_EQ(timer(OpKind::embedding, 0, 1e6), 1e-6 + 1e6 / (0.2 * bw));
+  EXPECT_DOUBLE_EQ(timer(OpKind::optimizer, 0, 1e6), 1e-6 + 1e6 / (0.25 * bw));
+  EXPECT_DOUBLE_EQ(timer.bytes_per_s(OpKind::optimizer), 0.25 * bw);
+  EXPECT_DOUBLE_EQ(timer(OpKind::elementwise, 0, 1e6), 1e-6 + 1e6 / (0.5 * bw));  // not measured: memory_efficiency
+  // Attention on its own curve: at 1e6 multiply-adds, half of 0.1 of the peak.
+  const double peak = r.plan.cluster.gpu.peak_tflops.fp32 * 1e12;
+  EXPECT_DOUBLE_EQ(timer(OpKind::attention, 2e6, 123), 1e-6 + 2e6 / (peak * 0.05));
+  // The estimate's optimizer time follows the measured rate.
+  const auto slow = estimate(r.plan).breakdown.optimizer_s;
+  c.optimizer_efficiency = 0.5;
+  EXPECT_NEAR(estimate(r.plan).breakdown.optimizer_s, slow / 2, slow * 1e-12);
 }
 
 }  // namespace
