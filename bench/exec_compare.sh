@@ -8,17 +8,19 @@
 # by side.
 # Prints one Markdown row per mesh; the full comparisons are left in OUT.
 #
-#   bench/exec_compare.sh [build/release/cli/meshwork] [OUT=/tmp/meshwork-exec-compare]
+#   bench/exec_compare.sh [build/release/cli/meshwork] [OUT=/tmp/meshwork-exec-compare] [PLANS=scenarios/cpu]
+# PLANS: a directory holding tiny-{tp2,pp2,dp2}-2rank.yaml (other models on the same meshes).
 set -euo pipefail
 bin="${1:-build/release/cli/meshwork}"
 out="${2:-/tmp/meshwork-exec-compare}"
+plans="$(realpath "${3:-$(dirname "$0")/../scenarios/cpu}")"
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 printf '| mesh (tp, pp, dp) | simulated step (s) | measured step (s) | error | largest contributors (measured - predicted) |\n|---|---|---|---|---|\n'
-mpirun -np 2 "$bin" calibrate --plan scenarios/cpu/tiny-tp2-2rank.yaml --out "$out/machine-calibrated.json" > "$out/calibrate.txt" 2>&1
+mpirun -np 2 "$bin" calibrate --plan "$plans/tiny-tp2-2rank.yaml" --out "$out/machine-calibrated.json" > "$out/calibrate.txt" 2>&1
 for mesh in tp2 pp2 dp2; do
-  plan="scenarios/cpu/tiny-$mesh-2rank.yaml"
+  plan="$plans/tiny-$mesh-2rank.yaml"
   "$bin" show "$plan" --json > "$out/$mesh-plan.json"
   python3 - "$out/machine-calibrated.json" "$out/$mesh-plan.json" "$out/$mesh-calibrated.json" <<'PY'
 import json, sys

@@ -10,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "exec/calibrate.hpp"
+#include "exec/launch.hpp"
 #include "exec/mpi_group.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/presets.hpp"
@@ -33,6 +34,7 @@ void add_calibrate_command(CLI::App& app, Io& io) {
     plan::GpuSpec spec = p ? p->cluster.gpu : plan::find_gpu_preset("cpu-host")->spec;
     const plan::Precision precision = p ? p->training.precision : plan::Precision::fp32;
     const double intra_gbytes = p ? p->cluster.intra_node.bandwidth_gbytes_per_s : spec.hbm_gbytes_per_s;
+    exec::keep_freed_memory();
     int initialised = 0;
     MPI_Initialized(&initialised);
     if (!initialised) MPI_Init(nullptr, nullptr);

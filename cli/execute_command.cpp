@@ -98,6 +98,7 @@ void add_execute_command(CLI::App& app, Io& io) {
     }
     const auto plan = load_plan_for(io, *file, "execute");
     if (!plan) return;
+    exec::keep_freed_memory();
     int initialised = 0;
     MPI_Initialized(&initialised);
     if (!initialised) MPI_Init(nullptr, nullptr);

@@ -2,6 +2,9 @@
 
 #include <charconv>
 #include <cstdlib>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace meshwork::exec {
 
@@ -63,6 +66,15 @@ LaunchResult detect_launch(const std::function<const char*(const char*)>& getenv
 
 LaunchResult detect_launch() {
   return detect_launch([](const char* name) { return std::getenv(name); });
+}
+
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  // Blocks up to 32 MiB (the most mallopt(3) allows on 64-bit) come from the heap, and up to
+  // 1 GiB of its free top stays mapped.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 }  // namespace meshwork::exec

@@ -29,4 +29,13 @@ struct LaunchResult {
 LaunchResult detect_launch(const std::function<const char*(const char*)>& getenv);
 LaunchResult detect_launch();  // the process's environment
 
+// Keeps the memory a step frees for the next step, as a GPU framework's caching allocator does:
+// glibc returns large freed blocks to the kernel (blocks past M_MMAP_THRESHOLD are unmapped,
+// and the heap's free top past M_TRIM_THRESHOLD is trimmed), so every step faults its
+// activations' pages in again, zeroed; on a virtual machine those faults cost 15% of a step
+// and made the CPU executor's norms 8x slower inside a step than alone (bench/RESULTS.md).
+// Raises both thresholds (mallopt(3)) for this process; a no-op without glibc. Call it before
+// the first large allocation.
+void keep_freed_memory();
+
 }  // namespace meshwork::exec
