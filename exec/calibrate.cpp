@@ -122,37 +122,45 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
     });
     out.stream_bytes_per_s = 3.0 * static_cast<double>(n) * sizeof(float) / t;
   }
-  // STREAM paces what only moves memory; the elementwise and normalisation kernels the executor runs (kernels/) are timed
-  // with the bytes the cost model counts for them (each input read once, each output written
-  // once, a backward pass twice its forward's, as models/op_table's `elementwise` counts): on
-  // a CPU the GeLU's tanh and the norms' reductions set their pace, not memory.
+  // STREAM paces what only moves memory; the elementwise and normalisation kernels the
+  // executor runs (kernels/) are timed with the bytes the cost model counts for them (each
+  // input read once, each output written once, a backward pass twice its forward's, as
+  // models/op_table's `elementwise` counts): on a CPU the GeLU's tanh and the norms'
+  // reductions set their pace, not memory. On a grid of square shapes from in-cache (64 x 64,
+  // 16 KiB) to past the L2 (512 x 512, 1 MiB) with each shape counted once (the harmonic mean
+  // of their rates): per byte the two ends differ by 1.8x here (bench/RESULTS.md).
   say("the executor's streaming kernels (GeLU, layernorm, residual add)");
   {
-    const Index rows = 256, cols = 256;
-    const double elements = static_cast<double>(rows * cols), word = act_word;
-    const Mat x = Mat::Random(rows, cols), dy = Mat::Random(rows, cols);
-    const kernels::Vec<float> bias = kernels::Vec<float>::Random(cols), gamma = kernels::Vec<float>::Ones(cols), beta = kernels::Vec<float>::Zero(cols);
-    // Rates of the activation (GeLU or SwiGLU), the residual add and the layernorm, each
-    // forward and backward, in bytes as op_table counts them.
-    auto rate = [&](double moved_fwd, auto fwd, auto bwd) {
-      const double t = slowest_seconds_per_call(world, fwd, 0.01, 3) + slowest_seconds_per_call(world, bwd, 0.01, 3);
-      return 3 * moved_fwd / t;
-    };
     const bool swiglu = plan != nullptr && plan->model.activation == plan::Activation::swiglu;
-    const Mat gate_up = Mat::Random(rows, 2 * cols);
-    const double act = swiglu ? rate(
-                                    3 * elements * word, [&] { volatile float keep = kernels::swiglu_forward<float>(gate_up)(0, 0); (void)keep; },
-                                    [&] { volatile float keep = kernels::swiglu_backward<float>(dy, gate_up)(0, 0); (void)keep; })
-                              : rate(
-                                    2 * elements * word, [&] { volatile float keep = kernels::bias_gelu_forward<float>(x, bias)(0, 0); (void)keep; },
-                                    [&] { volatile float keep = kernels::bias_gelu_backward<float>(dy, x, bias).dx(0, 0); (void)keep; });
-    const double residual = rate(
-        3 * elements * word, [&] { Mat y = x + dy; volatile float keep = y(0, 0); (void)keep; },
-        [&] { Mat y = x + dy; Mat z = y + x; volatile float keep = z(0, 0); (void)keep; });
-    const auto ln = kernels::layernorm_forward<float>(x, gamma, beta, 1e-5F);
-    const double norm = rate(
-        2 * elements * word, [&] { volatile float keep = kernels::layernorm_forward<float>(x, gamma, beta, 1e-5F).y(0, 0); (void)keep; },
-        [&] { volatile float keep = kernels::layernorm_backward<float>(dy, x, gamma, ln.mean, ln.rstd).dx(0, 0); (void)keep; });
+    double act_s_per_byte = 0, residual_s_per_byte = 0, norm_s_per_byte = 0;
+    const Index sides[] = {64, 128, 256, 512};
+    for (const Index side : sides) {
+      const Index rows = side, cols = side;
+      const double elements = static_cast<double>(rows * cols), word = act_word;
+      const Mat x = Mat::Random(rows, cols), dy = Mat::Random(rows, cols);
+      const kernels::Vec<float> bias = kernels::Vec<float>::Random(cols), gamma = kernels::Vec<float>::Ones(cols), beta = kernels::Vec<float>::Zero(cols);
+      // Seconds per byte of the activation (GeLU or SwiGLU), the residual add and the
+      // layernorm, each forward and backward, in bytes as op_table counts them.
+      auto per_byte = [&](double moved_fwd, auto fwd, auto bwd) {
+        const double t = slowest_seconds_per_call(world, fwd, 0.01, 3) + slowest_seconds_per_call(world, bwd, 0.01, 3);
+        return t / (3 * moved_fwd) / static_cast<double>(std::size(sides));
+      };
+      const Mat gate_up = Mat::Random(rows, 2 * cols);
+      act_s_per_byte += swiglu ? per_byte(
+                                     3 * elements * word, [&] { volatile float keep = kernels::swiglu_forward<float>(gate_up)(0, 0); (void)keep; },
+                                     [&] { volatile float keep = kernels::swiglu_backward<float>(dy, gate_up)(0, 0); (void)keep; })
+                               : per_byte(
+                                     2 * elements * word, [&] { volatile float keep = kernels::bias_gelu_forward<float>(x, bias)(0, 0); (void)keep; },
+                                     [&] { volatile float keep = kernels::bias_gelu_backward<float>(dy, x, bias).dx(0, 0); (void)keep; });
+      residual_s_per_byte += per_byte(
+          3 * elements * word, [&] { Mat y = x + dy; volatile float keep = y(0, 0); (void)keep; },
+          [&] { Mat y = x + dy; Mat z = y + x; volatile float keep = z(0, 0); (void)keep; });
+      const auto ln = kernels::layernorm_forward<float>(x, gamma, beta, 1e-5F);
+      norm_s_per_byte += per_byte(
+          2 * elements * word, [&] { volatile float keep = kernels::layernorm_forward<float>(x, gamma, beta, 1e-5F).y(0, 0); (void)keep; },
+          [&] { volatile float keep = kernels::layernorm_backward<float>(dy, x, gamma, ln.mean, ln.rstd).dx(0, 0); (void)keep; });
+    }
+    const double act = 1 / act_s_per_byte, residual = 1 / residual_s_per_byte, norm = 1 / norm_s_per_byte;
     // One efficiency prices every elementwise op: the activation's and the residuals' rates
     // are combined in the proportion of their bytes in a layer of the plan's model (op_table),
     // so that memory-bound adds are not priced at the activation's arithmetic-bound rate.
@@ -203,16 +211,16 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
       out.calibration.attention_max_efficiency = std::min(1.0, ae);
       out.calibration.attention_half_macs = ah;
     }
-    // Each kind's rate over its grid: the bytes op_table counts for all shapes over the time
-    // all of them took, so that no one shape (in cache or out of it) decides alone.
+    // Each kind's rate over its grid, each shape counted once (the harmonic mean of their
+    // rates), so that no one shape (in cache or out of it) decides alone.
     auto rate = [&](auto&& shapes, auto&& bytes_and_seconds) {
-      double bytes = 0, seconds = 0;
+      double seconds_per_byte = 0, count = 0;
       for (const auto& shape : shapes) {
         const auto [b, t] = bytes_and_seconds(shape);
-        bytes += b;
-        seconds += t;
+        seconds_per_byte += t / b;
+        ++count;
       }
-      return nominal_bytes_per_s > 0 && seconds > 0 ? bytes / seconds / nominal_bytes_per_s : 0.0;
+      return nominal_bytes_per_s > 0 && seconds_per_byte > 0 ? count / seconds_per_byte / nominal_bytes_per_s : 0.0;
     };
     // Softmax cross-entropy over vocabulary-parallel logits (tokens, local vocabulary): the
     // row maxima, the partial sums and the loss with its gradient; op_table counts 4 x tokens
