@@ -234,7 +234,9 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
       const double t = slowest_seconds_per_call(world, [&] {
         const auto max = kernels::vocab_parallel_local_max<float>(logits);
         const auto sums = kernels::vocab_parallel_partial_sums<float>(logits, max, targets, 0);
-        volatile float keep = kernels::vocab_parallel_loss_and_grad<float>(logits, max, sums, targets, 0).mean_loss;
+        auto ce = kernels::vocab_parallel_loss_and_grad<float>(logits, max, sums, targets, 0);
+        ce.dlogits *= 0.5F;  // the micro-batch's share, as exec/gpt.cpp scales it
+        volatile float keep = ce.dlogits(0, 0);
         (void)keep;
       }, 0.01, 3);
       return std::pair{4.0 * static_cast<double>(tokens * vocab) * 5, t};
@@ -252,7 +254,7 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
         Mat x = kernels::vocab_parallel_embedding_forward<float>(table, ids, 0);
         detail::add_positions(x, pos, 0, seq);
         detail::accumulate_position_grad(pos_grad, dy, 0, seq);
-        table_grad += kernels::vocab_parallel_embedding_backward<float>(dy, ids, 0, vocab);
+        kernels::vocab_parallel_embedding_accumulate_grad<float>(table_grad, dy, ids, 0);
         volatile float keep = x(0, 0);
         (void)keep;
       }, 0.01, 3);
@@ -291,14 +293,16 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
     const auto members = static_cast<std::size_t>(world.size());
     auto sweep = [&](std::vector<CollectivePoint>& into, double bus_factor, auto call) {
       for (std::size_t bytes = 4096; bytes <= (std::size_t{16} << 20); bytes *= 4) {
-        std::vector<float> buf(bytes / sizeof(float), 1.0F), part(bytes / sizeof(float) / members, 1.0F);
+        // The full buffer is `members` equal parts (a reduce-scatter's input, an all-gather's
+        // output): a little under `bytes` when the ranks do not divide it.
+        std::vector<float> part(bytes / sizeof(float) / members, 1.0F), buf(part.size() * members, 1.0F);
         // Collectives must be called as often on every rank: the count comes from a first
         // call's time, the largest over the ranks.
         auto t0 = Clock::now();
         call(buf, part);
-        std::array<double, 1> calls{std::ceil(0.02 / std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count()))};
-        world.all_reduce_sum(std::span<double>(calls));
-        const auto iterations = static_cast<std::int64_t>(std::min(1e5, calls[0]));
+        std::array<float, 1> calls{static_cast<float>(std::ceil(0.02 / std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count())))};
+        world.all_reduce_max(calls);
+        const auto iterations = static_cast<std::int64_t>(std::min(1e5, static_cast<double>(calls[0])));
         std::vector<double> samples;
         for (int r = 0; r < 3; ++r) {
           t0 = Clock::now();
@@ -310,8 +314,9 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
         std::array<double, 1> total{samples[1]};
         world.all_reduce_sum(std::span<double>(total));
         const double mean_t = total[0] / n;
-        const double algbw = static_cast<double>(bytes) / mean_t;
-        into.push_back({static_cast<double>(bytes), mean_t, algbw, algbw * bus_factor});
+        const double full_bytes = static_cast<double>(buf.size() * sizeof(float));
+        const double algbw = full_bytes / mean_t;
+        into.push_back({full_bytes, mean_t, algbw, algbw * bus_factor});
       }
     };
     sweep(out.all_reduce, 2 * (n - 1) / n, [&](std::vector<float>& buf, std::vector<float>&) { world.all_reduce_sum(std::span<float>(buf)); });

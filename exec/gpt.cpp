@@ -347,7 +347,8 @@ Mat GptChunk::forward(int mb, const Batch& batch, Mat x, double loss_scale) {
     Scope s(timing_, OpClass::loss);
     auto ce = kernels::vocab_parallel_loss_and_grad<float>(logits, max, sums, batch.targets, vocab_begin);
     loss_sum_ += static_cast<double>(ce.mean_loss);
-    cache->dlogits = ce.dlogits * static_cast<float>(loss_scale);
+    ce.dlogits *= static_cast<float>(loss_scale);
+    cache->dlogits = std::move(ce.dlogits);
     x = Mat();
   }
   caches_[mb] = std::move(cache);
@@ -398,7 +399,7 @@ Mat GptChunk::backward(int mb, Mat dy) {
     }
     const Mat df = leave_back(dy);
     Scope s(timing_, OpClass::embedding);
-    p("embedding.word").grad += kernels::vocab_parallel_embedding_backward<float>(df, c.ids, r * (m_.vocab_size / t), m_.vocab_size / t);
+    kernels::vocab_parallel_embedding_accumulate_grad<float>(p("embedding.word").grad, df, c.ids, r * (m_.vocab_size / t));
     dy = Mat();
   }
   caches_.erase(it);

@@ -74,8 +74,7 @@ std::string seconds_text(double s) {
 }
 }  // namespace
 
-void MpiGroup::wait(std::vector<MPI_Request>& requests, const char* what, const std::vector<MPI_Request>& arrivals) {
-  const auto start = Clock::now();
+void MpiGroup::wait(std::vector<MPI_Request>& requests, const char* what, const std::vector<MPI_Request>& arrivals, Clock::time_point start) {
   for (std::int64_t polls = 0;; ++polls) {
     int done = 0;
     MPI_Testall(count(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
@@ -125,7 +124,7 @@ void MpiGroup::run(const char* what, double bytes, std::size_t chunks, Launch la
     for (std::size_t first = 0; first < chunks; first += kChunksInFlight) {
       std::vector<MPI_Request> requests;
       for (std::size_t c = first; c < std::min(chunks, first + kChunksInFlight); ++c) requests.push_back(launch(c));
-      wait(requests, what, arrivals);
+      wait(requests, what, arrivals, t0);  // one deadline for the whole call, whatever its waves
     }
   } catch (...) {
     (void)inbox.release();  // NOLINT: still targeted by receives in flight

@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <functional>
 #include <list>
 #include <memory>
@@ -58,7 +59,9 @@ class MpiGroup final : public Group {
   // under the deadline.
   template <class Launch>
   void run(const char* what, double bytes, std::size_t chunks, Launch launch);
-  void wait(std::vector<MPI_Request>& requests, const char* what, const std::vector<MPI_Request>& arrivals);
+  // Polls `requests` until done, or fails the call `timeout_s` after `start` naming the members
+  // whose arrival notices never came.
+  void wait(std::vector<MPI_Request>& requests, const char* what, const std::vector<MPI_Request>& arrivals, std::chrono::steady_clock::time_point start);
   [[noreturn]] void fail(const std::string& message);
   void check_identical(std::span<const float> result, const char* what);
 

@@ -49,14 +49,27 @@ Mat<T> vocab_parallel_embedding_backward(const Mat<T>& dout,
   require(local_vocab >= 0, op, "local_vocab " + std::to_string(local_vocab) + " is negative");
   require(dout.rows() == static_cast<Index>(token_ids.size()), op,
           "dout " + shape_of(dout) + " for " + std::to_string(token_ids.size()) + " token ids");
+  Mat<T> dtable = Mat<T>::Zero(local_vocab, dout.cols());
+  vocab_parallel_embedding_accumulate_grad(dtable, dout, token_ids, vocab_begin);
+  return dtable;
+}
+
+template <class T>
+void vocab_parallel_embedding_accumulate_grad(Mat<T>& dtable, const Mat<T>& dout,
+                                              std::span<const std::int64_t> token_ids,
+                                              std::int64_t vocab_begin) {
+  constexpr std::string_view op = "vocab_parallel_embedding_accumulate_grad";
+  check_nonnegative(op, token_ids, vocab_begin);
+  require(dout.rows() == static_cast<Index>(token_ids.size()), op,
+          "dout " + shape_of(dout) + " for " + std::to_string(token_ids.size()) + " token ids");
+  require(dtable.cols() == dout.cols(), op,
+          "dtable " + shape_of(dtable) + " does not match dout " + shape_of(dout));
   // A lookup is a one-hot matrix product, out = onehot(ids) * table, so the table's gradient
   // is onehot(ids)^T * dout: a scatter-add in which repeated ids accumulate.
-  Mat<T> dtable = Mat<T>::Zero(local_vocab, dout.cols());
   for (Index i = 0; i < dout.rows(); ++i) {
-    const Index r = local_row(token_ids[i], vocab_begin, local_vocab);
+    const Index r = local_row(token_ids[i], vocab_begin, dtable.rows());
     if (r >= 0) dtable.row(r) += dout.row(i);
   }
-  return dtable;
 }
 
 template <class T>
@@ -78,7 +91,9 @@ Mat<T> embedding_backward(const Mat<T>& dout, std::span<const std::int64_t> toke
   template Mat<T> vocab_parallel_embedding_forward(const Mat<T>&, std::span<const std::int64_t>,  \
                                                    std::int64_t);                                 \
   template Mat<T> vocab_parallel_embedding_backward(const Mat<T>&, std::span<const std::int64_t>, \
-                                                    std::int64_t, Index);
+                                                    std::int64_t, Index);                        \
+  template void vocab_parallel_embedding_accumulate_grad(Mat<T>&, const Mat<T>&,                  \
+                                                         std::span<const std::int64_t>, std::int64_t);
 MESHWORK_INSTANTIATE(float)
 MESHWORK_INSTANTIATE(double)
 #undef MESHWORK_INSTANTIATE

@@ -36,4 +36,11 @@ Mat<T> vocab_parallel_embedding_backward(const Mat<T>& dout,
                                          std::span<const std::int64_t> token_ids,
                                          std::int64_t vocab_begin, Index local_vocab);
 
+// The same gradient added into `dtable` ([local_vocab, hidden]) in place: O(tokens x hidden)
+// rather than a dense [local_vocab, hidden] temporary, as a training step accumulates it.
+template <class T>
+void vocab_parallel_embedding_accumulate_grad(Mat<T>& dtable, const Mat<T>& dout,
+                                              std::span<const std::int64_t> token_ids,
+                                              std::int64_t vocab_begin);
+
 }  // namespace meshwork::kernels

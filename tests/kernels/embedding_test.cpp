@@ -62,6 +62,23 @@ TEST(VocabParallelEmbedding, OneTwoAndThreeShardsMatchTheWholeTable) {
   }
 }
 
+TEST(VocabParallelEmbedding, AccumulatingAddsTheGradientToWhatIsThere) {
+  // A step's micro-batches add into one gradient: the shard's scatter-add on top of what the
+  // earlier ones left, the dense gradient added to it (to rounding: the order of the adds
+  // differs).
+  std::mt19937_64 rng(33);
+  const Index hidden = 4, begin = 3, local = 3;  // ids 3, 4, 5 of 7
+  const Mat<float> dout = random_mat<float>(static_cast<Index>(kIds.size()), hidden, rng);
+  const Mat<float> before = Mat<float>::Constant(local, hidden, 0.25F);
+  Mat<float> grad = before;
+  vocab_parallel_embedding_accumulate_grad<float>(grad, dout, kIds, begin);
+  const Mat<float> want = before + vocab_parallel_embedding_backward<float>(dout, kIds, begin, local);
+  EXPECT_TRUE(grad.isApprox(want, 1e-6F)) << grad << "\n" << want;
+  EXPECT_NE(grad, before);
+  Mat<float> wrong_width = Mat<float>::Zero(local, hidden + 1);
+  EXPECT_THROW(vocab_parallel_embedding_accumulate_grad<float>(wrong_width, dout, kIds, begin), std::invalid_argument);
+}
+
 TEST(Embedding, BadIdsThrowInvalidArgument) {
   const Mat<float> table = Mat<float>::Zero(7, 2);
   EXPECT_THROW(embedding_forward<float>(table, std::vector<std::int64_t>{7}),
