@@ -85,10 +85,10 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
   auto say = [&](const std::string& s) {
     if (progress) progress(s);
   };
-  // The bytes per activation element the cost model counts (models/op_table: 4 in fp32, 2 in
-  // 16-bit precisions); the executor computes in fp32 whatever the plan's precision, and what
-  // it measures is expressed in the model's bytes so that the model prices it back exactly.
-  const double act_word = precision == plan::Precision::fp32 ? 4 : 2;
+  // The bytes per activation element the cost model counts; the executor computes in fp32
+  // whatever the plan's precision, and what it measures is expressed in the model's bytes so
+  // that the model prices it back exactly.
+  const double act_word = models::activation_bytes(precision);
   // GEMMs: a fixed grid from a transformer's small to mid shapes (tokens x hidden x hidden).
   say("GEMMs on a fixed grid of shapes");
   const std::int64_t sizes[][3] = {{32, 32, 32},   {64, 64, 64},    {128, 64, 64},   {128, 128, 128}, {256, 64, 256},

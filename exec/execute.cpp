@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "exec/checkpoint.hpp"
+#include "exec/job.hpp"
 #include "exec/measured_report.hpp"
 #include "exec/mpi_group.hpp"
 #include "exec/trainer.hpp"
@@ -251,18 +252,10 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
 #endif
   }
   if (options.backend != "cpu") throw std::invalid_argument("backend '" + options.backend + "' is not one of cpu, cuda");
-  ExecuteResult out;
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  out.rank = rank;
-  out.world_size = size;
+  ExecuteResult out = start_job(plan);
+  if (!out.error.empty()) return out;
+  const int rank = static_cast<int>(out.rank), size = static_cast<int>(out.world_size);
   const auto& par = plan.parallelism;
-  if (size != plan.cluster.num_gpus) {
-    out.error = "the plan has " + std::to_string(plan.cluster.num_gpus) + " ranks (cluster.num_gpus) and the job " + std::to_string(size) +
-                " processes: launch it with mpirun -np " + std::to_string(plan.cluster.num_gpus);
-    return out;
-  }
   if (par.context_parallel_size > 1) {
     out.error = "the CPU executor has no context parallelism (parallelism.context_parallel_size)";
     return out;

@@ -96,7 +96,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const plan::DerivedFigures derived = plan::derive(p);
   const auto& m = p.model;
   const auto& par = p.parallelism;
-  const double e = p.training.precision == plan::Precision::fp32 ? 4 : 2;
+  const double e = activation_bytes(p.training.precision);
   const double t = d(par.tensor_model_parallel_size);
   const double tokens_mb = d(p.training.micro_batch_size) * d(m.seq_length) / d(par.context_parallel_size);
   const double micro_batches = d(derived.micro_batches_per_step);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "models/op_table.hpp"
 #include "models/params.hpp"
 #include "plan/derived.hpp"
 #include "plan/validate.hpp"
@@ -50,7 +51,7 @@ double layer_activation_bytes(const plan::Plan& p, bool moe_layer) {
   const double b = d(p.training.micro_batch_size);
   const double h = d(m.hidden_size);
   const double a = d(m.num_attention_heads);
-  const double e = p.training.precision == plan::Precision::fp32 ? 4 : 2;  // bytes per activation
+  const double e = activation_bytes(p.training.precision);
   const double sbh = s * b * h;
 
   if (p.training.recompute == plan::Recompute::full) {
@@ -129,7 +130,7 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
   const double expert_shards = d(derived.expert_data_parallel_size);
   const auto dense_state = model_state_bytes_per_param(par.zero_stage, dense_shards, p.training.precision);
   const auto expert_state = model_state_bytes_per_param(par.zero_stage, expert_shards, p.training.precision);
-  const double e = p.training.precision == plan::Precision::fp32 ? 4 : 2;
+  const double e = activation_bytes(p.training.precision);
 
   std::int64_t first_layer = 0;
   const std::int64_t pp = par.pipeline_model_parallel_size;

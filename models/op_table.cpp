@@ -7,8 +7,7 @@ namespace {
 
 double d(std::int64_t v) { return static_cast<double>(v); }
 
-// Bytes per activation element: 2 for 16-bit training, 4 in fp32 (the CPU executor).
-double act_bytes(const plan::Plan& p) { return p.training.precision == plan::Precision::fp32 ? 4 : 2; }
+double act_bytes(const plan::Plan& p) { return activation_bytes(p.training.precision); }
 
 struct Builder {
   const plan::Plan& p;

@@ -13,6 +13,14 @@
 
 namespace meshwork::models {
 
+// Bytes per activation element the cost models count: 4 in fp32 (the CPU executor), 2 for
+// 16-bit training (bf16, fp16, and fp8 recipes, which keep activations in bf16).
+inline double activation_bytes(plan::Precision p) { return p == plan::Precision::fp32 ? 4 : 2; }
+
+}  // namespace meshwork::models
+
+namespace meshwork::models {
+
 enum class OpKind { gemm, attention, elementwise, norm, embedding, loss, optimizer };
 enum class OpPhase { forward, backward_input, backward_weight, recompute };
 

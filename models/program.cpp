@@ -11,6 +11,7 @@
 
 #include "models/compute_time.hpp"
 #include "models/memory.hpp"
+#include "models/op_table.hpp"
 #include "models/params.hpp"
 #include "plan/derived.hpp"
 #include "plan/validate.hpp"
@@ -29,7 +30,7 @@ class StageLowering {
       : p_(p), prog_(prog), stage_(stage), derived_(derived) {
     const auto& par = p.parallelism;
     t_ = d(par.tensor_model_parallel_size);
-    e_ = p.training.precision == plan::Precision::fp32 ? 4 : 2;
+    e_ = activation_bytes(p.training.precision);
     tokens_ = d(p.training.micro_batch_size) * d(p.model.seq_length) / d(par.context_parallel_size);
     dense_ = layer_ops(p, false);
     if (p.model.is_moe()) moe_ = layer_ops(p, true);

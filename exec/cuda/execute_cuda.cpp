@@ -14,6 +14,7 @@
 
 #include "exec/cuda/cuda_trainer.hpp"
 #include "exec/cuda/nccl_environment.hpp"
+#include "exec/job.hpp"
 #include "exec/measured_report.hpp"
 #include "exec/reference_check.hpp"
 #include "plan/validate.hpp"
@@ -95,17 +96,9 @@ report::Report cuda_report(const plan::Plan& plan, const std::vector<StepRecord>
 }  // namespace
 
 ExecuteResult execute_cuda(const plan::Plan& plan, const ExecuteOptions& options) {
-  ExecuteResult out;
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  out.rank = rank;
-  out.world_size = size;
-  if (size != plan.cluster.num_gpus) {
-    out.error = "the plan has " + std::to_string(plan.cluster.num_gpus) + " ranks (cluster.num_gpus) and the job " + std::to_string(size) +
-                " processes: launch it with mpirun -np " + std::to_string(plan.cluster.num_gpus);
-    return out;
-  }
+  ExecuteResult out = start_job(plan);
+  if (!out.error.empty()) return out;
+  const int rank = static_cast<int>(out.rank);
   std::vector<std::string> missing;
   if (!options.checkpoint_dir.empty() || options.checkpoint_every > 0 || options.resume) missing.emplace_back("checkpoints (--checkpoint-dir, --checkpoint-every, --resume)");
   if (options.bitflip.step > 0) missing.emplace_back("--inject-bitflip (the replicas' checksums are the CPU backend's)");
