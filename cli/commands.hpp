@@ -16,6 +16,10 @@
 
 namespace meshwork::cli {
 
+// `execute` stopped by a preemption signal at a step boundary, with a checkpoint of that step
+// when it had a checkpoint directory: resumable (EX_TEMPFAIL of sysexits.h, "try again").
+inline constexpr int kExitPreempted = 75;
+
 struct Io {
   std::ostream& out;
   std::ostream& err;
@@ -41,7 +45,7 @@ void add_compare_command(CLI::App& app, Io& io);
 void print_reliability(std::ostream& out, const report::Reliability& r, double daly_s);
 
 // Runs `meshwork ARGS...` and returns its exit code: 0 success, 1 a plan with errors or a
-// failed command, 2 bad usage.
+// failed command, 2 bad usage, kExitPreempted an `execute` stopped by a preemption signal.
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // Prints diagnostics one per line, "FILE:LINE: error: path: message".

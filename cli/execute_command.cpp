@@ -1,13 +1,18 @@
 // meshwork execute PLAN [--backend cpu|cuda] [--verify] [--steps N] [--json] [--trace F]
-//                  [--checkpoint-dir D [--checkpoint-every K] [--resume]] [--timeout S]
-//                  [--inject-bitflip|--inject-hang|--inject-death STEP:RANK]:
+//                  [--checkpoint-dir D [--checkpoint-every K] [--keep-last N] [--resume]] [--timeout S]
+//                  [--inject-bitflip|--inject-hang|--inject-death|--inject-save-death|--inject-signal STEP:RANK]:
 // the plan run for real on the CPU backend (or the CUDA backend: one GPU per rank, data
 // parallelism only), one rank per process, launched by `mpirun -np N` (or srun, torchrun).
 // Rank 0 prints; every rank reports its own errors. When a
 // rank fails (a hung or dead peer named by the watchdog, corruption found, a failed check) the
 // job is aborted, so that no rank is left waiting.
+//
+// Preemption: SIGTERM, SIGUSR1 or SIGUSR2 (Slurm sends SIGTERM before it kills a job, or the
+// signal its --signal names) asks the job to stop. The ranks agree at the next step boundary,
+// write a checkpoint of that step (with --checkpoint-dir) and exit with kExitPreempted.
 #include <mpi.h>
 
+#include <csignal>
 #include <cstdio>
 #include <ostream>
 
@@ -20,6 +25,18 @@
 namespace meshwork::cli {
 
 namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void request_stop(int signal) { g_stop_signal = signal; }
+
+const char* signal_name(int signal) {
+  switch (signal) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    default: return "a signal";
+  }
+}
 
 // "STEP:RANK", or an error naming the option.
 bool parse_injection(const std::string& text, const char* option, exec::Injection& out, std::string& error) {
@@ -46,6 +63,7 @@ void add_execute_command(CLI::App& app, Io& io) {
   auto json = std::make_shared<bool>(false);
   auto trace = std::make_shared<std::string>();
   auto bitflip = std::make_shared<std::string>(), hang = std::make_shared<std::string>(), death = std::make_shared<std::string>();
+  auto save_death = std::make_shared<std::string>(), signal = std::make_shared<std::string>();
   cmd->add_option("plan", *file, "Plan file (YAML or JSON)")->required();
   cmd->add_option("--backend", opt->backend,
                   "cpu: Eigen and Open MPI, fp32, every parallelism; cuda: one GPU per rank (rank on its node modulo the node's GPUs), bf16 with fp32 "
@@ -63,7 +81,11 @@ void add_execute_command(CLI::App& app, Io& io) {
   cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace of every rank to this file");
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Where checkpoints are written and resumed from");
   cmd->add_option("--checkpoint-every", opt->checkpoint_every, "Write a checkpoint every K steps")->check(CLI::Range(0, 1000000));
-  cmd->add_flag("--resume", opt->resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
+  cmd->add_option("--keep-last", opt->keep_last, "Keep only the newest N checkpoints, deleting older ones after each save (default: keep all)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_flag("--resume", opt->resume,
+                "Continue from the newest checkpoint in --checkpoint-dir that every rank loads; damaged ones are renamed aside (STEP.damaged) with a "
+                "warning, and the job stops if none is valid");
   cmd->add_option("--timeout", opt->timeout_s, "The collectives' watchdog, seconds")->check(CLI::PositiveNumber);
   cmd->add_option("--replica-check-every", opt->replica_check_every,
                   "Compare the DP replicas' checksums every N steps (0: never); each comparison hashes the reduced gradients or gathered parameters")
@@ -71,7 +93,11 @@ void add_execute_command(CLI::App& app, Io& io) {
   cmd->add_option("--inject-bitflip", *bitflip, "STEP:RANK: flip a bit in that rank's reduced gradients (or gathered parameters under ZeRO) at that step");
   cmd->add_option("--inject-hang", *hang, "STEP:RANK: that rank sleeps forever at that step (the watchdog must name it)");
   cmd->add_option("--inject-death", *death, "STEP:RANK: that rank is killed at that step");
-  cmd->callback([&io, file, opt, json, trace, bitflip, hang, death, tolerance] {
+  cmd->add_option("--inject-save-death", *save_death, "STEP:RANK: that rank is killed halfway through writing its checkpoint shard of that step");
+  cmd->add_option("--inject-signal", *signal, "STEP:RANK: that rank gets SIGTERM during that step (a preemption notice)");
+  cmd->footer("Exit status: 0 done; 1 a failed run or bad plan; 2 bad usage; " + std::to_string(kExitPreempted) +
+              " stopped by SIGTERM, SIGUSR1 or SIGUSR2 at a step boundary, with a checkpoint of that step when --checkpoint-dir is given (resume with --resume).");
+  cmd->callback([&io, file, opt, json, trace, bitflip, hang, death, save_death, signal, tolerance] {
     std::string error;
     if (opt->backend == "cuda" && !exec::have_cuda_backend()) {
       io.err << "meshwork execute: --backend cuda: this build has no CUDA backend\n";
@@ -80,13 +106,14 @@ void add_execute_command(CLI::App& app, Io& io) {
     }
     if (opt->backend == "cuda" && tolerance->count() == 0) opt->tolerance = exec::kBf16VerifyTolerance;
     if (!parse_injection(*bitflip, "--inject-bitflip", opt->bitflip, error) || !parse_injection(*hang, "--inject-hang", opt->hang, error) ||
-        !parse_injection(*death, "--inject-death", opt->death, error)) {
+        !parse_injection(*death, "--inject-death", opt->death, error) || !parse_injection(*save_death, "--inject-save-death", opt->save_death, error) ||
+        !parse_injection(*signal, "--inject-signal", opt->signal, error)) {
       io.err << "meshwork execute: " << error << '\n';
       io.exit_code = 2;
       return;
     }
-    if ((opt->checkpoint_every > 0 || opt->resume) && opt->checkpoint_dir.empty()) {
-      io.err << "meshwork execute: --checkpoint-every and --resume need --checkpoint-dir\n";
+    if ((opt->checkpoint_every > 0 || opt->resume || opt->keep_last > 0 || opt->save_death.step > 0) && opt->checkpoint_dir.empty()) {
+      io.err << "meshwork execute: --checkpoint-every, --keep-last, --resume and --inject-save-death need --checkpoint-dir\n";
       io.exit_code = 2;
       return;
     }
@@ -110,7 +137,19 @@ void add_execute_command(CLI::App& app, Io& io) {
       MPI_Abort(MPI_COMM_WORLD, 1);
     };
     if (rank == 0 && !*json) opt->progress = [&io](const std::string& line) { io.out << line << '\n' << std::flush; };
+    opt->warning = [&io](const std::string& line) { io.err << "meshwork execute: " << line << '\n' << std::flush; };
+    g_stop_signal = 0;
+    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) std::signal(sig, request_stop);
+    opt->stop_requested = [] { return g_stop_signal != 0; };
     const exec::ExecuteResult r = exec::execute(*plan, *opt);
+    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) std::signal(sig, SIG_DFL);
+    if (!r.ok && r.job_wide_error) {
+      // Every rank stopped here together: one message, and a clean end.
+      if (rank == 0) io.err << "meshwork execute: " << r.error << '\n' << std::flush;
+      io.exit_code = 1;
+      if (!initialised) MPI_Finalize();
+      return;
+    }
     if (!r.ok) {
       io.err << "meshwork execute: rank " << rank << ": " << r.error << '\n' << std::flush;
       // Ranks still inside a collective would wait for this one: end the job.
@@ -138,6 +177,18 @@ void add_execute_command(CLI::App& app, Io& io) {
                  << (opt->backend == "cuda" ? " of the CPU's fp32 run (first step)\n" : " of the single-rank run\n");
         }
       }
+    }
+    if (r.preempted) {
+      if (g_stop_signal != 0) {
+        io.err << "meshwork execute: rank " << rank << ": " << signal_name(g_stop_signal) << " received: stopping at the end of step " << r.first_step + static_cast<std::int64_t>(r.steps.size()) - 1 << '\n';
+      }
+      if (rank == 0) {
+        io.err << "meshwork execute: preempted: "
+               << (r.checkpoint_step > 0 ? "the checkpoint of step " + std::to_string(r.checkpoint_step) + " is in " + opt->checkpoint_dir + "; continue with --resume"
+                                         : std::string("no checkpoint was written (no --checkpoint-dir)"))
+               << " (exit " << kExitPreempted << ")\n";
+      }
+      io.exit_code = kExitPreempted;
     }
     if (!initialised) MPI_Finalize();
   });

@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -97,11 +99,7 @@ std::filesystem::path shard_path(const std::filesystem::path& dir, std::int64_t 
   return dir / name;
 }
 
-void save_shard(const std::filesystem::path& dir, const RankState& s) {
-  const auto path = shard_path(dir, s.step, s.rank);
-  std::error_code ec;
-  std::filesystem::create_directories(path.parent_path(), ec);
-  if (ec) throw std::runtime_error(path.parent_path().string() + ": cannot create the checkpoint directory: " + ec.message());
+std::string serialize_shard(const RankState& s) {
   std::string payload;
   put_i64(payload, s.step);
   put_i64(payload, s.rank);
@@ -118,34 +116,108 @@ void save_shard(const std::filesystem::path& dir, const RankState& s) {
   const std::uint64_t sum = checksum(payload);
   put(bytes, &sum, sizeof sum);
   bytes += payload;
-  write_atomically(path, bytes);
+  return bytes;
+}
+
+void save_shard(const std::filesystem::path& dir, const RankState& s) {
+  const auto path = shard_path(dir, s.step, s.rank);
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) throw std::runtime_error(path.parent_path().string() + ": cannot create the checkpoint directory: " + ec.message());
+  write_atomically(path, serialize_shard(s));
 }
 
 void mark_complete(const std::filesystem::path& dir, std::int64_t step) { write_atomically(dir / "latest", std::to_string(step) + "\n"); }
 
-std::optional<std::int64_t> latest_step(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "latest");
+std::optional<std::int64_t> latest_step(const std::filesystem::path& dir) { return read_latest(dir).step; }
+
+LatestRecord parse_latest(const std::string& text) {
+  LatestRecord r;
+  std::size_t i = 0;
   std::int64_t step = 0;
-  if (!(in >> step)) return std::nullopt;
-  return step;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9' && i < 18) step = step * 10 + (text[i++] - '0');
+  if (i == 0 || step < 1 || i + 1 != text.size() || text[i] != '\n') {
+    std::string shown;
+    for (char c : text.substr(0, 32)) {
+      if (c == '\n') shown += "\\n";
+      else shown += (c >= 32 && c < 127) ? c : '?';
+    }
+    r.problem = "holds \"" + shown + (text.size() > 32 ? "...\"" : "\"") + ", not a step number and a newline";
+    return r;
+  }
+  r.step = step;
+  return r;
 }
 
-RankState load_shard(const std::filesystem::path& dir, std::int64_t step, std::int64_t rank, std::int64_t world_size, const std::string& plan_hash) {
-  const auto path = shard_path(dir, step, rank);
-  const std::string file = path.string();
+LatestRecord read_latest(const std::filesystem::path& dir) {
+  const auto path = dir / "latest";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return {};
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(file + ": no checkpoint shard for rank " + std::to_string(rank));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string bytes = ss.str();
+  std::string text;
+  char buf[64];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > 64) break;  // a step number is short; more is damage
+  }
+  if (!in.eof() && text.size() <= 64) return {std::nullopt, "cannot be read"};
+  return parse_latest(text);
+}
+
+std::vector<std::int64_t> checkpoint_steps(const std::filesystem::path& dir) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() != 13 || name.compare(0, 5, "step-") != 0 || !it->is_directory(ec)) continue;
+    std::int64_t step = 0;
+    bool digits = true;
+    for (std::size_t i = 5; i < name.size(); ++i) {
+      digits = digits && name[i] >= '0' && name[i] <= '9';
+      step = step * 10 + (name[i] - '0');
+    }
+    if (digits && step > 0) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end(), std::greater<>());
+  return steps;
+}
+
+std::filesystem::path set_aside(const std::filesystem::path& path) {
+  for (int k = 1; k < 1000; ++k) {
+    const std::filesystem::path to = path.string() + (k == 1 ? ".damaged" : ".damaged-" + std::to_string(k));
+    std::error_code ec;
+    if (std::filesystem::exists(to, ec) || std::filesystem::is_symlink(to, ec)) continue;
+    std::filesystem::rename(path, to, ec);
+    if (ec) throw std::runtime_error(path.string() + ": cannot set the damaged checkpoint aside: " + ec.message());
+    return to;
+  }
+  throw std::runtime_error(path.string() + ": cannot set the damaged checkpoint aside: 999 copies already are");
+}
+
+std::vector<std::int64_t> prune_checkpoints(const std::filesystem::path& dir, std::vector<std::int64_t> steps, std::int64_t keep) {
+  std::vector<std::int64_t> deleted;
+  if (keep <= 0) return deleted;
+  std::sort(steps.begin(), steps.end(), std::greater<>());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  for (std::size_t i = static_cast<std::size_t>(keep); i < steps.size(); ++i) {
+    const auto step_dir = shard_path(dir, steps[i], 0).parent_path();
+    std::error_code ec;
+    std::filesystem::remove_all(step_dir, ec);
+    if (ec) throw std::runtime_error(step_dir.string() + ": cannot delete an old checkpoint (--keep-last): " + ec.message());
+    deleted.push_back(steps[i]);
+  }
+  return deleted;
+}
+
+RankState parse_shard(const std::string& bytes, const std::string& file) {
   const bool v1 = bytes.size() >= sizeof kMagicV1 && std::memcmp(bytes.data(), kMagicV1, sizeof kMagicV1) == 0;
   if (bytes.size() < sizeof kMagic + sizeof(std::uint64_t) || (!v1 && std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)) {
-    throw std::runtime_error(file + ": not a meshwork checkpoint shard");
+    throw std::runtime_error(file + ": not a meshwork checkpoint shard (truncated, or another file)");
   }
   std::uint64_t sum = 0;
   std::memcpy(&sum, bytes.data() + sizeof kMagic, sizeof sum);
   const std::string payload = bytes.substr(sizeof kMagic + sizeof sum);
-  if (checksum(payload) != sum) throw std::runtime_error(file + ": checksum mismatch (the shard is corrupt)");
+  if (checksum(payload) != sum) throw std::runtime_error(file + ": checksum mismatch (the shard is corrupt or truncated)");
   Reader r{payload, 0, file};
   RankState s;
   s.step = r.i64();
@@ -164,11 +236,22 @@ RankState load_shard(const std::filesystem::path& dir, std::int64_t step, std::i
     s.expert_exp_avg_sq = r.floats();
   }
   if (r.at != payload.size()) throw std::runtime_error(file + ": corrupt checkpoint shard (bytes past its end)");
+  return s;
+}
+
+RankState load_shard(const std::filesystem::path& dir, std::int64_t step, std::int64_t rank, std::int64_t world_size, const std::string& plan_hash) {
+  const auto path = shard_path(dir, step, rank);
+  const std::string file = path.string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(file + ": no checkpoint shard for rank " + std::to_string(rank));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  RankState s = parse_shard(ss.str(), file);
   if (s.step != step || s.rank != rank) throw std::runtime_error(file + ": holds step " + std::to_string(s.step) + " of rank " + std::to_string(s.rank));
   if (s.world_size != world_size) {
-    throw std::runtime_error(file + ": written by a run of " + std::to_string(s.world_size) + " ranks, resumed with " + std::to_string(world_size));
+    throw ForeignCheckpoint(file + ": written by a run of " + std::to_string(s.world_size) + " ranks, resumed with " + std::to_string(world_size));
   }
-  if (s.plan_hash != plan_hash) throw std::runtime_error(file + ": written for another plan (hash " + s.plan_hash + ", this plan " + plan_hash + ")");
+  if (s.plan_hash != plan_hash) throw ForeignCheckpoint(file + ": written for another plan (hash " + s.plan_hash + ", this plan " + plan_hash + ")");
   return s;
 }
 

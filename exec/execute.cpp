@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -10,6 +13,7 @@
 #include "exec/job.hpp"
 #include "exec/measured_report.hpp"
 #include "exec/mpi_group.hpp"
+#include "exec/resume.hpp"
 #include "exec/trainer.hpp"
 #include "plan/derived.hpp"
 #include "plan/plan_io.hpp"
@@ -303,18 +307,16 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
     const std::string plan_hash = report::fnv1a_hex(plan::to_json(plan).dump());
     std::int64_t first = 1;
     if (options.resume) {
-      // Rank 0's view of the newest complete checkpoint is every rank's (node-local
-      // directories could disagree): a rank without its shard fails by name.
-      std::array<double, 1> newest{rank == 0 ? static_cast<double>(latest_step(options.checkpoint_dir).value_or(-1)) : 0.0};
-      run->groups().world->all_reduce_sum(std::span<double>(newest));
-      const std::optional<std::int64_t> latest = newest[0] >= 0 ? std::optional<std::int64_t>(static_cast<std::int64_t>(newest[0])) : std::nullopt;
-      if (latest) {
-        RankState s = load_shard(options.checkpoint_dir, *latest, rank, size, plan_hash);
-        run->restore(s);
-        first = *latest + 1;
+      ResumePoint point = find_resume_point(*run->groups().world, options.checkpoint_dir, size, plan_hash, options.warning);
+      if (point.step > 0) {
+        run->restore(point.state);
+        first = point.step + 1;
+        if (rank == 0 && options.progress) options.progress("resuming from the checkpoint of step " + std::to_string(point.step) + " in " + options.checkpoint_dir);
       } else if (rank == 0 && options.progress) {
-        options.progress("no complete checkpoint in " + options.checkpoint_dir + ": starting from step 1");
+        options.progress("no checkpoint in " + options.checkpoint_dir + ": starting from step 1");
       }
+    } else if (!options.checkpoint_dir.empty()) {
+      refuse_to_overwrite(*run->groups().world, options.checkpoint_dir);
     }
     out.first_step = first;
     for (std::int64_t s = first; s < first + options.steps; ++s) {
@@ -322,9 +324,12 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
       rec.step = s;
       const auto t0 = Clock::now();
       rec.loss = run->step(s, options);
-      std::array<float, 1> seconds{static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count())};
-      run->groups().world->all_reduce_max(seconds);
-      rec.seconds = seconds[0];
+      // The step's time and, at this boundary, whether any rank was asked to stop.
+      std::array<float, 2> boundary{static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count()),
+                                    options.stop_requested && options.stop_requested() ? 1.0F : 0.0F};
+      run->groups().world->all_reduce_max(boundary);
+      rec.seconds = boundary[0];
+      const bool stop = boundary[1] > 0;
       if (ref) {
         rec.reference_loss = ref->step(s, options);
         compare(*run, *ref, plan, rank, rec);
@@ -335,15 +340,19 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
         }
         sync_reference(*run, *ref, plan, rank);
       }
-      if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 && s % options.checkpoint_every == 0) {
+      if (!options.checkpoint_dir.empty() && ((options.checkpoint_every > 0 && s % options.checkpoint_every == 0) || stop)) {
         RankState st = run->state();
         st.rank = rank;
         st.world_size = size;
         st.plan_hash = plan_hash;
-        save_shard(options.checkpoint_dir, st);
-        std::array<double, 1> barrier{0};
-        run->groups().world->all_reduce_sum(std::span<double>(barrier));
-        if (rank == 0) mark_complete(options.checkpoint_dir, s);
+        if (options.save_death.step == s && options.save_death.rank == rank) {
+          // An interrupted save: half the shard is on disk, under its temporary name.
+          std::filesystem::create_directories(shard_path(options.checkpoint_dir, s, rank).parent_path());
+          std::ofstream(shard_path(options.checkpoint_dir, s, rank).string() + ".tmp", std::ios::binary) << std::string(64, 'x') << std::flush;
+          std::raise(SIGKILL);
+        }
+        save_checkpoint(*run->groups().world, options.checkpoint_dir, st, options.keep_last, rank == 0 ? options.progress : Warn{});
+        out.checkpoint_step = s;
       }
       if (rank == 0 && options.progress) {
         char line[256];
@@ -357,6 +366,15 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
         options.progress(line);
       }
       out.steps.push_back(rec);
+      if (stop) {
+        out.preempted = true;
+        if (rank == 0 && options.progress) {
+          options.progress("stop requested (a preemption signal): stopped at the end of step " + std::to_string(s) +
+                           (options.checkpoint_dir.empty() ? std::string(" without a checkpoint (no --checkpoint-dir)")
+                                                           : "; checkpoint written to " + shard_path(options.checkpoint_dir, s, 0).parent_path().string()));
+        }
+        break;
+      }
       // Breakdowns, like the step time (steady_step_seconds), leave out the first step when
       // there are more than two: it pays for first touches and the collectives' setup.
       if (s == first && options.steps > 2) {
@@ -369,10 +387,17 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
     }
     out.verified = options.verify;
     for (const auto& rec : out.steps) out.verified = out.verified && rec.worst_relative_error <= options.tolerance;
-    out.report = cpu_report(plan, out.steps, timing, run->groups(), options.steps > 2 ? out.steps.size() - 1 : out.steps.size());
+    // The first step's figures were dropped when there are more than two (a preempted run may
+    // have stopped before).
+    const bool first_dropped = options.steps > 2 && out.steps.size() > 1;
+    out.report = cpu_report(plan, out.steps, timing, run->groups(), first_dropped ? out.steps.size() - 1 : out.steps.size());
     if (options.trace) out.trace_json = chrome_trace(*run, size);
     out.ok = !options.verify || out.verified;
     if (!out.ok) out.error = "verification failed: a gradient or the loss differs from the single-rank run by more than " + std::to_string(options.tolerance);
+  } catch (const JobWideError& e) {
+    out.ok = false;
+    out.error = e.what();
+    out.job_wide_error = true;
   } catch (const std::exception& e) {
     out.ok = false;
     out.error = e.what();

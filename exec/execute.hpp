@@ -39,10 +39,18 @@ struct ExecuteOptions {
   std::string checkpoint_dir;
   std::int64_t checkpoint_every = 0;  // steps; 0: none
   bool resume = false;                // from the newest complete checkpoint in checkpoint_dir
+  std::int64_t keep_last = 0;         // retention: only the newest K checkpoints stay; 0: all
   std::int64_t replica_check_every = 1;  // steps between the DP replicas' checksum comparisons; 0: never
   Injection bitflip, hang, death;     // faults for tests: a flipped bit after the DP reduction, a rank that sleeps, one that is killed
+  Injection save_death;               // a rank killed halfway through writing its shard (an interrupted save)
+  Injection signal;                   // a rank that gets SIGTERM during that step (preemption)
+  // Polled at every step boundary on every rank: true once the job should stop (a
+  // preemption signal arrived). The ranks agree on it, write a checkpoint of the step just
+  // finished (with checkpoint_dir) and return with `preempted`.
+  std::function<bool()> stop_requested;
   bool trace = false;
   std::function<void(const std::string&)> progress;  // a line per step, on rank 0
+  std::function<void(const std::string&)> warning;   // what a resume skipped and why, on any rank
   // Called by the watchdog with its message before it throws, while operations are still in
   // flight: a program prints it and ends the job there (MPI_Abort).
   std::function<void(const std::string&)> on_timeout;
@@ -60,8 +68,11 @@ struct StepRecord {
 struct ExecuteResult {
   bool ok = false;
   std::string error;  // what ended the run (a hung rank named, a failed verification, bad input)
+  bool job_wide_error = false;  // every rank has `error`, reached together: the job can end cleanly
   std::int64_t rank = 0, world_size = 1;
   std::int64_t first_step = 1;  // after a resume, the step after the checkpoint
+  bool preempted = false;       // stopped early at a step boundary by stop_requested
+  std::int64_t checkpoint_step = 0;  // the newest checkpoint this run wrote (0: none)
   std::vector<StepRecord> steps;
   bool verified = false;  // --verify and every step within tolerance
   report::Report report;  // method measured (rank 0's view)

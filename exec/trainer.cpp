@@ -179,6 +179,8 @@ void Trainer::check_replicas(const std::vector<float>& data, std::int64_t step, 
 double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
   replica_check_every_ = options.replica_check_every;
   if (options.death.step == step && options.death.rank == world_rank_) std::raise(SIGKILL);
+  // A preemption notice: the handler records it and the step runs to its end.
+  if (options.signal.step == step && options.signal.rank == world_rank_) std::raise(SIGTERM);
   if (options.hang.step == step && options.hang.rank == world_rank_) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }

@@ -26,8 +26,7 @@ std::int32_t i32(std::int64_t v) { return static_cast<std::int32_t>(v); }
 // Builds one stage's instruction list.
 class StageLowering {
  public:
-  StageLowering(const plan::Plan& p, Program& prog, std::int64_t stage, const plan::DerivedFigures& derived)
-      : p_(p), prog_(prog), stage_(stage), derived_(derived) {
+  StageLowering(const plan::Plan& p, Program& prog, std::int64_t stage) : p_(p), prog_(prog), stage_(stage) {
     const auto& par = p.parallelism;
     t_ = d(par.tensor_model_parallel_size);
     e_ = activation_bytes(p.training.precision);
@@ -345,7 +344,6 @@ class StageLowering {
   const plan::Plan& p_;
   Program& prog_;
   std::int64_t stage_;
-  const plan::DerivedFigures& derived_;
   double t_ = 1, e_ = 2, tokens_ = 0;
   std::vector<Op> dense_, moe_, first_, last_;
   ParamCounts counts_;
@@ -381,7 +379,7 @@ LowerResult lower(const plan::Plan& p, const std::function<void(StageProgram&)>&
   }
   std::size_t expected = 0;
   for (std::int64_t s = 0; s < prog.stages; ++s) {
-    StageLowering lowering(p, prog, s, derived);
+    StageLowering lowering(p, prog, s);
     prog.classes.push_back(lowering.run(expected));
     expected = prog.classes.back().instrs.size() + prog.classes.back().instrs.size() / 16;
     if (each_stage) each_stage(prog.classes.back());

@@ -47,9 +47,10 @@ std::vector<std::string> SweepSpec::point_values(std::uint64_t index) const {
   return out;
 }
 
-SweepLoadResult load_sweep(const std::filesystem::path& file) {
+namespace {
+
+SweepLoadResult load_sweep_document(DocumentResult doc, const std::filesystem::path& file) {
   SweepLoadResult out;
-  auto doc = read_document(file);
   if (!doc.document) {
     out.diagnostics = std::move(doc.diagnostics);
     return out;
@@ -124,5 +125,11 @@ SweepLoadResult load_sweep(const std::filesystem::path& file) {
   }
   return out;
 }
+
+}  // namespace
+
+SweepLoadResult load_sweep(const std::filesystem::path& file) { return load_sweep_document(read_document(file), file); }
+
+SweepLoadResult load_sweep_text(std::string_view text, const std::filesystem::path& file) { return load_sweep_document(parse_document(text), file); }
 
 }  // namespace meshwork::plan

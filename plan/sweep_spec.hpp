@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -54,5 +55,8 @@ struct SweepLoadResult {
 };
 
 SweepLoadResult load_sweep(const std::filesystem::path& file);
+// The same from text already in memory; `file` is where it stands (a relative base is read
+// beside it).
+SweepLoadResult load_sweep_text(std::string_view text, const std::filesystem::path& file);
 
 }  // namespace meshwork::plan

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include "exec/calibrate.hpp"
@@ -161,6 +162,44 @@ TEST_F(Checkpoint, ACorruptTruncatedOrForeignShardIsRefusedByName) {
   expect_error("not a meshwork checkpoint", 2, "abc");
   std::filesystem::remove(path);
   expect_error("no checkpoint shard", 2, "abc");
+}
+
+TEST_F(Checkpoint, LatestIsAStepNumberAndANewlineOrItsProblemIsNamed) {
+  EXPECT_EQ(parse_latest("12\n").step, 12);
+  for (const char* bad : {"", "\n", "0\n", "12", "12\n\n", "4x\n", "-3\n", "99999999999999999999\n"}) {
+    const LatestRecord r = parse_latest(bad);
+    EXPECT_FALSE(r.step) << bad;
+    EXPECT_NE(r.problem.find("not a step number"), std::string::npos) << bad;
+  }
+  EXPECT_FALSE(read_latest(dir_).step);  // no file: nothing to say
+  EXPECT_TRUE(read_latest(dir_).problem.empty());
+}
+
+TEST_F(Checkpoint, StepsAreListedNewestFirstAndSetAsideOnesAreNot) {
+  for (std::int64_t step : {2, 10, 4}) {
+    state_.step = step;
+    save_shard(dir_, state_);
+  }
+  std::filesystem::create_directories(dir_ / "step-0000000x");
+  std::filesystem::create_directories(dir_ / "scratch");
+  EXPECT_EQ(checkpoint_steps(dir_), (std::vector<std::int64_t>{10, 4, 2}));
+  const auto aside = set_aside(shard_path(dir_, 10, 0).parent_path());
+  EXPECT_EQ(aside.filename(), "step-00000010.damaged");
+  EXPECT_TRUE(std::filesystem::exists(aside / "rank-00001.ckpt"));  // kept whole
+  state_.step = 10;
+  save_shard(dir_, state_);
+  EXPECT_EQ(set_aside(shard_path(dir_, 10, 0).parent_path()).filename(), "step-00000010.damaged-2");  // never over the first
+  EXPECT_EQ(checkpoint_steps(dir_), (std::vector<std::int64_t>{4, 2}));
+  EXPECT_EQ(prune_checkpoints(dir_, checkpoint_steps(dir_), 1), (std::vector<std::int64_t>{2}));
+  EXPECT_EQ(checkpoint_steps(dir_), (std::vector<std::int64_t>{4}));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "step-00000010.damaged"));  // retention leaves damaged ones alone
+}
+
+TEST_F(Checkpoint, ABitExactRoundTripInMemory) {
+  state_.params = {1.5F, -0.0F, std::numeric_limits<float>::quiet_NaN()};
+  const std::string bytes = serialize_shard(state_);
+  EXPECT_EQ(serialize_shard(parse_shard(bytes, "x")), bytes);
+  EXPECT_THROW((void)parse_shard(bytes.substr(0, bytes.size() - 1), "x"), std::runtime_error);
 }
 
 // The CUDA backend's --verify reference (a DP 2 plan's whole global batch on one CPU chunk)
