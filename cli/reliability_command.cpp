@@ -24,14 +24,7 @@ namespace meshwork::cli {
 
 namespace {
 
-std::string hours(double s) {
-  char buf[64];
-  if (s >= 2 * 86400) std::snprintf(buf, sizeof buf, "%.1f days", s / 86400);
-  else if (s >= 2 * 3600) std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
-  else if (s >= 120) std::snprintf(buf, sizeof buf, "%.1f min", s / 60);
-  else std::snprintf(buf, sizeof buf, "%.1f s", s);
-  return buf;
-}
+std::string hours(double s) { return reliability::format_duration(s); }
 
 // The first leaf-to-spine link's name as `failures.degraded_links` takes it, or "".
 std::string a_fabric_link(const plan::Plan& p) {
@@ -61,6 +54,10 @@ void print_reliability(std::ostream& out, const report::Reliability& r, double d
   out << buf;
   if (r.best_interval_s > 0) out << "; best in the sweep " << hours(r.best_interval_s);
   out << '\n';
+  if (r.checkpoint_persist_s > 0) {
+    out << "    each checkpoint: " << hours(r.checkpoint_snapshot_s) << " device-to-host, " << hours(r.checkpoint_persist_s)
+        << " to persist; intervals from " << hours(r.checkpoint_min_interval_s) << " (one step, one write)\n";
+  }
   out << "    interruptions by cause:";
   bool any = false;
   for (const auto& [cause, n] : r.interruptions_by_cause) {
@@ -149,6 +146,11 @@ void add_reliability_command(CLI::App& app, Io& io) {
 #endif
     }
     const reliability::Derived d = reliability::inputs_for(p, rep.step_time_s, step_with);
+    if (!d.error.empty()) {
+      io.err << *file << ": error: " << d.error << '\n';
+      io.exit_code = 1;
+      return;
+    }
     const bool tty = ::isatty(STDERR_FILENO) != 0;
     auto progress = [&io, tty](const char* what) {
       return std::function<void(double)>([&io, tty, what](double f) {
@@ -164,8 +166,8 @@ void add_reliability_command(CLI::App& app, Io& io) {
     const double stall = d.inputs.async ? d.inputs.snapshot_s : d.inputs.write_s;
     const double daly = std::isfinite(d.mtti_s) ? reliability::daly_interval_s(stall, d.mtti_s) : 0;
     if (*sweep) {
-      const double centre = daly > 0 ? daly : d.inputs.interval_s;
-      const auto points = reliability::sweep_interval(d.inputs, centre / 8, centre * 8, 19, p.run.trials, static_cast<std::uint64_t>(p.run.seed),
+      const auto range = reliability::sweep_range(d, daly);
+      const auto points = reliability::sweep_interval(d.inputs, range.lo_s, range.hi_s, 19, p.run.trials, static_cast<std::uint64_t>(p.run.seed),
                                                       progress("interval sweep"));
       if (tty) io.err << "\r                         \r" << std::flush;
       const auto best = reliability::best_interval(points);
@@ -175,7 +177,7 @@ void add_reliability_command(CLI::App& app, Io& io) {
       const std::string svg_path = svg->empty() ? stem + "-interval.svg" : *svg;
       std::string error;
       if (!plan::write_file_atomically(csv_path, reliability::sweep_csv(points), error) ||
-          !plan::write_file_atomically(svg_path, reliability::sweep_svg(points, p.name + ": goodput against the checkpoint interval", daly), error)) {
+          !plan::write_file_atomically(svg_path, reliability::sweep_svg(points, p.name + ": goodput against the checkpoint interval", daly, d.inputs.interval_s), error)) {
         io.err << "meshwork reliability: " << error << '\n';
         io.exit_code = 1;
         return;

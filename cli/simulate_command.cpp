@@ -128,6 +128,11 @@ void add_simulate_command(CLI::App& app, Io& io) {
         return;
       }
       const reliability::Derived d = reliability::inputs_for(run, rep.step_time_s);
+      if (!d.error.empty()) {
+        io.err << *file << ": error: " << d.error << '\n';
+        io.exit_code = 1;
+        return;
+      }
       const auto s = reliability::run(d.inputs, run.run.trials, static_cast<std::uint64_t>(run.run.seed));
       rep.reliability = reliability::to_report(d, s, static_cast<std::uint64_t>(run.run.seed));
       const double stall = d.inputs.async ? d.inputs.snapshot_s : d.inputs.write_s;

@@ -282,6 +282,9 @@ struct CheckpointConfig {
   // Device-to-host copy rate per GPU: the stall of an asynchronous or in-memory checkpoint
   // (PCIe 4.0 x16: 32 GB/s per direction, about 25 achieved).
   double snapshot_gbytes_per_s = 25;
+  // Each node's link to the storage, Gbit/s; 0: its scale-out NICs carry the checkpoint
+  // (nics_per_node x nic_bandwidth_gbps), as on fabrics without a separate storage network.
+  double storage_link_gbps_per_node = 0;
   std::int64_t spares = 0;
   FailureResponse on_failure = FailureResponse::restart;
 

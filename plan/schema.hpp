@@ -240,6 +240,7 @@ void describe(V& v, CheckpointConfig& s) {
   v.field(s.mode, {.key = "mode", .doc = "sync: the step waits for the write; async: only for the device-to-host snapshot."});
   v.field(s.tiers, {.key = "tiers", .doc = "Where checkpoints are kept, fastest first."});
   v.field(s.snapshot_gbytes_per_s, {.key = "snapshot_gbytes_per_s", .doc = "Device-to-host copy rate per GPU (the stall of an async or in-memory checkpoint).", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e6, .min_exclusive = true});
+  v.field(s.storage_link_gbps_per_node, {.key = "storage_link_gbps_per_node", .doc = "Each node's link to the storage, which a persistent write crosses; 0: the node's scale-out NICs.", .unit = Unit::gbps, .min = 0, .max = 1e7});
   v.field(s.spares, {.key = "spares", .doc = "Hot-spare nodes that replace a failed node.", .min = 0, .max = 1 << 20});
   v.field(s.on_failure, {.key = "on_failure", .doc = "After a failure without a spare: restart on the same mesh, or shrink data parallelism."});
 }

@@ -77,6 +77,9 @@ struct Reliability {
   double time_to_train_s = 0, time_to_train_ci95 = 0;  // with a token target
   double checkpoint_interval_s = 0;      // used
   double checkpoint_bytes = 0;
+  double checkpoint_persist_s = 0;       // one persistent write: the slowest of storage, host links, snapshot
+  double checkpoint_snapshot_s = 0;      // the device-to-host copy (an async checkpoint's stall)
+  double checkpoint_min_interval_s = 0;  // one step, and one persistent write
   double best_interval_s = 0;            // from a sweep; 0 when none was run
   std::vector<std::pair<std::string, double>> interruptions_by_cause;  // per run
   std::vector<std::pair<std::string, double>> losses_s;               // per run, by cause

@@ -91,6 +91,9 @@ nlohmann::json to_json(const Report& r) {
                         {"time_to_train_ci95", x.time_to_train_ci95},
                         {"checkpoint_interval_s", x.checkpoint_interval_s},
                         {"checkpoint_bytes", x.checkpoint_bytes},
+                        {"checkpoint_persist_s", x.checkpoint_persist_s},
+                        {"checkpoint_snapshot_s", x.checkpoint_snapshot_s},
+                        {"checkpoint_min_interval_s", x.checkpoint_min_interval_s},
                         {"best_interval_s", x.best_interval_s},
                         {"interruptions_by_cause", by_cause},
                         {"losses_s", losses}};
@@ -149,6 +152,10 @@ Report from_json(const nlohmann::json& j) {
     y.time_to_train_ci95 = x.at("time_to_train_ci95");
     y.checkpoint_interval_s = x.at("checkpoint_interval_s");
     y.checkpoint_bytes = x.at("checkpoint_bytes");
+    // Reports written before the persist stage was priced lack these: 0, as "not given".
+    y.checkpoint_persist_s = x.value("checkpoint_persist_s", 0.0);
+    y.checkpoint_snapshot_s = x.value("checkpoint_snapshot_s", 0.0);
+    y.checkpoint_min_interval_s = x.value("checkpoint_min_interval_s", 0.0);
     y.best_interval_s = x.at("best_interval_s");
     for (const auto& [k, v] : x.at("interruptions_by_cause").items()) y.interruptions_by_cause.emplace_back(k, v.get<double>());
     for (const auto& [k, v] : x.at("losses_s").items()) y.losses_s.emplace_back(k, v.get<double>());

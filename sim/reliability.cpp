@@ -123,8 +123,18 @@ Trial run_trial(const Inputs& in, std::uint64_t seed) {
   };
   bool inflight_active = false, memory_valid = false;
   double inflight_done = kInf;
+  // The in-memory snapshot on its way to the neighbour's host (memory_copy_s).
+  Snap memory_inflight;
+  bool memory_inflight_active = false;
+  double memory_inflight_done = kInf;
   double since_persist = 0, since_memory = 0;  // running time since the last checkpoint
   std::vector<std::int64_t> failed_since_memory;
+  auto keep_in_memory = [&](const Snap& snap) {
+    memory = snap;
+    if (snap.taken_at < corrupted_at) clean_memory = snap;
+    memory_valid = true;
+    failed_since_memory.clear();
+  };
   std::int64_t spares = in.spares, lost_replicas = 0;
   std::vector<double> repairs;  // when failed nodes come back
   const double target = in.target_work_s;
@@ -184,6 +194,10 @@ Trial run_trial(const Inputs& in, std::uint64_t seed) {
       persist(inflight);
       inflight_active = false;
     }
+    if (memory_inflight_active && memory_inflight_done <= until) {
+      keep_in_memory(memory_inflight);
+      memory_inflight_active = false;
+    }
     for (auto& r : repairs) {
       if (r <= until) {
         r = kInf;
@@ -225,6 +239,7 @@ Trial run_trial(const Inputs& in, std::uint64_t seed) {
         failed_since_memory.push_back(node);
       }
       inflight_active = false;  // a write cut short: the previous checkpoint stands
+      memory_inflight_active = false;  // and a copy to the neighbour cut short
       // A caught corruption goes back to before it; anything else to the newest copy.
       const bool sdc = cause == Cause::sdc;
       Snap restore = in.persistent_tier ? (sdc ? clean_persisted : persisted) : Snap{};
@@ -327,8 +342,9 @@ Trial run_trial(const Inputs& in, std::uint64_t seed) {
     }
     double t_persist = kInf, t_memory = kInf;
     if (in.persistent_tier) t_persist = std::max({t, t + (in.interval_s - since_persist), inflight_active ? inflight_done : 0.0});
-    if (in.memory_tier) t_memory = std::max(t, t + (in.memory_interval_s - since_memory));
-    double t_background = std::min({next_straggler, next_degradation, next_sdc, inflight_active ? inflight_done : kInf});
+    if (in.memory_tier) t_memory = std::max({t, t + (in.memory_interval_s - since_memory), memory_inflight_active ? memory_inflight_done : 0.0});
+    double t_background = std::min({next_straggler, next_degradation, next_sdc, inflight_active ? inflight_done : kInf,
+                                    memory_inflight_active ? memory_inflight_done : kInf});
     for (double e : stragglers) t_background = std::min(t_background, e);
     for (double e : degradations) t_background = std::min(t_background, e);
     for (double r : repairs) t_background = std::min(t_background, r);
@@ -354,10 +370,13 @@ Trial run_trial(const Inputs& in, std::uint64_t seed) {
       if (stand(in.snapshot_s, Loss::checkpoint, c2)) {
         interrupt(c2);
       } else {
-        memory = snap;
-        if (snap.taken_at < corrupted_at) clean_memory = snap;
-        memory_valid = true;
-        failed_since_memory.clear();
+        if (in.memory_copy_s > 0) {
+          memory_inflight = snap;
+          memory_inflight_active = true;
+          memory_inflight_done = t + in.memory_copy_s;
+        } else {
+          keep_in_memory(snap);
+        }
         since_memory = 0;
       }
     } else if (t == t_persist && !in.memory_tier && (!in.async || in.write_s <= in.interval_s) &&

@@ -62,8 +62,11 @@ struct Inputs {
   bool async = false;
   bool memory_tier = false;
   bool persistent_tier = true;
-  double write_s = 0;     // a persistent write (the stall when synchronous)
+  double write_s = 0;     // a persistent write (the stall when synchronous): the persist stage
   double snapshot_s = 0;  // the device-to-host copy (the stall when asynchronous, or in memory)
+  // The in-memory tier's copy to a neighbour's host over the network, after the snapshot
+  // and under training: the snapshot is a copy to restore from once it ends.
+  double memory_copy_s = 0;
   // Nodes and what follows a hardware failure.
   std::int64_t nodes = 1;
   std::int64_t spares = 0;           // hot spares: a failed node is replaced at once
@@ -91,7 +94,14 @@ struct Derived {
   Inputs inputs;
   double checkpoint_bytes = 0;
   double mtti_s = 0;  // mean time to interruption, all causes (1 / the summed rates)
-  std::string error;
+  // The persist stage (inputs.write_s is the longest of the three): the whole job's bytes
+  // through the storage's write bandwidth; the writing nodes' bytes through each one's link
+  // to storage; each GPU's share through its device-to-host copy, which the write streams from.
+  double storage_s = 0, host_link_s = 0;
+  // The shortest interval the plan can run: one step, and one persistent write (a checkpoint
+  // is taken between steps, and a write must end before the next begins).
+  double min_interval_s = 0;
+  std::string error;  // an interval the plan cannot run, with the reason
 };
 Derived inputs_for(const plan::Plan& plan, double step_s, const StateStepTime& step_with = {});
 
@@ -136,6 +146,15 @@ struct SweepPoint {
 };
 std::vector<SweepPoint> sweep_interval(const Inputs& in, double lo_s, double hi_s, int points, std::int64_t trials, std::uint64_t seed,
                                        const std::function<void(double)>& progress = {});
+// The sweep's range for a plan: eight times either side of Daly's optimum (or of the plan's
+// interval without failures), widened to hold the plan's own interval, and never below the
+// shortest interval the plan can run.
+struct SweepRange {
+  double lo_s = 0, hi_s = 0;
+};
+SweepRange sweep_range(const Derived& d, double daly_s);
+// "45 s", "2.5 min", "1.2 h", "3 d": a duration as an axis or a line of text shows it.
+std::string format_duration(double seconds);
 // The best point, and the interval range whose goodput is within the best's 95% interval.
 struct Best {
   std::size_t index = 0;
@@ -143,7 +162,8 @@ struct Best {
 };
 Best best_interval(const std::vector<SweepPoint>& sweep);
 std::string sweep_csv(const std::vector<SweepPoint>& sweep);
-std::string sweep_svg(const std::vector<SweepPoint>& sweep, const std::string& title, double daly_s);
+// `plan_s` (the plan's interval) and `daly_s` are marked where they fall in the range.
+std::string sweep_svg(const std::vector<SweepPoint>& sweep, const std::string& title, double daly_s, double plan_s = 0);
 
 // The Report's reliability section from a run.
 report::Reliability to_report(const Derived& d, const Summary& s, std::uint64_t seed);

@@ -127,27 +127,51 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
   const double replica_gpus = gpus / static_cast<double>(std::max<std::int64_t>(par.data_parallel_size, 1));
   const double per_gpu_bytes = d.checkpoint_bytes / (par.zero_stage >= 1 ? gpus : replica_gpus);
   const auto& k = p.checkpoint;
-  in.write_s = d.checkpoint_bytes / (k.write_gbytes_per_s * 1e9);
   in.load_persistent_s = d.checkpoint_bytes / (k.read_gbytes_per_s * 1e9);
   in.snapshot_s = per_gpu_bytes / (k.snapshot_gbytes_per_s * 1e9);
-  // From the neighbour's host memory over this GPU's share of the node's NICs, then to the GPU.
-  const double nic_bytes_per_s = c.nic_bandwidth_gbps / 8 * 1e9 * static_cast<double>(std::max<std::int64_t>(c.nics_per_node, 1)) /
-                                 static_cast<double>(std::max<std::int64_t>(c.gpus_per_node, 1));
-  in.load_memory_s = per_gpu_bytes / nic_bytes_per_s + in.snapshot_s;
+  // The persist stage. Every writer's share leaves its node through the node's link to the
+  // storage, and all of them share the storage's write bandwidth: a checkpoint is on disk
+  // when the slowest of the three stages has passed it (the write streams from the host copy,
+  // so the stages overlap rather than add). Without ZeRO one replica writes (its GPUs hold
+  // the whole state; the others' is the same); with it every GPU writes its shard.
+  const double gpus_per_node = static_cast<double>(std::max<std::int64_t>(c.gpus_per_node, 1));
+  const double writers = par.zero_stage >= 1 ? gpus : replica_gpus;
+  const double node_nics_gbps = c.nic_bandwidth_gbps * static_cast<double>(c.nics_per_node);
+  const double storage_link_gbps = k.storage_link_gbps_per_node > 0 ? k.storage_link_gbps_per_node : node_nics_gbps;
+  d.storage_s = d.checkpoint_bytes / (k.write_gbytes_per_s * 1e9);
+  d.host_link_s = storage_link_gbps > 0 ? per_gpu_bytes * std::min(gpus_per_node, writers) / (storage_link_gbps / 8 * 1e9) : 0;
+  in.write_s = std::max({d.storage_s, d.host_link_s, in.snapshot_s});
+  // From the neighbour's host memory over this GPU's share of the node's NICs, then to the
+  // GPU; the in-memory tier's copy goes the other way, a node's snapshots over its NICs.
+  const double nic_bytes_per_s = node_nics_gbps / 8 * 1e9 / gpus_per_node;
+  const bool has_neighbour = nodes > 1 && nic_bytes_per_s > 0;
+  in.load_memory_s = (has_neighbour ? per_gpu_bytes / nic_bytes_per_s : 0) + in.snapshot_s;
+  in.memory_copy_s = has_neighbour ? per_gpu_bytes / nic_bytes_per_s : 0;
   in.async = k.mode == plan::CheckpointMode::async;
   in.memory_tier = std::find(k.tiers.begin(), k.tiers.end(), plan::CheckpointTier::memory) != k.tiers.end();
   in.persistent_tier = std::find(k.tiers.begin(), k.tiers.end(), plan::CheckpointTier::persistent) != k.tiers.end();
+  // Checkpoints are taken between steps, and one write ends before the next begins (a
+  // synchronous one stalls for it; an asynchronous one runs under the next interval).
+  d.min_interval_s = std::max(step_s, in.persistent_tier ? in.write_s : 0.0);
   const double stall = in.async ? in.snapshot_s : in.write_s;
   if (k.interval.automatic) {
     in.interval_s = std::isfinite(d.mtti_s) ? daly_interval_s(stall, d.mtti_s) : p.run.horizon_s;
-    if (in.async) in.interval_s = std::max(in.interval_s, in.write_s);  // one write at a time
+    in.interval_s = std::max(in.interval_s, d.min_interval_s);
   } else {
     in.interval_s = k.interval.seconds;
+    if (in.persistent_tier && in.interval_s < d.min_interval_s) {
+      const bool step_bound = step_s >= in.write_s;
+      d.error = "checkpoint.interval: " + format_duration(in.interval_s) + " is shorter than " +
+                (step_bound ? "one step (" + format_duration(step_s) + "): checkpoints are taken between steps"
+                            : "one persistent write (" + format_duration(in.write_s) + ": " + format_duration(d.storage_s) + " through the storage's " +
+                                  std::to_string(static_cast<long long>(k.write_gbytes_per_s)) + " GB/s, " + format_duration(d.host_link_s) +
+                                  " through each node's link to it): the next checkpoint would start before this one is on disk") +
+                "; use at least " + format_duration(d.min_interval_s) + " or automatic";
+    }
   }
+  // The memory tier: Daly's optimum for its snapshot, at least one step and one copy.
   in.memory_interval_s = std::isfinite(d.mtti_s) ? daly_interval_s(in.snapshot_s, d.mtti_s) : p.run.horizon_s;
-  // Checkpoints are taken between steps: at most one per step.
-  in.interval_s = std::max(in.interval_s, step_s);
-  in.memory_interval_s = std::max(in.memory_interval_s, step_s);
+  in.memory_interval_s = std::max({in.memory_interval_s, step_s, in.memory_copy_s});
   in.detection_s = f.detection_s;
   in.restart_s = f.restart_s;
   in.repair_s = f.repair_s;
@@ -217,6 +241,9 @@ report::Reliability to_report(const Derived& d, const Summary& s, std::uint64_t 
   }
   r.checkpoint_interval_s = d.inputs.interval_s;
   r.checkpoint_bytes = d.checkpoint_bytes;
+  r.checkpoint_persist_s = d.inputs.write_s;
+  r.checkpoint_snapshot_s = d.inputs.snapshot_s;
+  r.checkpoint_min_interval_s = d.min_interval_s;
   for (std::size_t c = 0; c < kCauses; ++c) r.interruptions_by_cause.emplace_back(std::string(to_string(static_cast<Cause>(c))), s.interruptions_by_cause[c]);
   for (std::size_t l = 0; l < kLosses; ++l) r.losses_s.emplace_back(std::string(to_string(static_cast<Loss>(l))), s.loss_s[l]);
   return r;

@@ -21,6 +21,32 @@ std::vector<SweepPoint> sweep_interval(const Inputs& in, double lo_s, double hi_
   return out;
 }
 
+SweepRange sweep_range(const Derived& d, double daly_s) {
+  const double centre = daly_s > 0 ? daly_s : d.inputs.interval_s;
+  SweepRange r{centre / 8, centre * 8};
+  r.lo_s = std::min(r.lo_s, d.inputs.interval_s);
+  r.hi_s = std::max(r.hi_s, d.inputs.interval_s);
+  r.lo_s = std::max(r.lo_s, d.min_interval_s);
+  r.hi_s = std::max(r.hi_s, r.lo_s * 2);  // at least a range, when the bound is above it all
+  return r;
+}
+
+std::string format_duration(double seconds) {
+  char buf[32];
+  const double v = std::abs(seconds);
+  auto put = [&](double x, const char* unit) {
+    // Two significant digits below 10 ("2.5 min"), whole numbers above ("45 min").
+    std::snprintf(buf, sizeof buf, x < 9.95 ? "%.2g %s" : "%.0f %s", x, unit);
+  };
+  if (v < 1e-3) std::snprintf(buf, sizeof buf, "%.3g ms", seconds * 1e3);
+  else if (v < 1) put(seconds * 1e3, "ms");
+  else if (v < 120) put(seconds, "s");
+  else if (v < 2 * 3600) put(seconds / 60, "min");
+  else if (v < 2 * 86400) put(seconds / 3600, "h");
+  else put(seconds / 86400, "d");
+  return buf;
+}
+
 Best best_interval(const std::vector<SweepPoint>& sweep) {
   Best b;
   for (std::size_t i = 0; i < sweep.size(); ++i) {
@@ -52,7 +78,7 @@ std::string sweep_csv(const std::vector<SweepPoint>& sweep) {
 }
 
 // Goodput against the interval on a log axis, the 95% band shaded, Daly's optimum marked.
-std::string sweep_svg(const std::vector<SweepPoint>& sweep, const std::string& title, double daly_s) {
+std::string sweep_svg(const std::vector<SweepPoint>& sweep, const std::string& title, double daly_s, double plan_s) {
   const double w = 720, h = 420, left = 70, right = 20, top = 40, bottom = 60;
   std::ostringstream s;
   s.precision(6);
@@ -86,10 +112,7 @@ std::string sweep_svg(const std::vector<SweepPoint>& sweep, const std::string& t
   }
   for (int i = 0; i <= 4; ++i) {
     const double v = lo * std::pow(hi / lo, i / 4.0);
-    char label[32];
-    if (v >= 3600) std::snprintf(label, sizeof label, "%.1f h", v / 3600);
-    else std::snprintf(label, sizeof label, "%.0f min", v / 60);
-    s << "<text x=\"" << x(v) << "\" y=\"" << h - bottom + 18 << "\" text-anchor=\"middle\">" << label << "</text>\n";
+    s << "<text x=\"" << x(v) << "\" y=\"" << h - bottom + 18 << "\" text-anchor=\"middle\">" << format_duration(v) << "</text>\n";
   }
   s << "<text x=\"" << (left + w - right) / 2 << "\" y=\"" << h - 14 << "\" text-anchor=\"middle\">checkpoint interval (log scale)</text>\n";
   s << "<text x=\"16\" y=\"" << (top + h - bottom) / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 16 " << (top + h - bottom) / 2 << ")\">goodput (ETTR)</text>\n";
@@ -104,6 +127,10 @@ std::string sweep_svg(const std::vector<SweepPoint>& sweep, const std::string& t
   if (daly_s >= lo && daly_s <= hi) {
     s << "<line x1=\"" << x(daly_s) << "\" y1=\"" << top << "\" x2=\"" << x(daly_s) << "\" y2=\"" << h - bottom << "\" stroke=\"#c0392b\" stroke-dasharray=\"5,4\"/>\n";
     s << "<text x=\"" << x(daly_s) + 4 << "\" y=\"" << top + 12 << "\" fill=\"#c0392b\">Daly</text>\n";
+  }
+  if (plan_s >= lo && plan_s <= hi) {
+    s << "<line x1=\"" << x(plan_s) << "\" y1=\"" << top << "\" x2=\"" << x(plan_s) << "\" y2=\"" << h - bottom << "\" stroke=\"#555\" stroke-dasharray=\"2,3\"/>\n";
+    s << "<text x=\"" << x(plan_s) + 4 << "\" y=\"" << top + 26 << "\" fill=\"#555\">plan " << format_duration(plan_s) << "</text>\n";
   }
   const Best b = best_interval(sweep);
   s << "<circle cx=\"" << x(sweep[b.index].interval_s) << "\" cy=\"" << y(sweep[b.index].summary.goodput) << "\" r=\"6\" fill=\"none\" stroke=\"#27ae60\" stroke-width=\"2\"/>\n";

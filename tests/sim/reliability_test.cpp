@@ -199,6 +199,108 @@ TEST(Reliability, ThePlanGivesTheJobsRatesAndItsCheckpoint) {
   EXPECT_NEAR(d.inputs.target_work_s, 300e9 / (1536.0 * 2048) * 30, 1e-6);
 }
 
+// 1,024 A100 in 128 nodes, one 100 Gbit/s NIC each, fast storage: the nodes' links to the
+// storage bound the persist stage.
+constexpr const char* kPersistPlan =
+    "model: gpt3-175b\ntraining: {global_batch_size: 1536}\n"
+    "cluster: {gpu: a100-sxm-80gb, num_gpus: 1024, gpus_per_node: 8, nics_per_node: 1, nic_bandwidth_gbps: 100}\n"
+    "failures: {mtbf_hours: {gpu: 50000}}\n";
+
+Derived derived(const std::string& extra, double step_s, int zero_stage = 1) {
+  auto loaded = plan::load_plan_text(std::string(kPersistPlan) + "parallelism: {tp: 8, pp: 8, dp: 16, zero_stage: " + std::to_string(zero_stage) + "}\n" + extra,
+                                     plan::Format::yaml);
+  EXPECT_TRUE(loaded.ok()) << extra;
+  return inputs_for(loaded.plan, step_s);
+}
+
+TEST(Reliability, ThePersistStageIsItsSlowestOfStorageHostLinksAndSnapshot) {
+  // ZeRO-1: every GPU writes its 1/1024 of the state; a node's 8 shares cross its 100 Gbit/s.
+  Derived d = derived("checkpoint: {write_gbytes_per_s: 10000}\n", 10);
+  const double bytes = d.checkpoint_bytes;
+  EXPECT_NEAR(d.storage_s, bytes / 10000e9, 1e-9);
+  EXPECT_NEAR(d.host_link_s, bytes / 1024 * 8 / 12.5e9, 1e-9);  // 2.45 TB / 128 nodes / 12.5 GB/s = 1.5 s
+  EXPECT_NEAR(d.inputs.snapshot_s, bytes / 1024 / 25e9, 1e-12);
+  EXPECT_NEAR(d.inputs.write_s, d.host_link_s, 1e-12);
+  EXPECT_GT(d.host_link_s, d.storage_s);
+  // A storage network of its own, 800 Gbit/s a node: the storage bounds it again.
+  d = derived("checkpoint: {write_gbytes_per_s: 1000, storage_link_gbps_per_node: 800}\n", 10);
+  EXPECT_NEAR(d.host_link_s, bytes / 1024 * 8 / 100e9, 1e-9);
+  EXPECT_NEAR(d.inputs.write_s, bytes / 1000e9, 1e-9);
+  // Without ZeRO one replica (64 GPUs, 8 nodes) writes the whole state: 8x a node's share.
+  d = derived("checkpoint: {write_gbytes_per_s: 10000}\n", 10, 0);
+  EXPECT_NEAR(d.host_link_s, bytes / 64 * 8 / 12.5e9, 1e-9);
+  // The in-memory tier's copy: a GPU's share over its eighth of the node's NIC.
+  d = derived("checkpoint: {tiers: [memory, persistent]}\n", 10);
+  EXPECT_NEAR(d.inputs.memory_copy_s, bytes / 1024 / (12.5e9 / 8), 1e-9);
+  EXPECT_GE(d.inputs.memory_interval_s, d.inputs.memory_copy_s);
+}
+
+TEST(Reliability, IntervalsAreBoundedByOneStepAndOnePersistentWrite) {
+  // Automatic: Daly's optimum for the 93 ms snapshot stall (GPU MTTI 48.8 h: about 3 min)
+  // lies under a 5 min step, so the step bounds it.
+  Derived d = derived("checkpoint: {write_gbytes_per_s: 10000}\n", 300);
+  EXPECT_NEAR(d.min_interval_s, 300, 1e-12);
+  EXPECT_NEAR(d.inputs.interval_s, 300, 1e-12);
+  EXPECT_TRUE(d.error.empty());
+  // A 1 s step: the 1.5 s write bounds the interval from below.
+  d = derived("checkpoint: {write_gbytes_per_s: 10000}\n", 1);
+  EXPECT_NEAR(d.min_interval_s, d.inputs.write_s, 1e-12);
+  EXPECT_GE(d.inputs.interval_s, d.inputs.write_s);
+  // Written intervals below either bound are refused with the reason.
+  d = derived("checkpoint: {write_gbytes_per_s: 10000, interval: 30}\n", 60);
+  EXPECT_NE(d.error.find("checkpoint.interval: 30 s is shorter than one step (60 s)"), std::string::npos) << d.error;
+  d = derived("checkpoint: {write_gbytes_per_s: 10000, interval: 1}\n", 0.5);
+  EXPECT_NE(d.error.find("shorter than one persistent write (1.5 s"), std::string::npos) << d.error;
+  d = derived("checkpoint: {write_gbytes_per_s: 10000, interval: 1800}\n", 60);
+  EXPECT_TRUE(d.error.empty()) << d.error;
+}
+
+TEST(Reliability, TheIntervalSweepHoldsThePlansIntervalAndNothingItCannotRun) {
+  // Daly's optimum is seconds; the plan checkpoints every 30 min: the sweep reaches both.
+  Derived d = derived("checkpoint: {write_gbytes_per_s: 10000, interval: 30 min}\n", 2);
+  const double daly = daly_interval_s(d.inputs.snapshot_s, d.mtti_s);
+  ASSERT_LT(daly * 8, 1800);
+  SweepRange r = sweep_range(d, daly);
+  EXPECT_LE(r.lo_s, 1800);
+  EXPECT_GE(r.hi_s, 1800);
+  EXPECT_GE(r.lo_s, d.min_interval_s);
+  EXPECT_NEAR(r.lo_s, std::max(daly / 8, d.min_interval_s), 1e-9);
+  // A bound above Daly/8: the sweep starts at it.
+  d = derived("checkpoint: {write_gbytes_per_s: 10000}\n", 60);
+  r = sweep_range(d, daly_interval_s(d.inputs.snapshot_s, d.mtti_s));
+  EXPECT_NEAR(r.lo_s, 60, 1e-9);
+  EXPECT_GT(r.hi_s, r.lo_s);
+}
+
+TEST(Reliability, DurationsReadAsAPersonWritesThem) {
+  EXPECT_EQ(format_duration(0.014), "14 ms");
+  EXPECT_EQ(format_duration(7.3), "7.3 s");
+  EXPECT_EQ(format_duration(45), "45 s");
+  EXPECT_EQ(format_duration(150), "2.5 min");
+  EXPECT_EQ(format_duration(1800), "30 min");
+  EXPECT_EQ(format_duration(5 * kHour), "5 h");
+  EXPECT_EQ(format_duration(30 * 86400.0), "30 d");
+}
+
+TEST(Reliability, ACopyToTheNeighbourCutShortLeavesTheOlderSnapshot) {
+  // In-memory checkpoints only, every 10 min: while a snapshot is still on its way to the
+  // neighbour a failure restores the one before, so a slow copy loses more work (the same
+  // failures: common random numbers).
+  Inputs in = one_cause(2 * kHour);
+  in.persistent_tier = false;
+  in.memory_tier = true;
+  in.memory_interval_s = 10 * kMin;
+  in.horizon_s = 500 * kHour;
+  const Summary fast = run(in, 50, 3);
+  in.memory_copy_s = 5 * kMin;
+  const Summary slow = run(in, 50, 3);
+  const auto lost = [](const Summary& s) { return s.loss_s[static_cast<std::size_t>(Loss::lost_work)] / s.interruptions; };
+  // Lost per interruption: about half an interval, and with the copy a half of the failures
+  // (those within 5 min of a snapshot) lose a whole interval more: about +2.5 min on average.
+  EXPECT_NEAR(lost(fast), 5 * kMin, 0.5 * kMin);
+  EXPECT_NEAR(lost(slow) - lost(fast), 5 * kMin, 1.0 * kMin);
+}
+
 TEST(Reliability, TheLlama3PresetReproducesItsFleetsInterruptions) {
   // The preset is derived from L3's 419 interruptions in 54 days on this fleet (not a
   // validation, a consistency check of the derivation and of the component counts).
