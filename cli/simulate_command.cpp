@@ -54,6 +54,9 @@ void add_simulate_command(CLI::App& app, Io& io) {
   cmd->add_option("--fail", *fail, "A failure inside the step: TARGET@TIME, TARGET gpuN, nodeN or a link (leaf3-spine1), e.g. node2@1.5s");
   cmd->add_option("--trials", *trials, "With --horizon: Monte Carlo trials (default: the plan's run.trials)");
   cmd->add_option("--trace-ranks", *trace_ranks, "Ranks to trace, comma-separated (default: the first rank of each stage)")->delimiter(',');
+  auto inject_death = std::make_shared<std::string>();
+  // For tests: the simulation process dies at its start (abort, kill or bad_alloc). Hidden.
+  cmd->add_option("--inject-child-death", *inject_death)->check(CLI::IsMember({"abort", "kill", "bad_alloc"}))->group("");
   cmd->callback([=, &io] {
     const auto loaded = load_plan_for(io, *file, "simulate");
     if (!loaded) return;
@@ -68,6 +71,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
     options.fine = *fine;
     options.per_message = *per_message;
     options.trace_ranks = *trace_ranks;
+    options.inject_death = *inject_death;
     if (!fail->empty()) {
       const auto at = fail->rfind('@');
       const auto q = at == std::string::npos ? plan::ParsedQuantity{} : plan::parse_quantity(fail->substr(at + 1), plan::Unit::seconds);

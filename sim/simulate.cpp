@@ -10,9 +10,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "plan/plan_io.hpp"
 #include "report/report_io.hpp"
@@ -74,7 +81,7 @@ namespace {
 
 nlohmann::json options_to_json(const SimulateOptions& o) {
   nlohmann::json j = {{"free_communication", o.free_communication}, {"trace_path", o.trace_path}, {"trace_ranks", o.trace_ranks},
-                      {"fine", o.fine}, {"per_message", o.per_message}, {"mirror_alike", o.mirror_alike}};
+                      {"fine", o.fine}, {"per_message", o.per_message}, {"mirror_alike", o.mirror_alike}, {"inject_death", o.inject_death}};
   if (o.failure) j["failure"] = {{"target", o.failure->target}, {"at_s", o.failure->at_s}};
   return j;
 }
@@ -86,6 +93,7 @@ SimulateOptions options_from_json(const nlohmann::json& j) {
   o.trace_ranks = j.at("trace_ranks").get<std::vector<std::int64_t>>();
   o.fine = j.at("fine").get<bool>();
   o.per_message = j.at("per_message").get<bool>();
+  o.inject_death = j.value("inject_death", std::string());
   o.mirror_alike = j.at("mirror_alike").get<bool>();
   if (j.contains("failure")) o.failure = SimulateOptions::Failure{j["failure"].at("target").get<std::string>(), j["failure"].at("at_s").get<double>()};
   return o;
@@ -93,7 +101,8 @@ SimulateOptions options_from_json(const nlohmann::json& j) {
 
 // Starts `worker __simulate-worker` with the request on its stdin (written through a pipe by
 // a thread-free loop here: the request is small) and its stdout on `out_fd`'s other end.
-pid_t spawn_worker(const std::string& worker, const std::string& request, int stdout_write_end, int stdout_read_end, std::string& error) {
+pid_t spawn_worker(const std::string& worker, const std::string& request, int stdout_write_end, int stdout_read_end, const std::string& log_path,
+                   std::string& error) {
   int in[2];
   if (::pipe2(in, O_CLOEXEC) != 0) {
     error = std::string("cannot create a pipe for the simulation worker: ") + std::strerror(errno);
@@ -103,6 +112,7 @@ pid_t spawn_worker(const std::string& worker, const std::string& request, int st
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, stdout_write_end, STDOUT_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addclose(&actions, in[1]);
   posix_spawn_file_actions_addclose(&actions, stdout_read_end);
   std::string arg0 = worker, arg1 = "__simulate-worker";
@@ -127,7 +137,90 @@ pid_t spawn_worker(const std::string& worker, const std::string& request, int st
   return pid;
 }
 
+
+// The child's messages go to a file of their own: a death's backtrace is kept for the user
+// instead of scrolling past (or into) the parent's output.
+std::string default_child_log(const plan::Plan& plan) {
+  std::string name;
+  for (char c : plan.name.substr(0, 64)) name += (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_') ? c : '_';
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+  if (ec) dir = "/tmp";
+  return (dir / ("meshwork-simulate-" + (name.empty() ? std::string("plan") : name) + "-" + std::to_string(::getpid()) + ".log")).string();
+}
+
+// The fault injection of SimulateOptions::inject_death, in the simulation process.
+void die_as_asked(const std::string& how) {
+  if (how == "abort") {
+    std::fprintf(stderr, "[0.000000] /build/simgrid/src/kernel/EngineImpl.cpp:123: [root/CRITICAL] Assertion `injected' failed: fault injection\n");
+    std::fflush(stderr);
+    std::raise(SIGABRT);
+  } else if (how == "kill") {
+    std::raise(SIGKILL);
+  } else if (how == "bad_alloc") {
+    throw std::bad_alloc();
+  }
+}
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGABRT: return "SIGABRT";
+    case SIGKILL: return "SIGKILL";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGILL: return "SIGILL";
+    case SIGFPE: return "SIGFPE";
+    default: return "signal " + std::to_string(sig);
+  }
+}
+
+// The first line of `text` holding any of `needles`, trimmed, or "".
+std::string line_with(const std::string& text, std::initializer_list<const char*> needles) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    for (const char* n : needles) {
+      if (line.find(n) != std::string::npos) return line.substr(0, 300);
+    }
+  }
+  return "";
+}
+
+long max_map_count() {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  long n = 0;
+  return (in >> n) ? n : 0;
+}
+
 }  // namespace
+
+std::string explain_child_death(int status, const std::string& log, const std::string& log_path) {
+  std::string how = WIFSIGNALED(status) ? "died of " + signal_name(WTERMSIG(status))
+                    : WIFEXITED(status) ? "ended without a result (exit status " + std::to_string(WEXITSTATUS(status)) + ")"
+                                        : "ended without a result";
+  std::string cause, todo;
+  const std::string memory = line_with(log, {"std::bad_alloc", "out of memory", "Out of memory", "Cannot allocate memory", "failed to allocate"});
+  const std::string mappings = line_with(log, {"max_map_count", "mmap", "ERROR: AddressSanitizer failed to allocate"});
+  const std::string assertion = line_with(log, {"Assertion", "xbt_assert", "[root/CRITICAL]", "terminate called"});
+  if (!mappings.empty() && (mappings.find("mmap") != std::string::npos || mappings.find("max_map_count") != std::string::npos)) {
+    cause = "the kernel's limit on memory mappings (vm.max_map_count " + std::to_string(max_map_count()) + "; the simulator's actors each map a stack): \"" + mappings + "\"";
+    todo = "raise the limit (sysctl -w vm.max_map_count=1048576) or simulate a smaller plan";
+  } else if (!memory.empty()) {
+    cause = "out of memory: \"" + memory + "\"";
+    todo = "simulate on a machine with more memory, or price the plan with `meshwork estimate`";
+  } else if (!assertion.empty()) {
+    cause = "a SimGrid assertion: \"" + assertion + "\"";
+    todo = "report it with the plan and the log; `meshwork estimate` prices the plan meanwhile";
+  } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+    cause = "killed from outside, most likely by the kernel's out-of-memory killer (dmesg says)";
+    todo = "simulate on a machine with more memory, or price the plan with `meshwork estimate`";
+  } else {
+    cause = "no cause in its messages";
+    todo = "report it with the plan and the log";
+  }
+  std::string out = "the simulation process " + how + ": " + cause + "; " + todo;
+  if (!log_path.empty()) out += " (its messages and backtrace are in " + log_path + ")";
+  return out;
+}
 
 int run_worker(std::string_view request, int out_fd) {
   SimulateResult r;
@@ -139,8 +232,13 @@ int run_worker(std::string_view request, int out_fd) {
     } else {
       ::mallopt(M_MMAP_THRESHOLD, 1 << 30);  // as the forked child (simulate below)
       ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
-      r = simulate_here(loaded.plan, options_from_json(j.at("options")), out_fd);
+      const SimulateOptions o = options_from_json(j.at("options"));
+      die_as_asked(o.inject_death);
+      r = simulate_here(loaded.plan, o, out_fd);
     }
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "simulation failed: std::bad_alloc (out of memory)\n");
+    return 4;  // the parent explains it from the log
   } catch (const std::exception& e) {
     r.error = std::string("simulation failed: ") + e.what();
   }
@@ -156,9 +254,10 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
     return failed;
   }
   pid_t child = -1;
+  const std::string log_path = options.child_log.empty() ? default_child_log(plan) : options.child_log;
   if (!options.worker.empty()) {
     const std::string request = nlohmann::json{{"plan", plan::to_json(plan)}, {"options", options_to_json(options)}}.dump() + "\n";
-    child = spawn_worker(options.worker, request, fds[1], fds[0], failed.error);
+    child = spawn_worker(options.worker, request, fds[1], fds[0], log_path, failed.error);
     if (child < 0) {
       ::close(fds[0]);
       ::close(fds[1]);
@@ -177,6 +276,10 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
     // The child: simulate, send the result, and end without running the parent's atexit
     // handlers or flushing its buffers a second time.
     ::close(fds[0]);
+    if (const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); log >= 0) {
+      ::dup2(log, STDERR_FILENO);
+      ::close(log);
+    }
     // The child lives for one simulation: keep freed memory for reuse instead of handing
     // large blocks back to the kernel and faulting fresh pages in for the next (the
     // per-operation Program of a long pipeline is hundreds of MB, built then coarsened).
@@ -187,7 +290,11 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
     mine.cancel = nullptr;
     SimulateResult r;
     try {
+      die_as_asked(mine.inject_death);
       r = simulate_here(plan, mine, fds[1]);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "simulation failed: std::bad_alloc (out of memory)\n");
+      ::_exit(4);  // the parent explains it from the log
     } catch (const std::exception& e) {
       r.error = std::string("simulation failed: ") + e.what();
     }
@@ -227,16 +334,21 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  std::error_code ec;
   if (cancelled) {
+    std::filesystem::remove(log_path, ec);
     failed.error = "cancelled";
     return failed;
   }
   if (result_line.empty()) {
-    failed.error = WIFSIGNALED(status) ? "the simulation process died (signal " + std::to_string(WTERMSIG(status)) + ")"
-                                       : "the simulation process ended without a result (exit status " +
-                                             std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
+    std::ifstream in(log_path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    failed.error = explain_child_death(status, text.str(), log_path);
+    failed.child_log = log_path;
     return failed;
   }
+  std::filesystem::remove(log_path, ec);
   try {
     return result_from_json(result_line);
   } catch (const std::exception& e) {

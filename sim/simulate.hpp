@@ -69,6 +69,14 @@ struct SimulateOptions {
   // a fork copies only the calling thread, and a lock another thread held (the allocator's,
   // a Qt mutex) stays locked in the child for good. `program` cannot travel this way.
   std::string worker;
+  // Where the simulation process's own messages (SimGrid's, a backtrace) go; empty: a file
+  // of its own in the temporary directory, named in the error when the process dies and
+  // removed when it does not.
+  std::string child_log;
+  // Fault injection for tests: the simulation process dies at its start, "abort" after a
+  // SimGrid-style assertion message, "kill" by SIGKILL (as the kernel's OOM killer does),
+  // "bad_alloc" by an allocation that fails.
+  std::string inject_death;
 };
 
 struct LinkUse {
@@ -94,7 +102,13 @@ struct SimulateResult {
   std::int64_t flows = 0;                // network flows, played or mirrored
   std::int64_t played_actors = 0;        // actors played (TP groups or ranks; the rest mirrored)
   std::string error;
+  std::string child_log;                 // when the simulation process died: its messages, kept
 };
+
+// Why a simulation process ended without a result, and what to do, from how it ended and the
+// messages it left (tested on the patterns of SimGrid's assertions, allocation failures and
+// the kernel's limit on memory mappings).
+std::string explain_child_death(int wait_status, const std::string& log_text, const std::string& log_path);
 
 SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options = {});
 

@@ -249,6 +249,38 @@ TEST(Simulate, AReportWithMethodSimulatedAndTheHottestLinks) {
   EXPECT_NE(explained.out.find("where the step went"), std::string::npos);
 }
 
+// A simulation process that dies is one error naming the plan file, the cause found in its
+// messages and what to do, with those messages kept in a file the error names (issue 25).
+TEST(Simulate, ADeadSimulationProcessIsExplainedAndItsMessagesKept) {
+  const std::string plan = (kSource / "scenarios/cpu/tiny-dense-cpu.yaml").string();
+  struct Case {
+    const char* how;
+    const char* cause;
+  };
+  for (const Case c : {Case{"abort", "died of SIGABRT: a SimGrid assertion: \"[0.000000] /build/simgrid/src/kernel/EngineImpl.cpp:123: [root/CRITICAL] Assertion"},
+                       Case{"kill", "died of SIGKILL: killed from outside, most likely by the kernel's out-of-memory killer"},
+                       Case{"bad_alloc", "ended without a result (exit status 4): out of memory"}}) {
+    const Outcome r = meshwork({"simulate", plan, "--inject-child-death", c.how});
+    EXPECT_EQ(r.code, 1) << c.how;
+    EXPECT_EQ(r.err.rfind(plan + ": error: the simulation process " , 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(c.cause), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+    const auto at = r.err.find("are in ");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    const fs::path log = r.err.substr(at + 7, r.err.size() - at - 7 - 2);  // up to ")\n"
+    EXPECT_TRUE(fs::exists(log)) << log;
+    if (std::string(c.how) == "abort") {
+      std::ifstream in(log);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      EXPECT_NE(text.find("Assertion `injected' failed"), std::string::npos) << text;
+    }
+    fs::remove(log);
+  }
+  // A simulation that ends well leaves no log behind.
+  const Outcome ok = meshwork({"simulate", plan});
+  ASSERT_EQ(ok.code, 0) << ok.err;
+}
+
 }  // namespace
 }  // namespace meshwork::cli
 #endif
