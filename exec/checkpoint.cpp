@@ -60,7 +60,7 @@ struct Reader {
 std::uint64_t checksum(const std::string& bytes) {
   // FNV-1a over the payload as 32-bit words plus its tail (kernels/checksum's definition).
   std::vector<float> words(bytes.size() / sizeof(float));
-  std::memcpy(words.data(), bytes.data(), words.size() * sizeof(float));
+  if (!words.empty()) std::memcpy(words.data(), bytes.data(), words.size() * sizeof(float));  // data() may be null (found by fuzz/checkpoint_fuzz.cpp)
   std::uint64_t h = kernels::checksum_fnv1a64<float>(words);
   for (std::size_t i = words.size() * sizeof(float); i < bytes.size(); ++i) h = (h ^ static_cast<unsigned char>(bytes[i])) * 1099511628211ULL;
   return h;

@@ -1,6 +1,7 @@
 #include "report/report_io.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -104,13 +105,29 @@ nlohmann::json to_json(const Report& r) {
   return j;
 }
 
+namespace {
+
+// An integer field: a JSON integer, or a number with an integral value in range. A float
+// past int64's range, converted as nlohmann does, is undefined behaviour (found by
+// fuzz/report_reader_fuzz.cpp); it is refused as the reader refuses any wrong type.
+std::int64_t integer(const nlohmann::json& v) {
+  if (v.is_number_integer()) return v.get<std::int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d >= -9.2e18 && d <= 9.2e18 && d == std::floor(d)) return static_cast<std::int64_t>(d);
+  }
+  throw nlohmann::json::type_error::create(302, "expected an integer, got " + v.dump().substr(0, 40), &v);
+}
+
+}  // namespace
+
 Report from_json(const nlohmann::json& j) {
   Report r;
-  r.schema_version = j.at("schema_version").get<std::int64_t>();
+  r.schema_version = integer(j.at("schema_version"));
   const std::string method = j.at("method").get<std::string>();
   r.method = method == "measured" ? Method::measured : method == "simulated" ? Method::simulated : Method::estimated;
   r.plan_name = j.at("plan").get<std::string>();
-  r.num_gpus = j.at("num_gpus").get<std::int64_t>();
+  r.num_gpus = integer(j.at("num_gpus"));
   r.step_time_s = j.at("step_time_s").get<double>();
   r.mfu = j.at("mfu").get<double>();
   r.hfu = j.at("hfu").get<double>();
@@ -124,10 +141,10 @@ Report from_json(const nlohmann::json& j) {
                  b.at("dp_s"),      b.at("pp_s"),        b.at("bubble_s"), b.at("optimizer_s"), b.at("stalls_s")};
   // Optional: Reports written before op times were added have none.
   if (j.contains("op_times")) {
-    for (const auto& o : j.at("op_times")) r.op_times.push_back({o.at("kind"), o.at("seconds"), o.at("count")});
+    for (const auto& o : j.at("op_times")) r.op_times.push_back({o.at("kind"), o.at("seconds"), integer(o.at("count"))});
   }
   for (const auto& m : j.at("memory")) {
-    r.memory.push_back({m.at("stage"), m.at("layers"), m.at("weights_gib"), m.at("gradients_gib"),
+    r.memory.push_back({integer(m.at("stage")), integer(m.at("layers")), m.at("weights_gib"), m.at("gradients_gib"),
                         m.at("optimizer_gib"), m.at("activations_gib"), m.at("buffers_gib"), m.at("total_gib"),
                         m.at("capacity_gib"), m.at("fits")});
   }
@@ -137,13 +154,13 @@ Report from_json(const nlohmann::json& j) {
   r.notes = j.at("notes").get<std::vector<std::string>>();
   const auto& pv = j.at("provenance");
   r.provenance = {pv.at("meshwork_version"), pv.at("meshwork_commit"), pv.at("plan_hash"), pv.at("hardware_profile"),
-                  pv.at("seed")};
+                  integer(pv.at("seed"))};
   if (j.contains("reliability")) {
     const auto& x = j.at("reliability");
     Reliability y;
     y.horizon_s = x.at("horizon_s");
-    y.trials = x.at("trials");
-    y.seed = x.at("seed");
+    y.trials = integer(x.at("trials"));
+    y.seed = integer(x.at("seed"));
     y.goodput = x.at("goodput");
     y.goodput_ci95 = x.at("goodput_ci95");
     y.interruptions = x.at("interruptions");

@@ -177,6 +177,11 @@ class Simulation {
     engine.set_config("surf/precision:1e-13");
     // Actors here keep little on their stacks (KiB; SimGrid's default is 8 MiB each).
     engine.set_config("contexts/stack-size:128");
+    // No guard page below each stack: SimGrid mprotects one per actor, two kernel mappings
+    // each, and a ZeRO-3 plan of 640 GPUs has more actors than Linux's default
+    // vm.max_map_count (65,530) allows ("Failed to protect stack"). The stacks come from
+    // the heap instead (the actors keep a few KiB on theirs, above).
+    engine.set_config("contexts/guard-size:0");
 #if defined(__SANITIZE_ADDRESS__)
     engine.set_config("contexts/factory:thread");  // ASan-clean contexts (the notes)
 #endif
