@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Determinism (issue 25): a scenario's --json Reports from estimate, simulate and reliability
+# (16 trials, the plan's seed) are byte for byte the committed ones, provenance's version and
+# commit aside. The committed Reports were written by another run (and build) of the same
+# code, so this checks run to run with one simulation per scenario; a change that moves a
+# figure on purpose rewrites them: MESHWORK_UPDATE_GOLDEN=1 ctest -R determinism.
+# Usage: determinism_test.sh MESHWORK SCENARIO GOLDEN_STEM
+set -uo pipefail
+meshwork=$1 scenario=$2 stem=$3
+mkdir -p "$(dirname "$stem")"
+status=0
+for cmd in estimate simulate reliability; do
+  args=("$cmd" "$scenario" --json)
+  [ "$cmd" = reliability ] && args+=(--trials 16)
+  json=$("$meshwork" "${args[@]}" 2> /tmp/determinism.$$.err | grep -v -E '"meshwork_(commit|version)"')
+  rc=${PIPESTATUS[0]}
+  # Exit 1 with a Report is a verdict (a plan that does not fit), part of what is pinned.
+  if [ "${json:0:1}" != "{" ]; then
+    echo "FAIL: meshwork ${args[*]} exited $rc without a Report: $(cat /tmp/determinism.$$.err)"
+    status=1
+    continue
+  fi
+  got="exit $rc"$'\n'"$json"
+  if [ -n "${MESHWORK_UPDATE_GOLDEN:-}" ]; then
+    printf '%s\n' "$got" > "$stem.$cmd.json"
+    echo "wrote $stem.$cmd.json"
+  elif ! diff -u "$stem.$cmd.json" <(printf '%s\n' "$got") > /tmp/determinism.$$.diff; then
+    echo "FAIL: meshwork ${args[*]} differs from $stem.$cmd.json (MESHWORK_UPDATE_GOLDEN=1 rewrites it when the change is meant):"
+    head -40 /tmp/determinism.$$.diff
+    status=1
+  else
+    echo "ok: $cmd"
+  fi
+done
+rm -f /tmp/determinism.$$.err /tmp/determinism.$$.diff
+exit $status
