@@ -183,7 +183,9 @@ void GoodputJob::start(const plan::Plan& plan, double step_s, int points, std::i
         out.error = "the plan has no failures, so every checkpoint interval keeps all the work";
         return out;
       }
-      out.points = reliability::sweep_interval(d.inputs, centre / 8, centre * 8, points, trials,
+      // The CLI's range: from the shortest interval the plan can run, holding its own.
+      const reliability::SweepRange range = reliability::sweep_range(d, out.daly_s);
+      out.points = reliability::sweep_interval(d.inputs, range.lo_s, range.hi_s, points, trials,
                                                static_cast<std::uint64_t>(plan.run.seed));
     } catch (const std::exception& e) {
       out.error = e.what();
