@@ -12,6 +12,10 @@
 // write a checkpoint of that step (with --checkpoint-dir) and exit with kExitPreempted.
 #include <mpi.h>
 
+#include <signal.h>
+
+#include <array>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <ostream>
@@ -26,8 +30,33 @@ namespace meshwork::cli {
 
 namespace {
 
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void request_stop(int signal) { g_stop_signal = signal; }
+// Set by the handler, read at step boundaries by the main thread (the signal may land on an
+// MPI or watchdog thread: an atomic, lock-free so that the handler may store to it).
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+extern "C" void request_stop(int signal) { g_stop_signal.store(signal, std::memory_order_relaxed); }
+
+// Installs request_stop for the preemption signals and puts back what was there (SIG_IGN
+// under nohup, a launcher's handler) when it goes out of scope.
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction action{};
+    action.sa_handler = request_stop;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
+  }
+  ~StopSignals() {
+    for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr std::array<int, 3> kSignals{SIGTERM, SIGUSR1, SIGUSR2};
+  std::array<struct sigaction, 3> previous_{};
+};
 
 const char* signal_name(int signal) {
   switch (signal) {
@@ -139,10 +168,11 @@ void add_execute_command(CLI::App& app, Io& io) {
     if (rank == 0 && !*json) opt->progress = [&io](const std::string& line) { io.out << line << '\n' << std::flush; };
     opt->warning = [&io](const std::string& line) { io.err << "meshwork execute: " << line << '\n' << std::flush; };
     g_stop_signal = 0;
-    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) std::signal(sig, request_stop);
-    opt->stop_requested = [] { return g_stop_signal != 0; };
+    // Held until the end of this command, MPI_Finalize included: a second notice after the
+    // checkpoint must not kill a rank that is about to exit with kExitPreempted.
+    const StopSignals stop_signals;
+    opt->stop_requested = [] { return g_stop_signal.load(std::memory_order_relaxed) != 0; };
     const exec::ExecuteResult r = exec::execute(*plan, *opt);
-    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) std::signal(sig, SIG_DFL);
     if (!r.ok && r.job_wide_error) {
       // Every rank stopped here together: one message, and a clean end.
       if (rank == 0) io.err << "meshwork execute: " << r.error << '\n' << std::flush;
@@ -179,8 +209,8 @@ void add_execute_command(CLI::App& app, Io& io) {
       }
     }
     if (r.preempted) {
-      if (g_stop_signal != 0) {
-        io.err << "meshwork execute: rank " << rank << ": " << signal_name(g_stop_signal) << " received: stopping at the end of step " << r.first_step + static_cast<std::int64_t>(r.steps.size()) - 1 << '\n';
+      if (const int sig = g_stop_signal.load(); sig != 0) {
+        io.err << "meshwork execute: rank " << rank << ": " << signal_name(sig) << " received: stopping at the end of step " << r.first_step + static_cast<std::int64_t>(r.steps.size()) - 1 << '\n';
       }
       if (rank == 0) {
         io.err << "meshwork execute: preempted: "

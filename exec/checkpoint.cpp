@@ -169,7 +169,8 @@ std::vector<std::int64_t> checkpoint_steps(const std::filesystem::path& dir) {
   std::error_code ec;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.size() != 13 || name.compare(0, 5, "step-") != 0 || !it->is_directory(ec)) continue;
+    // step-%08lld: eight digits, more from step 100,000,000.
+    if (name.size() < 13 || name.size() > 23 || name.compare(0, 5, "step-") != 0 || !it->is_directory(ec)) continue;
     std::int64_t step = 0;
     bool digits = true;
     for (std::size_t i = 5; i < name.size(); ++i) {

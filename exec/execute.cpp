@@ -331,7 +331,10 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
       rec.seconds = boundary[0];
       const bool stop = boundary[1] > 0;
       if (ref) {
-        rec.reference_loss = ref->step(s, options);
+        // The reference is no rank of the job: the faults injected into a rank are not its.
+        ExecuteOptions reference_options = options;
+        reference_options.death = reference_options.hang = reference_options.signal = Injection{};
+        rec.reference_loss = ref->step(s, reference_options);
         compare(*run, *ref, plan, rank, rec);
         const double loss_err = std::abs(rec.loss - rec.reference_loss) / std::max(1e-30, std::abs(rec.reference_loss));
         if (!(loss_err <= rec.worst_relative_error)) {  // NaN is worst

@@ -121,8 +121,13 @@ void save_checkpoint(Group& world, const std::string& dir_name, const RankState&
   (void)from_rank0(world, 0);  // every shard is written
   if (world.rank() != 0) return;
   mark_complete(dir, state.step);
-  const auto deleted = prune_checkpoints(dir, checkpoint_steps(dir), keep_last);
-  if (!deleted.empty() && progress) progress("checkpoint retention (--keep-last " + std::to_string(keep_last) + "): deleted steps " + list(deleted));
+  try {
+    const auto deleted = prune_checkpoints(dir, checkpoint_steps(dir), keep_last);
+    if (!deleted.empty() && progress) progress("checkpoint retention (--keep-last " + std::to_string(keep_last) + "): deleted steps " + list(deleted));
+  } catch (const std::exception& e) {
+    // The new checkpoint is whole; an old one that stays is no reason to stop the job.
+    if (progress) progress(std::string("warning: ") + e.what());
+  }
 }
 
 }  // namespace meshwork::exec

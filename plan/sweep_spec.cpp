@@ -130,6 +130,11 @@ SweepLoadResult load_sweep_document(DocumentResult doc, const std::filesystem::p
 
 SweepLoadResult load_sweep(const std::filesystem::path& file) { return load_sweep_document(read_document(file), file); }
 
-SweepLoadResult load_sweep_text(std::string_view text, const std::filesystem::path& file) { return load_sweep_document(parse_document(text), file); }
+SweepLoadResult load_sweep_text(std::string_view text, const std::filesystem::path& file) {
+  // The format as read_document chooses it for the file: by extension, else detected.
+  const std::string ext = file.extension().string();
+  const Format format = ext == ".json" ? Format::json : (ext == ".yaml" || ext == ".yml") ? Format::yaml : Format::detect;
+  return load_sweep_document(parse_document(text, format), file);
+}
 
 }  // namespace meshwork::plan

@@ -2,6 +2,7 @@
 // the checkpoint's size and costs, slowdowns and the smaller meshes; and its Report section.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "models/estimate.hpp"
@@ -150,9 +151,10 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
   in.async = k.mode == plan::CheckpointMode::async;
   in.memory_tier = std::find(k.tiers.begin(), k.tiers.end(), plan::CheckpointTier::memory) != k.tiers.end();
   in.persistent_tier = std::find(k.tiers.begin(), k.tiers.end(), plan::CheckpointTier::persistent) != k.tiers.end();
-  // Checkpoints are taken between steps, and one write ends before the next begins (a
-  // synchronous one stalls for it; an asynchronous one runs under the next interval).
-  d.min_interval_s = std::max(step_s, in.persistent_tier ? in.write_s : 0.0);
+  // Checkpoints are taken between steps; an asynchronous write runs under the next interval
+  // and must end before the next checkpoint begins (a synchronous one stalls the job for its
+  // whole length, so it cannot overlap the next).
+  d.min_interval_s = std::max(step_s, in.persistent_tier && in.async ? in.write_s : 0.0);
   const double stall = in.async ? in.snapshot_s : in.write_s;
   if (k.interval.automatic) {
     in.interval_s = std::isfinite(d.mtti_s) ? daly_interval_s(stall, d.mtti_s) : p.run.horizon_s;
@@ -161,11 +163,13 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
     in.interval_s = k.interval.seconds;
     if (in.persistent_tier && in.interval_s < d.min_interval_s) {
       const bool step_bound = step_s >= in.write_s;
+      char write_rate[32];
+      std::snprintf(write_rate, sizeof write_rate, "%g", k.write_gbytes_per_s);
       d.error = "checkpoint.interval: " + format_duration(in.interval_s) + " is shorter than " +
                 (step_bound ? "one step (" + format_duration(step_s) + "): checkpoints are taken between steps"
                             : "one persistent write (" + format_duration(in.write_s) + ": " + format_duration(d.storage_s) + " through the storage's " +
-                                  std::to_string(static_cast<long long>(k.write_gbytes_per_s)) + " GB/s, " + format_duration(d.host_link_s) +
-                                  " through each node's link to it): the next checkpoint would start before this one is on disk") +
+                                  write_rate + " GB/s, " + format_duration(d.host_link_s) +
+                                  " through each node's link to it): the next asynchronous checkpoint would start before this one is on disk") +
                 "; use at least " + format_duration(d.min_interval_s) + " or automatic";
     }
   }

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -112,7 +113,7 @@ pid_t spawn_worker(const std::string& worker, const std::string& request, int st
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, stdout_write_end, STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (!log_path.empty()) posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(), O_WRONLY | O_NOFOLLOW, 0644);
   posix_spawn_file_actions_addclose(&actions, in[1]);
   posix_spawn_file_actions_addclose(&actions, stdout_read_end);
   std::string arg0 = worker, arg1 = "__simulate-worker";
@@ -146,7 +147,21 @@ std::string default_child_log(const plan::Plan& plan) {
   std::error_code ec;
   std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
   if (ec) dir = "/tmp";
-  return (dir / ("meshwork-simulate-" + (name.empty() ? std::string("plan") : name) + "-" + std::to_string(::getpid()) + ".log")).string();
+  // The pid and a counter: the GUI runs several simulations of one plan from one process.
+  static std::atomic<unsigned> serial{0};
+  return (dir / ("meshwork-simulate-" + (name.empty() ? std::string("plan") : name) + "-" + std::to_string(::getpid()) + "-" +
+                 std::to_string(serial.fetch_add(1)) + ".log"))
+      .string();
+}
+
+// Creates the log afresh (never through a link planted at its name); false when it cannot be,
+// and the simulation process then keeps its parent's stderr.
+bool create_child_log(const std::string& path) {
+  ::unlink(path.c_str());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
 }
 
 // The fault injection of SimulateOptions::inject_death, in the simulation process.
@@ -254,7 +269,8 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
     return failed;
   }
   pid_t child = -1;
-  const std::string log_path = options.child_log.empty() ? default_child_log(plan) : options.child_log;
+  std::string log_path = options.child_log.empty() ? default_child_log(plan) : options.child_log;
+  if (!create_child_log(log_path)) log_path.clear();
   if (!options.worker.empty()) {
     const std::string request = nlohmann::json{{"plan", plan::to_json(plan)}, {"options", options_to_json(options)}}.dump() + "\n";
     child = spawn_worker(options.worker, request, fds[1], fds[0], log_path, failed.error);
@@ -276,7 +292,7 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
     // The child: simulate, send the result, and end without running the parent's atexit
     // handlers or flushing its buffers a second time.
     ::close(fds[0]);
-    if (const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); log >= 0) {
+    if (const int log = log_path.empty() ? -1 : ::open(log_path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC); log >= 0) {
       ::dup2(log, STDERR_FILENO);
       ::close(log);
     }
@@ -336,19 +352,21 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
   }
   std::error_code ec;
   if (cancelled) {
-    std::filesystem::remove(log_path, ec);
+    if (!log_path.empty()) std::filesystem::remove(log_path, ec);
     failed.error = "cancelled";
     return failed;
   }
   if (result_line.empty()) {
-    std::ifstream in(log_path, std::ios::binary);
     std::stringstream text;
-    text << in.rdbuf();
+    if (!log_path.empty()) {
+      std::ifstream in(log_path, std::ios::binary);
+      text << in.rdbuf();
+    }
     failed.error = explain_child_death(status, text.str(), log_path);
     failed.child_log = log_path;
     return failed;
   }
-  std::filesystem::remove(log_path, ec);
+  if (!log_path.empty()) std::filesystem::remove(log_path, ec);
   try {
     return result_from_json(result_line);
   } catch (const std::exception& e) {

@@ -12,8 +12,9 @@ status=0
 for cmd in estimate simulate reliability; do
   args=("$cmd" "$scenario" --json)
   [ "$cmd" = reliability ] && args+=(--trials 16)
-  json=$("$meshwork" "${args[@]}" 2> /tmp/determinism.$$.err | grep -v -E '"meshwork_(commit|version)"')
-  rc=${PIPESTATUS[0]}
+  "$meshwork" "${args[@]}" > /tmp/determinism.$$.out 2> /tmp/determinism.$$.err
+  rc=$?
+  json=$(grep -v -E '"meshwork_(commit|version)"' /tmp/determinism.$$.out)
   # Exit 1 with a Report is a verdict (a plan that does not fit), part of what is pinned.
   if [ "${json:0:1}" != "{" ]; then
     echo "FAIL: meshwork ${args[*]} exited $rc without a Report: $(cat /tmp/determinism.$$.err)"
@@ -32,5 +33,5 @@ for cmd in estimate simulate reliability; do
     echo "ok: $cmd"
   fi
 done
-rm -f /tmp/determinism.$$.err /tmp/determinism.$$.diff
+rm -f /tmp/determinism.$$.out /tmp/determinism.$$.err /tmp/determinism.$$.diff
 exit $status

@@ -251,6 +251,10 @@ TEST(Reliability, IntervalsAreBoundedByOneStepAndOnePersistentWrite) {
   EXPECT_NE(d.error.find("checkpoint.interval: 30 s is shorter than one step (60 s)"), std::string::npos) << d.error;
   d = derived("checkpoint: {write_gbytes_per_s: 10000, interval: 1}\n", 0.5);
   EXPECT_NE(d.error.find("shorter than one persistent write (1.5 s"), std::string::npos) << d.error;
+  // A synchronous write stalls the job, so it cannot overlap the next: only the step bounds it.
+  d = derived("checkpoint: {write_gbytes_per_s: 10000, interval: 1, mode: sync}\n", 0.5);
+  EXPECT_TRUE(d.error.empty()) << d.error;
+  EXPECT_NEAR(d.min_interval_s, 0.5, 1e-12);
   d = derived("checkpoint: {write_gbytes_per_s: 10000, interval: 1800}\n", 60);
   EXPECT_TRUE(d.error.empty()) << d.error;
 }
