@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstdio>
 #include <ostream>
+#include <string>
 
 #include "cli/commands.hpp"
 #include "exec/execute.hpp"
@@ -66,6 +67,10 @@ const char* signal_name(int signal) {
     default: return "a signal";
   }
 }
+
+// One line in one write: the ranks' stderr meet in mpirun's, and a line written piecewise
+// (std::cerr is unbuffered) is cut by another rank's.
+void say(std::ostream& err, const std::string& line) { err << (line + '\n') << std::flush; }
 
 // "STEP:RANK", or an error naming the option.
 bool parse_injection(const std::string& text, const char* option, exec::Injection& out, std::string& error) {
@@ -162,11 +167,11 @@ void add_execute_command(CLI::App& app, Io& io) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     opt->trace = !trace->empty();
     opt->on_timeout = [&io, rank](const std::string& message) {
-      io.err << "meshwork execute: rank " << rank << ": " << message << '\n' << std::flush;
+      say(io.err, "meshwork execute: rank " + std::to_string(rank) + ": " + message);
       MPI_Abort(MPI_COMM_WORLD, 1);
     };
     if (rank == 0 && !*json) opt->progress = [&io](const std::string& line) { io.out << line << '\n' << std::flush; };
-    opt->warning = [&io](const std::string& line) { io.err << "meshwork execute: " << line << '\n' << std::flush; };
+    opt->warning = [&io](const std::string& line) { say(io.err, "meshwork execute: " + line); };
     g_stop_signal = 0;
     // Held until the end of this command, MPI_Finalize included: a second notice after the
     // checkpoint must not kill a rank that is about to exit with kExitPreempted.
@@ -175,13 +180,13 @@ void add_execute_command(CLI::App& app, Io& io) {
     const exec::ExecuteResult r = exec::execute(*plan, *opt);
     if (!r.ok && r.job_wide_error) {
       // Every rank stopped here together: one message, and a clean end.
-      if (rank == 0) io.err << "meshwork execute: " << r.error << '\n' << std::flush;
+      if (rank == 0) say(io.err, "meshwork execute: " + r.error);
       io.exit_code = 1;
       if (!initialised) MPI_Finalize();
       return;
     }
     if (!r.ok) {
-      io.err << "meshwork execute: rank " << rank << ": " << r.error << '\n' << std::flush;
+      say(io.err, "meshwork execute: rank " + std::to_string(rank) + ": " + r.error);
       // Ranks still inside a collective would wait for this one: end the job.
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -210,13 +215,14 @@ void add_execute_command(CLI::App& app, Io& io) {
     }
     if (r.preempted) {
       if (const int sig = g_stop_signal.load(); sig != 0) {
-        io.err << "meshwork execute: rank " << rank << ": " << signal_name(sig) << " received: stopping at the end of step " << r.first_step + static_cast<std::int64_t>(r.steps.size()) - 1 << '\n';
+        say(io.err, "meshwork execute: rank " + std::to_string(rank) + ": " + signal_name(sig) + " received: stopping at the end of step " +
+                        std::to_string(r.first_step + static_cast<std::int64_t>(r.steps.size()) - 1));
       }
       if (rank == 0) {
-        io.err << "meshwork execute: preempted: "
-               << (r.checkpoint_step > 0 ? "the checkpoint of step " + std::to_string(r.checkpoint_step) + " is in " + opt->checkpoint_dir + "; continue with --resume"
-                                         : std::string("no checkpoint was written (no --checkpoint-dir)"))
-               << " (exit " << kExitPreempted << ")\n";
+        say(io.err, "meshwork execute: preempted: " +
+                        (r.checkpoint_step > 0 ? "the checkpoint of step " + std::to_string(r.checkpoint_step) + " is in " + opt->checkpoint_dir + "; continue with --resume"
+                                               : std::string("no checkpoint was written (no --checkpoint-dir)")) +
+                        " (exit " + std::to_string(kExitPreempted) + ")");
       }
       io.exit_code = kExitPreempted;
     }
