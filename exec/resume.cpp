@@ -71,7 +71,7 @@ ResumePoint find_resume_point(Group& world, const std::string& dir_name, std::in
       point.state = std::move(state);
     } else {
       skipped.push_back(step);
-      if (root) say("warning: the checkpoint of step " + std::to_string(step) + " is incomplete or damaged (the shard" + std::string(damaged.size() == 1 ? " of rank " : "s of ranks ") + list(damaged) + "): falling back to an older one");
+      if (root) say("warning: the checkpoint of step " + std::to_string(step) + " is incomplete or damaged (the shard" + std::string(damaged.size() == 1 ? " of rank " : "s of ranks ") + list(damaged) + (i + 1 < n ? std::string("): falling back to an older one") : std::string("): no older one is left")));
     }
   }
   if (n > 0 && point.step == 0) {
