@@ -1,5 +1,6 @@
 #include "cli/commands.hpp"
 
+#include <cstdio>
 #include <ostream>
 
 #include "meshwork/version.hpp"

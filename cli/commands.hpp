@@ -13,12 +13,17 @@
 #include "plan/diagnostics.hpp"
 #include "plan/plan.hpp"
 #include "report/report.hpp"
+#include "report/report_io.hpp"
 
 namespace meshwork::cli {
 
 // `execute` stopped by a preemption signal at a step boundary, with a checkpoint of that step
 // when it had a checkpoint directory: resumable (EX_TEMPFAIL of sysexits.h, "try again").
 inline constexpr int kExitPreempted = 75;
+// A valid plan whose memory model says some stage does not fit in its GPU's memory: the exit
+// status of every command that prices a plan (estimate, simulate, reliability; sweep and
+// search when no plan of theirs fits).
+inline constexpr int kExitDoesNotFit = 3;
 
 struct Io {
   std::ostream& out;
@@ -45,7 +50,8 @@ void add_compare_command(CLI::App& app, Io& io);
 void print_reliability(std::ostream& out, const report::Reliability& r, double daly_s);
 
 // Runs `meshwork ARGS...` and returns its exit code: 0 success, 1 a plan with errors or a
-// failed command, 2 bad usage, kExitPreempted an `execute` stopped by a preemption signal.
+// failed command, 2 bad usage, kExitDoesNotFit a plan that does not fit in GPU memory,
+// kExitPreempted an `execute` stopped by a preemption signal.
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // Prints diagnostics one per line, "FILE:LINE: error: path: message".
@@ -54,5 +60,8 @@ void print_diagnostics(std::ostream& os, const plan::Diagnostics& diags, const s
 // Loads a plan file for a command: prints its diagnostics; on errors also "FILE: N error(s);
 // nothing to WHAT", sets the exit code to 1 and returns nothing.
 std::optional<plan::Plan> load_plan_for(Io& io, const std::string& file, std::string_view what);
+
+using report::memory_verdict_line;
+using report::memory_verdict_word;
 
 }  // namespace meshwork::cli

@@ -31,22 +31,26 @@ void print_summary(std::ostream& os, const report::Report& r) {
      << ", optimizer " << fmt("%.3f", b.optimizer_s) << '\n';
   os << "  memory per GPU (GiB): stage  weights  grads  optim  activ  buffers  total / capacity\n";
   const std::size_t n = r.memory.size();
+  const auto* big = r.largest_stage();
   for (std::size_t i = 0; i < n; ++i) {
-    // Long pipelines: the first two and the last stages tell the story.
-    if (n > 4 && i == 2) os << "                        ...\n";
-    if (n > 4 && i >= 2 && i + 1 < n) continue;
+    // Long pipelines: the first two, the fullest and the last stages tell the story.
     const auto& m = r.memory[i];
+    const bool shown = n <= 4 || i < 2 || i + 1 == n || &m == big;
+    if (!shown) {
+      if (i == 2 || (i > 2 && &r.memory[i - 1] == big)) os << "                        ...\n";
+      continue;
+    }
     char buf[200];
     std::snprintf(buf, sizeof buf, "                        %5lld %8.1f %6.1f %6.1f %6.1f %8.1f %6.1f / %.1f%s\n",
                   static_cast<long long>(m.stage), m.weights_gib, m.gradients_gib, m.optimizer_gib, m.activations_gib,
-                  m.buffers_gib, m.total_gib, m.capacity_gib, m.fits ? "" : "  DOES NOT FIT");
+                  m.buffers_gib, m.total_gib, m.capacity_gib, m.fits ? (m.tight ? "  TIGHT" : "") : "  DOES NOT FIT");
     os << buf;
   }
   os << "  power: " << fmt("%.0f", r.power.gpu_watts) << " W per GPU, " << fmt("%.2f", r.power.node_watts / 1e3)
      << " kW per node, " << fmt("%.3f", r.power.cluster_megawatts) << " MW, " << fmt("%.3g", r.power.joules_per_token)
      << " J/token\n";
   for (const auto& note : r.notes) os << "  note: " << note << '\n';
-  if (!r.fits) os << "verdict: the plan does NOT fit in GPU memory\n";
+  os << memory_verdict_line(r) << '\n';
 }
 
 }  // namespace
@@ -61,7 +65,7 @@ void add_estimate_command(CLI::App& app, Io& io) {
   cmd->add_flag("--json", *json, "Print the Report as JSON");
   cmd->add_flag("--csv", *csv, "Print the Report as one CSV row with a header");
   cmd->add_flag("--causal-flops", *causal, "Count only the causal half of attention in model FLOPs (Megatron-LM HEAD)");
-  cmd->footer("Exit status: 0 when the plan is valid and fits in memory, 1 otherwise.");
+  cmd->footer("Exit status: 0 when the plan is valid and fits in memory (a tight fit warns), 3 when it does not fit, 1 for a plan with errors.");
   cmd->callback([=, &io] {
     const auto loaded = load_plan_for(io, *file, "estimate");
     if (!loaded) return;
@@ -76,7 +80,7 @@ void add_estimate_command(CLI::App& app, Io& io) {
     } else {
       print_summary(io.out, r);
     }
-    if (!r.fits) io.exit_code = 1;
+    if (!r.fits) io.exit_code = kExitDoesNotFit;
   });
 }
 

@@ -1,6 +1,7 @@
 // meshwork program PLAN [--rank R] [--json]: the plan lowered to what every rank does.
 #include <cstdio>
 #include <map>
+#include <set>
 #include <ostream>
 
 #include "cli/commands.hpp"
@@ -104,8 +105,25 @@ void add_program_command(CLI::App& app, Io& io) {
     for (const auto& sp : prog.classes) {
       std::map<std::string, std::int64_t> by;
       for (const auto& in : sp.instrs) ++by[std::string(models::to_string(in.stream)) + "/" + std::string(models::to_string(in.kind))];
+      // What each model chunk holds, read back from its forward compute ops: the layers, and
+      // whether the embedding or the loss runs there.
+      std::vector<std::set<std::int32_t>> layers(static_cast<std::size_t>(prog.chunks));
+      std::vector<bool> embedding(static_cast<std::size_t>(prog.chunks)), loss(static_cast<std::size_t>(prog.chunks));
+      for (const auto& in : sp.instrs) {
+        if (in.kind != models::InstrKind::compute || in.item < 0 || in.phase != models::OpPhase::forward) continue;
+        const auto chunk = static_cast<std::size_t>(sp.schedule[static_cast<std::size_t>(in.item)].chunk);
+        if (in.layer >= 0) layers[chunk].insert(in.layer);
+        if (in.op == models::OpKind::embedding) embedding[chunk] = true;
+        if (in.op == models::OpKind::loss) loss[chunk] = true;
+      }
+      nlohmann::json chunks = nlohmann::json::array();
+      for (std::size_t c = 0; c < layers.size(); ++c) {
+        nlohmann::json ch = {{"layers", layers[c].size()}, {"embedding", static_cast<bool>(embedding[c])}, {"loss", static_cast<bool>(loss[c])}};
+        if (!layers[c].empty()) ch["first_layer"] = *layers[c].begin();
+        chunks.push_back(ch);
+      }
       classes.push_back({{"stage", sp.stage}, {"ranks", sp.ranks}, {"schedule_items", sp.schedule.size()}, {"ops", sp.instrs.size()},
-                         {"by_stream", by}});
+                         {"by_stream", by}, {"chunks", chunks}});
     }
     const models::ReplayResult rep = models::replay(prog, models::unit_item_durations(prog));
     nlohmann::json summary = {{"schedule", plan::to_string(prog.schedule)},
@@ -125,6 +143,15 @@ void add_program_command(CLI::App& app, Io& io) {
         io.out << "  stage " << c["stage"].get<std::int64_t>() << ": " << c["ranks"].get<std::int64_t>() << " ranks, "
                << c["ops"].get<std::size_t>() << " ops:";
         for (const auto& [k, n] : c["by_stream"].items()) io.out << ' ' << n.get<std::int64_t>() << ' ' << k;
+        // The chunks in Megatron's layout letters: E embedding, t per layer, L loss.
+        io.out << "; chunks";
+        for (const auto& ch : c["chunks"]) {
+          std::string letters = ch["embedding"].get<bool>() ? "E" : "";
+          const auto n = ch["layers"].get<std::int64_t>();
+          if (n > 0) letters += n == 1 ? "t" : "t*" + std::to_string(n);
+          if (ch["loss"].get<bool>()) letters += "L";
+          io.out << ' ' << (letters.empty() ? "-" : letters);
+        }
         io.out << '\n';
       }
       char buf[200];

@@ -98,6 +98,9 @@ void add_reliability_command(CLI::App& app, Io& io) {
   cmd->add_option("--csv", *csv, "With --sweep-interval: the CSV file (default PLAN-interval.csv)");
   cmd->add_option("--svg", *svg, "With --sweep-interval: the plot (default PLAN-interval.svg)");
   cmd->add_flag("--json", *json, "Print the Report, with its reliability section, as JSON");
+  auto ignore_memory = std::make_shared<bool>(false);
+  cmd->add_flag("--ignore-memory", *ignore_memory, "Model a plan that does not fit in GPU memory anyway (the verdict is still printed)");
+  cmd->footer("Exit status: 0 when the plan fits (a tight fit warns), 3 when it does not fit in GPU memory (no run is then modelled, unless --ignore-memory), 1 for a plan with errors, 2 bad usage.");
   cmd->callback([=, &io] {
     auto loaded = load_plan_for(io, *file, "reliability");
     if (!loaded) return;
@@ -115,6 +118,13 @@ void add_reliability_command(CLI::App& app, Io& io) {
       p.training.tokens = 0;  // the horizon, not the target
     }
     report::Report rep = models::estimate(p);
+    // The memory verdict first: a plan that does not fit has no run to model.
+    if (!*json) io.out << memory_verdict_line(rep) << '\n';
+    if (!rep.fits && !*ignore_memory) {
+      io.exit_code = kExitDoesNotFit;
+      io.err << *file << ": no run modelled: the plan does not fit in GPU memory (--ignore-memory models it anyway)\n";
+      return;
+    }
     reliability::StateStepTime step_with;
     if (*method == "simulated") {
 #ifndef MESHWORK_HAVE_SIMGRID
@@ -129,7 +139,11 @@ void add_reliability_command(CLI::App& app, Io& io) {
         io.exit_code = 1;
         return;
       }
+      const auto memory = rep.memory;
+      const bool fits = rep.fits;
       rep = *healthy.report;
+      rep.memory = memory;
+      rep.fits = fits;
       auto cache = std::make_shared<std::map<std::pair<int, int>, double>>();
       const std::string link = a_fabric_link(p);
       step_with = [p, cache, link, base = rep.step_time_s](int stragglers, int degraded) {

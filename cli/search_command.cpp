@@ -25,7 +25,7 @@ void add_search_command(CLI::App& app, Io& io) {
   cmd->add_option("--top", *top, "Plans to show (default 5)");
   cmd->add_flag("--json", *json, "Print the best plans and their reports as JSON");
   cmd->footer("Searches TP, PP, CP (long sequences), EP (MoE), schedule and virtual stages, micro-batch,\n"
-              "recomputation and ZeRO stage; DP follows from the GPU count. Exit 1 when no plan is valid.");
+              "recomputation and ZeRO stage; DP follows from the GPU count. Exit 1 when no plan is valid, 3 when valid plans exist but none fits in GPU memory.");
   cmd->callback([=, &io] {
     auto doc = plan::read_document(*cluster);
     if (!doc.document) {
@@ -78,13 +78,14 @@ void add_search_command(CLI::App& app, Io& io) {
                       static_cast<unsigned long long>(result.out_of_memory), result.least_memory_gib, result.capacity_gib);
         io.err << buf;
       }
+      // One exit rule with the other commands that price a plan: valid meshes exist, none fits.
+      io.exit_code = result.out_of_memory > 0 ? kExitDoesNotFit : 1;
       std::vector<std::pair<std::uint64_t, std::string>> reasons;
       for (const auto& [why, n] : result.invalid_reasons) reasons.emplace_back(n, why);
       std::sort(reasons.rbegin(), reasons.rend());
       for (std::size_t i = 0; i < reasons.size() && i < 5; ++i) {
         io.err << "  " << reasons[i].first << " invalid: " << reasons[i].second << '\n';
       }
-      io.exit_code = 1;
       return;
     }
     if (*json) {
@@ -95,13 +96,13 @@ void add_search_command(CLI::App& app, Io& io) {
     }
     io.out << result.candidates << " candidates: " << result.valid << " valid, " << result.out_of_memory
            << " out of memory, " << (result.candidates - result.valid - result.out_of_memory) << " invalid\n";
-    io.out << "rank  TP  PP  CP  EP   DP  schedule      vpp mbs recompute  ZeRO | step (s)   MFU   memory (GiB)\n";
+    io.out << "rank  TP  PP  CP  EP   DP  schedule      vpp mbs recompute  ZeRO | step (s)   MFU   memory (GiB)  verdict\n";
     int rank = 0;
     for (const auto& [p, r] : result.best) {
       const auto& par = p.parallelism;
       const double mem = r.max_memory_gib();
       char line[300];
-      std::snprintf(line, sizeof line, "%4d %3lld %3lld %3lld %3lld %4lld  %-12s %4lld %3lld %-10s %4lld | %8.3f %5.1f%% %8.1f\n",
+      std::snprintf(line, sizeof line, "%4d %3lld %3lld %3lld %3lld %4lld  %-12s %4lld %3lld %-10s %4lld | %8.3f %5.1f%% %8.1f      %s\n",
                     ++rank, static_cast<long long>(par.tensor_model_parallel_size),
                     static_cast<long long>(par.pipeline_model_parallel_size),
                     static_cast<long long>(par.context_parallel_size),
@@ -110,7 +111,7 @@ void add_search_command(CLI::App& app, Io& io) {
                     static_cast<long long>(par.virtual_pipeline_model_parallel_size),
                     static_cast<long long>(p.training.micro_batch_size),
                     std::string(plan::to_string(p.training.recompute)).c_str(), static_cast<long long>(par.zero_stage),
-                    r.step_time_s, 100 * r.mfu, mem);
+                    r.step_time_s, 100 * r.mfu, mem, std::string(memory_verdict_word(r)).c_str());
       io.out << line;
     }
   });

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/commands.hpp"
+#include "models/estimate.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/units.hpp"
 #include "sim/reliability.hpp"
@@ -54,6 +55,9 @@ void add_simulate_command(CLI::App& app, Io& io) {
   cmd->add_option("--fail", *fail, "A failure inside the step: TARGET@TIME, TARGET gpuN, nodeN or a link (leaf3-spine1), e.g. node2@1.5s");
   cmd->add_option("--trials", *trials, "With --horizon: Monte Carlo trials (default: the plan's run.trials)");
   cmd->add_option("--trace-ranks", *trace_ranks, "Ranks to trace, comma-separated (default: the first rank of each stage)")->delimiter(',');
+  auto ignore_memory = std::make_shared<bool>(false);
+  cmd->add_flag("--ignore-memory", *ignore_memory, "Simulate a plan that does not fit in GPU memory anyway (the verdict is still printed)");
+  cmd->footer("Exit status: 0 when the plan fits (a tight fit warns), 3 when it does not fit in GPU memory (it is then not simulated, unless --ignore-memory), 1 for a plan with errors or a failed simulation, 2 bad usage.");
   auto inject_death = std::make_shared<std::string>();
   // For tests: the simulation process dies at its start (abort, kill or bad_alloc). Hidden.
   cmd->add_option("--inject-child-death", *inject_death)->check(CLI::IsMember({"abort", "kill", "bad_alloc"}))->group("");
@@ -61,6 +65,15 @@ void add_simulate_command(CLI::App& app, Io& io) {
     const auto loaded = load_plan_for(io, *file, "simulate");
     if (!loaded) return;
     const plan::Plan& p = *loaded;
+    // The memory verdict first: a plan that does not fit has no step to simulate.
+    report::Report memory;
+    models::attach_memory(p, memory);
+    if (!*json) io.out << memory_verdict_line(memory) << '\n';
+    if (!memory.fits && !*ignore_memory) {
+      io.exit_code = kExitDoesNotFit;
+      io.err << *file << ": not simulated: the plan does not fit in GPU memory (--ignore-memory simulates it anyway)\n";
+      return;
+    }
 #ifndef MESHWORK_HAVE_SIMGRID
     io.err << "meshwork simulate: this build has no simulator (SimGrid was not found; scripts/install-deps installs it)\n";
     io.exit_code = 1;
@@ -113,6 +126,9 @@ void add_simulate_command(CLI::App& app, Io& io) {
       io.exit_code = 1;
     }
     report::Report rep = *r.report;
+    rep.memory = memory.memory;
+    rep.fits = memory.fits;
+    for (const auto& note : memory.notes) rep.notes.push_back(note);
     double daly = 0;
     if (!horizon->empty()) {
       plan::Plan run = p;

@@ -60,6 +60,7 @@ nlohmann::json rows_json(const plan::SweepSpec& spec, const std::vector<models::
       j["time_to_train_s"] = rep.time_to_train_s;
       j["bubble_fraction"] = rep.bubble_fraction;
       j["max_memory_gib"] = rep.max_memory_gib();
+      j["memory_verdict"] = std::string(report::to_string(rep.memory_verdict()));
       j["cluster_megawatts"] = rep.power.cluster_megawatts;
     }
     out.push_back(std::move(j));
@@ -84,6 +85,7 @@ void add_sweep_command(CLI::App& app, Io& io) {
   cmd->add_option("--top", *top, "Rows shown on the terminal (default: the sweep file's top, else 20)");
   cmd->add_option("--slice", *slice_text, "Take slice I/N of the grid (points i with i % N == I)");
   cmd->footer(
+      "Exit status: 0, or 3 when no valid plan fits in GPU memory; 1 for a base plan with errors, 2 bad usage.\n"
       "Invalid and out-of-memory plans stay in the output with the reason. Under mpirun, each rank takes a\n"
       "slice and rank 0 merges and writes the results (when meshwork is built with MPI).");
   cmd->callback([=, &io] {
@@ -160,20 +162,23 @@ void add_sweep_command(CLI::App& app, Io& io) {
       else if (r.status == models::PointStatus::invalid) ++invalid;
       else ++oom;
     }
+    // One exit rule with the other commands that price a plan: kExitDoesNotFit when no valid
+    // plan of the sweep fits.
+    if (ok == 0 && oom > 0) io.exit_code = kExitDoesNotFit;
     if (*csv == "-" || *json == "-") return;  // stdout holds the data
     io.out << rows.size() << (rows.size() == spec.size() ? "" : " of " + std::to_string(spec.size())) << " plans: " << ok << " valid, " << oom << " out of memory, " << invalid << " invalid\n";
     const std::int64_t shown = *top > 0 ? *top : spec.top;
     char line[256];
     io.out << "rank  ";
     for (const auto& a : spec.axes) io.out << a.path.substr(a.path.rfind('.') + 1) << "  ";
-    io.out << "| step (s)   MFU    days to train  memory (GiB)\n";
+    io.out << "| step (s)   MFU    days to train  memory (GiB)  verdict\n";
     for (std::size_t i = 0; i < rows.size() && static_cast<std::int64_t>(i) < shown && rows[i].status == models::PointStatus::ok; ++i) {
       const auto& r = rows[i];
       io.out << std::to_string(i + 1) << "  ";
       for (const auto& v : r.values) io.out << v << "  ";
       const double mem = r.report.max_memory_gib();
-      std::snprintf(line, sizeof line, "| %8.3f  %5.1f%%  %13.1f  %12.1f\n", r.report.step_time_s, 100 * r.report.mfu,
-                    r.report.time_to_train_s / 86400, mem);
+      std::snprintf(line, sizeof line, "| %8.3f  %5.1f%%  %13.1f  %12.1f  %s\n", r.report.step_time_s, 100 * r.report.mfu,
+                    r.report.time_to_train_s / 86400, mem, std::string(memory_verdict_word(r.report)).c_str());
       io.out << line;
     }
   });

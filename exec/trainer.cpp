@@ -39,24 +39,15 @@ Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank,
   if (!g_.expert_dp) g_.expert_dp = std::make_unique<LocalGroup>("expert_dp");
   const TensorParallel tp{g_.tp.get(), par.sequence_parallel && g_.tp->size() > 1};
   const auto seed = static_cast<std::uint64_t>(plan_.run.seed);
-  if (chunks_per_stage_ == 1) {
-    const auto per_stage = plan::layers_per_stage(plan_).value();
-    std::int64_t first = 0;
-    for (std::int64_t s = 0; s < stage_; ++s) first += per_stage[static_cast<std::size_t>(s)];
-    chunks_.push_back(std::make_unique<GptChunk>(m, first, per_stage[static_cast<std::size_t>(stage_)], stage_ == 0, stage_ == stages_ - 1, seed, tp, timing_, g_.ep.get()));
-    vstage_.push_back(stage_);
-  } else {
-    // Interleaved: chunk c of stage s is virtual stage c * p + s (Narayanan et al. 2021 §2.2),
-    // its layers as the plan splits them (uneven first and last stages included).
-    const auto per_chunk = plan::layers_per_chunk(plan_);  // [stage][chunk]
-    auto layers_of = [&](std::int64_t vs) { return per_chunk.at(static_cast<std::size_t>(vs % stages_)).at(static_cast<std::size_t>(vs / stages_)); };
-    for (std::int64_t c = 0; c < chunks_per_stage_; ++c) {
-      const std::int64_t vs = c * stages_ + stage_;
-      std::int64_t first = 0;
-      for (std::int64_t v = 0; v < vs; ++v) first += layers_of(v);
-      chunks_.push_back(std::make_unique<GptChunk>(m, first, layers_of(vs), vs == 0, vs == stages_ * chunks_per_stage_ - 1, seed, tp, timing_, g_.ep.get()));
-      vstage_.push_back(vs);
-    }
+  // Chunk c of stage s is virtual stage c * p + s (Narayanan et al. 2021 §2.2), its layers as
+  // the plan splits them (uneven stages, the account_for_* switches and explicit layouts).
+  const auto per_chunk = plan::layers_per_chunk(plan_);  // [stage][chunk]
+  for (std::int64_t c = 0; c < chunks_per_stage_; ++c) {
+    const std::int64_t vs = c * stages_ + stage_;
+    const std::int64_t first = plan::first_layer_of_chunk(per_chunk, stage_, c);
+    const std::int64_t layers = per_chunk.at(static_cast<std::size_t>(stage_)).at(static_cast<std::size_t>(c));
+    chunks_.push_back(std::make_unique<GptChunk>(m, first, layers, vs == 0, vs == stages_ * chunks_per_stage_ - 1, seed, tp, timing_, g_.ep.get()));
+    vstage_.push_back(vs);
   }
   for (auto& c : chunks_) {
     for (auto& p : c->params()) (p.spec.is_expert() ? ne_ : n_) += static_cast<std::size_t>(p.value.size());

@@ -85,6 +85,47 @@ double hottest_expert_load(const plan::MoeConfig& moe) {
                                  : moe.routing_imbalance;
 }
 
+void attach_memory(const plan::Plan& p, report::Report& r) {
+  r.memory.clear();
+  r.fits = true;
+  for (const auto& sm : stage_memory(p)) {
+    report::StageMemory row;
+    row.stage = sm.stage;
+    row.layers = sm.layers;
+    row.weights_gib = sm.weights_bytes / kGiB;
+    row.gradients_gib = sm.gradients_bytes / kGiB;
+    row.optimizer_gib = sm.optimizer_bytes / kGiB;
+    row.activations_gib = sm.activations_bytes / kGiB;
+    row.buffers_gib = sm.buffers_bytes / kGiB;
+    row.total_gib = sm.total_bytes / kGiB;
+    row.capacity_gib = sm.capacity_bytes / kGiB;
+    row.fits = sm.fits();
+    row.headroom_gib = sm.headroom_bytes / kGiB;
+    row.tight = sm.tight();
+    r.fits = r.fits && row.fits;
+    r.memory.push_back(row);
+  }
+  const auto* big = r.largest_stage();
+  if (!big) return;
+  char buf[240];
+  switch (r.memory_verdict()) {
+    case report::MemoryVerdict::fits: return;
+    case report::MemoryVerdict::tight:
+      for (const auto& m : r.memory) {
+        if (!m.tight) continue;
+        std::snprintf(buf, sizeof buf, "fits tightly: stage %lld leaves %.1f GiB of %.1f GiB free, less than the %.1f GiB headroom (cluster.memory_headroom_fraction)",
+                      static_cast<long long>(m.stage), m.capacity_gib - m.total_gib, m.capacity_gib, m.headroom_gib);
+        r.notes.emplace_back(buf);
+        return;
+      }
+      return;
+    case report::MemoryVerdict::does_not_fit: break;
+  }
+  std::snprintf(buf, sizeof buf, "does not fit: stage %lld needs %.1f GiB per GPU of %.1f GiB",
+                static_cast<long long>(big->stage), big->total_gib, big->capacity_gib);
+  r.notes.emplace_back(buf);
+}
+
 report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   report::Report r;
   r.method = report::Method::estimated;
@@ -112,9 +153,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const GroupNetwork edp_net = group_network(p, hw, plan::GroupKind::expert_dp);
 
   // Op tables of the two layer kinds, timed once.
-  auto time_layer = [&](bool moe) {
+  auto time_layer = [&](bool moe, bool recomputed) {
     StageTimes s;
-    for (const auto& op : layer_ops(p, moe)) {
+    for (const auto& op : layer_ops(p, moe, recomputed)) {
       const double dt = timer(op);
       s.kinds.add(op.kind, dt);
       if (op.phase == OpPhase::forward) s.forward_s += dt;
@@ -128,7 +169,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     // recompute repeats the forward.
     const double tp_msg = tokens_mb * d(m.hidden_size) * e;
     const double ar = all_reduce_s(tp_net, tp_msg);
-    s.tp_s = ar * (4 + (p.training.recompute == plan::Recompute::full ? 2 : 0));
+    s.tp_s = ar * (4 + (recomputed && p.training.recompute == plan::Recompute::full ? 2 : 0));
     if (par.overlap.tp_comm) s.tp_s = overlapped(s.tp_s, s.gemm_s);
     // CP: the ring passes K and V (cp - 1) times forward and twice that backward, under the
     // attention kernels (Megatron-core's ring attention).
@@ -147,8 +188,14 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     }
     return s;
   };
-  const StageTimes dense_layer = time_layer(false);
-  const StageTimes moe_layer = m.is_moe() ? time_layer(true) : StageTimes{};
+  // [moe][recomputed]: the layer kinds, each with and without full recomputation (which
+  // recompute_method: block applies to some layers of a chunk only).
+  StageTimes layer_times[2][2];
+  for (int moe = 0; moe < (m.is_moe() ? 2 : 1); ++moe) {
+    for (int rec = 0; rec < (p.training.recompute == plan::Recompute::full ? 2 : 1); ++rec) {
+      layer_times[moe][rec] = time_layer(moe == 1, rec == 1);
+    }
+  }
   auto time_ops = [&](const std::vector<Op>& ops, StageTimes& s) {
     for (const auto& op : ops) {
       const double dt = timer(op);
@@ -161,28 +208,31 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // Per stage, per micro-batch.
   const ParamCounts counts = count_params(m);
   std::vector<StageTimes> stages;
-  std::int64_t layer = 0;
-  for (std::size_t i = 0; i < derived.layers_per_stage.size(); ++i) {
+  const auto chunks = plan::layers_per_chunk(p);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
     StageTimes s;
-    for (std::int64_t k = 0; k < derived.layers_per_stage[i]; ++k, ++layer) {
-      const bool moe = is_moe_layer(m, layer);
-      const StageTimes& l = moe ? moe_layer : dense_layer;
-      s.forward_s += l.forward_s;
-      s.backward_s += l.backward_s;
-      s.recompute_s += l.recompute_s;
-      s.kinds.add(l.kinds);
-      s.tp_s += l.tp_s;
-      s.cp_s += l.cp_s;
-      s.ep_s += l.ep_s;
-      s.params += (moe ? counts.layer.attention + counts.layer.norms + counts.layer.router + counts.layer.shared_expert
-                       : counts.dense_layer()) / t;
-      if (moe) s.expert_params += counts.layer.experts / (t * d(par.expert_model_parallel_size));
+    for (std::size_t c = 0; c < chunks[i].size(); ++c) {
+      const std::int64_t first = plan::first_layer_of_chunk(chunks, static_cast<std::int64_t>(i), static_cast<std::int64_t>(c));
+      for (std::int64_t k = 0; k < chunks[i][c]; ++k) {
+        const bool moe = is_moe_layer(m, first + k);
+        const StageTimes& l = layer_times[moe ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
+        s.forward_s += l.forward_s;
+        s.backward_s += l.backward_s;
+        s.recompute_s += l.recompute_s;
+        s.kinds.add(l.kinds);
+        s.tp_s += l.tp_s;
+        s.cp_s += l.cp_s;
+        s.ep_s += l.ep_s;
+        s.params += (moe ? counts.layer.attention + counts.layer.norms + counts.layer.router + counts.layer.shared_expert
+                         : counts.dense_layer()) / t;
+        if (moe) s.expert_params += counts.layer.experts / (t * d(par.expert_model_parallel_size));
+      }
     }
     if (i == 0) {
       time_ops(first_stage_ops(p), s);
       s.params += (counts.embedding + counts.position) / t;
     }
-    if (i + 1 == derived.layers_per_stage.size()) {
+    if (i + 1 == chunks.size()) {
       time_ops(last_stage_ops(p), s);
       s.params += (counts.lm_head > 0 ? counts.lm_head : (pp > 1 ? counts.embedding : 0)) / t;
     }
@@ -288,28 +338,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   r.tokens_per_s = d(derived.tokens_per_step) / r.step_time_s;
   if (p.training.tokens > 0) r.time_to_train_s = p.training.tokens / r.tokens_per_s;
 
-  // Memory.
-  for (const auto& sm : stage_memory(p)) {
-    report::StageMemory row;
-    row.stage = sm.stage;
-    row.layers = sm.layers;
-    row.weights_gib = sm.weights_bytes / kGiB;
-    row.gradients_gib = sm.gradients_bytes / kGiB;
-    row.optimizer_gib = sm.optimizer_bytes / kGiB;
-    row.activations_gib = sm.activations_bytes / kGiB;
-    row.buffers_gib = sm.buffers_bytes / kGiB;
-    row.total_gib = sm.total_bytes / kGiB;
-    row.capacity_gib = sm.capacity_bytes / kGiB;
-    row.fits = sm.fits();
-    if (!row.fits && r.fits) {
-      r.fits = false;
-      char buf[200];
-      std::snprintf(buf, sizeof buf, "does not fit: stage %lld needs %.1f GiB per GPU of %.1f GiB",
-                    static_cast<long long>(sm.stage), row.total_gib, row.capacity_gib);
-      r.notes.emplace_back(buf);
-    }
-    r.memory.push_back(row);
-  }
+  attach_memory(p, r);
 
   // Power: a GPU draws between idle and TDP in proportion to its busy time; the host's parts
   // at load; the power supplies' losses on top.

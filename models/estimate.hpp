@@ -22,4 +22,8 @@ double hottest_expert_load(const plan::MoeConfig& moe);
 // The plan must be valid (plan::validate without errors).
 report::Report estimate(const plan::Plan& plan, const EstimateOptions& options = {});
 
+// Memory per stage (models/memory.hpp) into a report of any method: its memory rows, `fits`,
+// and a note when the plan does not fit or fits with less than its headroom.
+void attach_memory(const plan::Plan& plan, report::Report& report);
+
 }  // namespace meshwork::models

@@ -1,6 +1,9 @@
 #include "models/flops.hpp"
 
+#include <algorithm>
+
 #include "models/params.hpp"
+#include "plan/validate.hpp"
 
 namespace meshwork::models {
 namespace {
@@ -57,7 +60,23 @@ StepFlops step_flops(const plan::Plan& plan, const FlopsOptions& opt) {
       // column follows that convention (selective_eq8_hardware_flops()).
       recomputed = d(c.dense_layers) * dense.attention_core + d(c.moe_layers) * moe.attention_core;
       break;
-    case plan::Recompute::full: recomputed = layers_fwd; break;
+    case plan::Recompute::full: {
+      if (plan.training.recompute_method == plan::RecomputeMethod::uniform) {
+        recomputed = layers_fwd;
+        break;
+      }
+      // block: the first recompute_num_layers layers of each model chunk run again.
+      const auto chunks = plan::layers_per_chunk(plan);
+      for (std::size_t s = 0; s < chunks.size(); ++s) {
+        for (std::size_t ch = 0; ch < chunks[s].size(); ++ch) {
+          const std::int64_t first = plan::first_layer_of_chunk(chunks, static_cast<std::int64_t>(s), static_cast<std::int64_t>(ch));
+          for (std::int64_t k = 0; k < std::min(chunks[s][ch], plan.training.recompute_num_layers); ++k) {
+            recomputed += is_moe_layer(m, first + k) ? moe.total() : dense.total();
+          }
+        }
+      }
+      break;
+    }
   }
   f.hardware = f.model + tokens * recomputed;
   return f;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "models/op_table.hpp"
+#include "models/program.hpp"
 #include "models/params.hpp"
 #include "plan/derived.hpp"
 #include "plan/validate.hpp"
@@ -13,14 +14,19 @@ namespace {
 double d(std::int64_t v) { return static_cast<double>(v); }
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
-// Runtime memory outside the model: CUDA context, cuBLAS workspaces, NCCL channels and the
-// caching allocator's fragmentation. ~1.5 GiB is what PyTorch + NCCL jobs show on H100/A100
-// (CUDA context ~0.5 GiB, NCCL buffers ~0.5-1 GiB at scale); an assumption, not a measurement.
+// Runtime memory outside the model: CUDA context, cuBLAS workspaces and NCCL's channel buffers.
+// ~1.5 GiB is what PyTorch + NCCL jobs show on H100/A100 (CUDA context ~0.5 GiB, NCCL buffers
+// ~0.5-1 GiB at scale); an assumption, not a measurement. The allocator's fragmentation is the
+// headroom's (memory.hpp), not this term's.
 constexpr double kRuntimeOverheadBytes = 1.5 * kGiB;
-// Megatron-core's DDP gradient bucket: 40M parameters (bucket_size default), double-buffered.
-constexpr double kGradBucketParams = 40e6;
+
+// Megatron-core's gradient bucket, max(40M, 1M x DP) parameters
+// (megatron/core/distributed/distributed_data_parallel.py; the Program's buckets are the same).
+double bucket_params(const plan::Plan& p) { return std::max(40e6, 1e6 * d(p.parallelism.data_parallel_size)); }
 
 }  // namespace
+
+double runtime_overhead_bytes() { return kRuntimeOverheadBytes; }
 
 double gradient_bytes(plan::Precision precision) {
   // fp16: 16-bit gradients (ZeRO's 2 + 2 + 12). bf16 and fp8: Megatron-LM keeps fp32 main
@@ -43,6 +49,10 @@ ModelStateBytes model_state_bytes_per_param(std::int64_t zero_stage, double shar
 }
 
 double layer_activation_bytes(const plan::Plan& p, bool moe_layer) {
+  return layer_activation_bytes(p, moe_layer, p.training.recompute == plan::Recompute::full);
+}
+
+double layer_activation_bytes(const plan::Plan& p, bool moe_layer, bool recomputed) {
   const auto& m = p.model;
   const auto& par = p.parallelism;
   const double t = d(par.tensor_model_parallel_size);
@@ -54,14 +64,17 @@ double layer_activation_bytes(const plan::Plan& p, bool moe_layer) {
   const double e = activation_bytes(p.training.precision);
   const double sbh = s * b * h;
 
-  if (p.training.recompute == plan::Recompute::full) {
+  if (recomputed && p.training.recompute == plan::Recompute::full) {
     return e * sbh / (par.sequence_parallel ? t : 1);  // only the layer input: 2sbh (KOR22 Table 2)
   }
 
   // KOR22 §4.1, per layer, in 16-bit units (1 byte for dropout masks):
-  //   kept whole without SP: two norm inputs 4sbh, QKV input 2sbh, MLP input 2sbh, two dropout
-  //   masks 2sbh = 10sbh; split over TP: Q, K, V, attention output, MLP hidden.
-  double replicated = (2 * e) * sbh + e * sbh + e * sbh + 2 * sbh * (e / 2);
+  //   kept whole without SP: two norm inputs 4sbh, QKV input 2sbh, MLP input 2sbh, and with
+  //   dropout its two masks after attention and MLP 2sbh (10sbh in all); split over TP: Q, K,
+  //   V, attention output, MLP hidden. Without dropout (Llama and most decoders since) no mask
+  //   is stored.
+  const double hidden_masks = m.hidden_dropout > 0 ? 2 * sbh * (e / 2) : 0;
+  double replicated = (2 * e) * sbh + e * sbh + e * sbh + hidden_masks;
   double q = a * d(m.kv_channels), kv = d(m.num_query_groups) * d(m.kv_channels), v_out = q;
   if (m.mla.enabled()) {
     q = a * d(m.mla.qk_head_dim + m.mla.qk_pos_emb_head_dim);
@@ -69,10 +82,11 @@ double layer_activation_bytes(const plan::Plan& p, bool moe_layer) {
     v_out = a * d(m.mla.v_head_dim);
   }
   double split = e * s * b * (q + 2 * kv) + e * s * b * v_out;  // Q, K, V; attention output (proj input)
-  // Attention scores: 5 a s^2 b (softmax 2, dropout mask 1, dropout output 2); none with flash
-  // attention or selective recompute (which recomputes them), only the softmax statistics.
-  if (!p.training.flash_attention && p.training.recompute == plan::Recompute::none) {
-    split += 5 * a * s * d(m.seq_length) * b;
+  // Attention scores unfused: the softmax output 2as^2b and, with attention dropout, its mask
+  // as^2b and output 2as^2b (KOR22's 5as^2b). None with flash attention or selective
+  // recompute (which recomputes them); flash keeps only the softmax statistics.
+  if (!p.training.flash_attention && p.training.recompute != plan::Recompute::selective) {
+    split += (m.attention_dropout > 0 ? 5 : 2) * a * s * d(m.seq_length) * b;
   } else if (p.training.flash_attention) {
     split += 4 * a * s * b;  // fp32 log-sum-exp per query and head
   }
@@ -91,35 +105,70 @@ double layer_activation_bytes(const plan::Plan& p, bool moe_layer) {
   return split / t + (par.sequence_parallel ? replicated / t : replicated);
 }
 
-double in_flight_micro_batches(const plan::Plan& p, std::int64_t stage, std::int64_t micro_batches) {
-  const double pp = d(p.parallelism.pipeline_model_parallel_size);
-  const double m = d(micro_batches);
-  const double i = d(stage);
+std::int64_t peak_chunks_in_flight(const plan::Plan& p, std::int64_t stage, std::int64_t micro_batches) {
+  const std::int64_t pp = p.parallelism.pipeline_model_parallel_size;
+  const std::int64_t m = micro_batches;
   // Without a pipeline, gradient accumulation frees each micro-batch's activations after its
   // backward, whatever the schedule is called.
-  if (p.parallelism.pipeline_model_parallel_size <= 1) return std::min(m, 1.0);
+  if (pp <= 1) return std::min<std::int64_t>(m, 1);
   switch (p.parallelism.pipeline_schedule) {
     case plan::PipelineSchedule::gpipe: return m;
     case plan::PipelineSchedule::interleaved: {
-      // Megatron's interleaved schedule warms up (p - i - 1) * 2 + (v - 1) * p chunks, then
-      // holds one more; a chunk is 1/v of the stage (KOR22 eq. 5 factor 1 + (p-1)/(pv) at i = 0).
-      const double v = d(p.parallelism.virtual_pipeline_model_parallel_size);
-      const double chunks = std::min(m * v, (pp - i - 1) * 2 + (v - 1) * pp + 1);
-      return chunks / v;
+      // Megatron's interleaved schedule warms up (p - i - 1) 2 + (v - 1) p chunks and holds one
+      // more once its first backward starts; with m = p it warms up with all m v of them
+      // (schedules.py: all_warmup_microbatches). The same counts as models/schedules.cpp.
+      const std::int64_t v = p.parallelism.virtual_pipeline_model_parallel_size;
+      if (m == pp) return m * v;
+      return std::min(m * v, (pp - stage - 1) * 2 + (v - 1) * pp + 1);
     }
     case plan::PipelineSchedule::one_f_one_b:
     case plan::PipelineSchedule::zero_bubble:
-      return std::min(m, pp - i);
+      return std::min(m, pp - stage);
   }
   return m;
 }
+
+double in_flight_micro_batches(const plan::Plan& p, std::int64_t stage, std::int64_t micro_batches) {
+  const bool interleaved = p.parallelism.pipeline_schedule == plan::PipelineSchedule::interleaved &&
+                           p.parallelism.pipeline_model_parallel_size > 1;
+  const double v = interleaved ? d(p.parallelism.virtual_pipeline_model_parallel_size) : 1;
+  return d(peak_chunks_in_flight(p, stage, micro_batches)) / v;
+}
+
+namespace {
+
+// The activation bytes a stage holds at its peak: each model chunk's bytes per micro-batch
+// times the chunk's micro-batches in flight. When the chunks differ (uneven ends, layouts),
+// the stage's schedule is replayed: a forward adds its chunk's bytes, a backward (the input
+// gradient, for zero-bubble) frees them.
+double peak_in_flight_bytes(const plan::Plan& p, std::int64_t stage, std::int64_t micro_batches,
+                            const std::vector<double>& chunk_bytes) {
+  const bool equal = std::all_of(chunk_bytes.begin(), chunk_bytes.end(), [&](double b) { return b == chunk_bytes.front(); });
+  if (equal) return d(peak_chunks_in_flight(p, stage, micro_batches)) * chunk_bytes.front();
+  const auto& par = p.parallelism;
+  const auto items = stage_schedule(par.pipeline_schedule, par.pipeline_model_parallel_size, stage, micro_batches,
+                                    static_cast<std::int64_t>(chunk_bytes.size()));
+  double now = 0, peak = 0;
+  for (const auto& it : items) {
+    const double b = chunk_bytes[static_cast<std::size_t>(it.chunk)];
+    if (it.pass == Pass::forward) {
+      now += b;
+      peak = std::max(peak, now);
+    } else if (it.pass != Pass::backward_weight) {
+      now -= b;
+    }
+  }
+  return peak;
+}
+
+}  // namespace
 
 std::vector<StageMemory> stage_memory(const plan::Plan& p) {
   std::vector<StageMemory> out;
   const auto& m = p.model;
   const auto& par = p.parallelism;
-  const auto layers = plan::layers_per_stage(p);
-  if (!layers) return out;
+  const auto chunks = plan::layers_per_chunk(p);
+  if (chunks.empty()) return out;
   const ParamCounts c = count_params(m);
   const plan::DerivedFigures derived = plan::derive(p);
   const double t = d(par.tensor_model_parallel_size);
@@ -131,25 +180,52 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
   const auto dense_state = model_state_bytes_per_param(par.zero_stage, dense_shards, p.training.precision);
   const auto expert_state = model_state_bytes_per_param(par.zero_stage, expert_shards, p.training.precision);
   const double e = activation_bytes(p.training.precision);
+  const double w_bytes = p.training.precision == plan::Precision::fp32 ? 4 : 2;
+  const bool full = p.training.recompute == plan::Recompute::full;
+  const bool uniform = p.training.recompute_method == plan::RecomputeMethod::uniform;
+  const std::int64_t group = std::max<std::int64_t>(1, p.training.recompute_num_layers);
 
-  std::int64_t first_layer = 0;
   const std::int64_t pp = par.pipeline_model_parallel_size;
   for (std::int64_t stage = 0; stage < pp; ++stage) {
     StageMemory sm;
     sm.stage = stage;
-    sm.layers = (*layers)[static_cast<std::size_t>(stage)];
-    double dense = 0, expert = 0, act_per_mb = 0;
-    for (std::int64_t l = first_layer; l < first_layer + sm.layers; ++l) {
-      const bool moe = is_moe_layer(m, l);
-      if (moe) {
-        dense += c.layer.attention + c.layer.norms + c.layer.router + c.layer.shared_expert;
-        expert += c.layer.experts;
-      } else {
-        dense += c.dense_layer();
+    double dense = 0, expert = 0, largest_layer = 0, transient_act = 0;
+    std::vector<double> chunk_bytes;
+    const auto& stage_chunks = chunks[static_cast<std::size_t>(stage)];
+    for (std::size_t ch = 0; ch < stage_chunks.size(); ++ch) {
+      const std::int64_t first = plan::first_layer_of_chunk(chunks, stage, static_cast<std::int64_t>(ch));
+      const std::int64_t n = stage_chunks[ch];
+      sm.layers += n;
+      double bytes = 0;
+      double group_full = 0;  // full activations of the recomputed group being backpropagated
+      for (std::int64_t k = 0; k < n; ++k) {
+        const bool moe = is_moe_layer(m, first + k);
+        double layer_params = 0;
+        if (moe) {
+          dense += c.layer.attention + c.layer.norms + c.layer.router + c.layer.shared_expert;
+          expert += c.layer.experts;
+          layer_params = (c.layer.attention + c.layer.norms + c.layer.router + c.layer.shared_expert) / t + c.layer.experts / (t * ep);
+        } else {
+          dense += c.dense_layer();
+          layer_params = c.dense_layer() / t;
+        }
+        largest_layer = std::max(largest_layer, layer_params);
+        const bool recomputed = recomputes_layer(p.training, k);
+        if (!recomputed) {
+          bytes += layer_activation_bytes(p, moe, false);
+          continue;
+        }
+        // uniform: one checkpoint (the group's input) per group of recompute_num_layers
+        // layers; block: one per recomputed layer. During its backward a group's full
+        // activations exist for one micro-batch.
+        const std::int64_t in_group = uniform ? k % group : 0;
+        if (in_group == 0) bytes += layer_activation_bytes(p, moe, true);
+        if (in_group == 0) group_full = 0;
+        group_full += layer_activation_bytes(p, moe, false);
+        transient_act = std::max(transient_act, group_full);
       }
-      act_per_mb += layer_activation_bytes(p, moe);
+      chunk_bytes.push_back(bytes);
     }
-    first_layer += sm.layers;
     if (stage == 0) dense += c.embedding + c.position;
     if (stage == pp - 1) dense += c.final_norm + (c.lm_head > 0 ? c.lm_head : (pp > 1 ? c.embedding : 0));
     dense /= t;
@@ -158,19 +234,33 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
     sm.weights_bytes = dense * dense_state.weights + expert * expert_state.weights;
     sm.gradients_bytes = dense * dense_state.gradients + expert * expert_state.gradients;
     sm.optimizer_bytes = dense * dense_state.optimizer + expert * expert_state.optimizer;
+    // ZeRO-3 (FSDP) gathers a layer's parameters before each use and frees them after (reshard
+    // after forward, FSDP's default): the layer in use and the one prefetched (FSDP prefetches
+    // one module ahead and its rate limiter allows two all-gathers in flight).
+    if (par.zero_stage >= 3 && dense_shards > 1) sm.weights_bytes += 2 * largest_layer * w_bytes;
+    // ZeRO 2 and 3 keep only a shard of the gradients: each bucket is computed whole and
+    // reduce-scattered, one filling while the one before it reduces. ZeRO 0 and 1 reduce in
+    // buckets that are views of the gradient buffer (Megatron-core's ParamAndGradBuffer): no
+    // memory of their own.
+    if (par.zero_stage >= 2 && dense_shards > 1) {
+      sm.gradients_bytes += 2 * std::min(bucket_params(p), sm.params) * gradient_bytes(p.training.precision);
+    }
 
     sm.in_flight_micro_batches = in_flight_micro_batches(p, stage, derived.micro_batches_per_step);
+    double act = peak_in_flight_bytes(p, stage, derived.micro_batches_per_step, chunk_bytes);
+    if (full) act += transient_act;
     const double sbh = d(m.seq_length) / d(par.context_parallel_size) * d(p.training.micro_batch_size) * d(m.hidden_size);
-    double extra = 0;
-    // KOR22 §4.2: the embedding's dropout output on the first stage, p micro-batches deep, and the
-    // output layer's fp32 logits on the last stage (4 s b (h + V) / t).
-    if (stage == 0) extra += sm.in_flight_micro_batches * sbh * (e / 2) / t;
-    if (stage == pp - 1) extra += 4 * (sbh + sbh / d(m.hidden_size) * d(m.vocab_size)) / t;
-    sm.activations_bytes = act_per_mb * sm.in_flight_micro_batches + extra;
+    // KOR22 §4.2: the embedding's dropout mask on the first stage, for each micro-batch in
+    // flight (none without dropout), and the output layer's fp32 logits on the last stage
+    // (4 s b (h + V) / t).
+    if (stage == 0 && m.hidden_dropout > 0) act += sm.in_flight_micro_batches * sbh * (e / 2) / t;
+    if (stage == pp - 1) act += 4 * (sbh + sbh / d(m.hidden_size) * d(m.vocab_size)) / t;
+    sm.activations_bytes = act;
 
-    sm.buffers_bytes = kRuntimeOverheadBytes + 2 * kGradBucketParams * 4;
+    sm.buffers_bytes = kRuntimeOverheadBytes;
     sm.total_bytes = sm.weights_bytes + sm.gradients_bytes + sm.optimizer_bytes + sm.activations_bytes + sm.buffers_bytes;
     sm.capacity_bytes = p.cluster.gpu.hbm_gib * kGiB;
+    sm.headroom_bytes = p.cluster.memory_headroom_fraction * sm.capacity_bytes;
     out.push_back(sm);
   }
   return out;

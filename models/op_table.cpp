@@ -37,7 +37,18 @@ struct Builder {
 
 }  // namespace
 
+bool recomputes_layer(const plan::TrainingConfig& training, std::int64_t index_in_chunk) {
+  if (training.recompute != plan::Recompute::full) return false;
+  return training.recompute_method == plan::RecomputeMethod::uniform || index_in_chunk < training.recompute_num_layers;
+}
+
 std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer) {
+  return layer_ops(p, moe_layer, p.training.recompute == plan::Recompute::full &&
+                                     (p.training.recompute_method == plan::RecomputeMethod::uniform ||
+                                      p.training.recompute_num_layers > 0));
+}
+
+std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer, bool recomputed) {
   const auto& m = p.model;
   const auto& par = p.parallelism;
   const double cp = d(par.context_parallel_size);
@@ -113,7 +124,7 @@ std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer) {
   }
   b.elementwise("mlp_residual", OpKind::elementwise, b.sp_tokens * h, 3);
 
-  if (p.training.recompute == plan::Recompute::full) {
+  if (p.training.recompute == plan::Recompute::full && recomputed) {
     std::vector<Op> again;
     for (const auto& op : b.ops) {
       if (op.phase == OpPhase::forward) {

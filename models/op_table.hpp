@@ -41,8 +41,15 @@ struct OpTableOptions {
   double routing_imbalance = 1.0;  // MoE: hottest expert rank's tokens over the mean
 };
 
-// Ops of one layer (dense or MoE) for one micro-batch on one rank of the plan's mesh.
+// Ops of one layer (dense or MoE) for one micro-batch on one rank of the plan's mesh. With full
+// recomputation the layer's forward is repeated (OpPhase::recompute) when `recomputed`; the
+// two-argument form takes it from the plan for a layer that recompute_method recomputes.
+std::vector<Op> layer_ops(const plan::Plan& plan, bool moe_layer, bool recomputed);
 std::vector<Op> layer_ops(const plan::Plan& plan, bool moe_layer);
+// Whether full recomputation repeats the layer at `index_in_chunk` (0-based within its model
+// chunk): every layer under recompute_method uniform, the first recompute_num_layers of each
+// chunk under block (Megatron-LM's --recompute-method); none without full recomputation.
+bool recomputes_layer(const plan::TrainingConfig& training, std::int64_t index_in_chunk);
 // Ops outside the layers: the embedding on the first stage, LM head and loss on the last.
 std::vector<Op> first_stage_ops(const plan::Plan& plan);
 std::vector<Op> last_stage_ops(const plan::Plan& plan);

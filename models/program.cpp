@@ -70,16 +70,11 @@ class StageLowering {
   }
 
  private:
-  // Layers of chunk c of this stage, as global indices. Interleaved: virtual stage c p + s
-  // holds the c-th slice (Megatron's layer assignment); otherwise the stage's own range.
   // Layers of chunk c of this stage, as global indices: virtual stage c p + s holds the
   // (c p + s)-th slice of the model (Megatron's assignment; one chunk without interleaving).
   std::pair<std::int64_t, std::int64_t> layers(std::int64_t chunk) const {
-    const auto& lpc = chunks_;
-    const std::int64_t p = prog_.stages;
-    std::int64_t first = 0;
-    for (std::int64_t vs = 0; vs < chunk * p + stage_; ++vs) first += lpc[static_cast<std::size_t>(vs % p)][static_cast<std::size_t>(vs / p)];
-    return {first, first + lpc[static_cast<std::size_t>(stage_)][static_cast<std::size_t>(chunk)]};
+    const std::int64_t first = plan::first_layer_of_chunk(chunks_, stage_, chunk);
+    return {first, first + chunks_[static_cast<std::size_t>(stage_)][static_cast<std::size_t>(chunk)]};
   }
   bool first_virtual(std::int64_t chunk) const { return stage_ == 0 && chunk == 0; }
   bool last_virtual(std::int64_t chunk) const { return stage_ == prog_.stages - 1 && chunk == prog_.chunks - 1; }
@@ -183,6 +178,8 @@ class StageLowering {
   void forward_layers(std::int64_t chunk, OpPhase phase) {
     const auto [lo, hi] = layers(chunk);
     for (std::int64_t l = lo; l < hi; ++l) {
+      // recompute_method: block repeats only the chunk's first recompute_num_layers layers.
+      if (phase == OpPhase::recompute && !recomputes_layer(p_.training, l - lo)) continue;
       if (p_.parallelism.zero_stage == 3) gather_params(l);
       for (const Op& op : ops_of(l)) {
         if (op.phase != phase) continue;

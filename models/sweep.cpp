@@ -45,6 +45,7 @@ std::vector<SweepRow> run_sweep(const plan::SweepSpec& spec, SweepSlice slice,
       Evaluation e = evaluate(loaded.plan);
       if (e.ok) {
         row.report = std::move(e.report);
+        attach_memory(loaded.plan, row.report);
       } else {
         row.status = PointStatus::invalid;
         row.reason = e.error;

@@ -15,6 +15,7 @@ enum class Normalization { layernorm, rmsnorm };
 enum class PositionEmbedding { learned_absolute, rope };
 enum class Precision { bf16, fp16, fp8, fp32 };
 enum class Recompute { none, selective, full };
+enum class RecomputeMethod { uniform, block };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 enum class GradientCompression { none, onebit, topk };
 enum class IntraNodeKind { nvswitch, nvlink_mesh, pcie, shared_memory };
@@ -52,6 +53,8 @@ MESHWORK_ENUM_NAMES(Precision, std::pair{Precision::bf16, std::string_view("bf16
 MESHWORK_ENUM_NAMES(Recompute, std::pair{Recompute::none, std::string_view("none")},
                     std::pair{Recompute::selective, std::string_view("selective")},
                     std::pair{Recompute::full, std::string_view("full")});
+MESHWORK_ENUM_NAMES(RecomputeMethod, std::pair{RecomputeMethod::uniform, std::string_view("uniform")},
+                    std::pair{RecomputeMethod::block, std::string_view("block")});
 MESHWORK_ENUM_NAMES(PipelineSchedule, std::pair{PipelineSchedule::gpipe, std::string_view("gpipe")},
                     std::pair{PipelineSchedule::one_f_one_b, std::string_view("1f1b")},
                     std::pair{PipelineSchedule::interleaved, std::string_view("interleaved")},

@@ -59,6 +59,19 @@ class HfReader {
     return std::nullopt;
   }
 
+  // The first of `keys` present, as a number in [0, 1]; nullopt when none is present.
+  std::optional<double> probability(std::initializer_list<const char*> keys) {
+    for (const char* key : keys) {
+      auto it = cfg_.find(key);
+      if (it == cfg_.end() || it->is_null()) continue;
+      if (it->is_number() && it->get<double>() >= 0 && it->get<double>() <= 1) return it->get<double>();
+      diags_.error(std::string(path_), std::string(key) + " must be a probability in [0, 1], got " + it->dump());
+      ok_ = false;
+      return std::nullopt;
+    }
+    return std::nullopt;
+  }
+
   bool has(const char* key) const { return cfg_.contains(key); }
   [[nodiscard]] bool ok() const { return ok_; }
   void fail(const std::string& message) {
@@ -117,6 +130,13 @@ bool import_hf_config(const nlohmann::json& config, ModelConfig& model, Diagnost
   // transformers' PretrainedConfig ties embeddings unless tie_word_embeddings is false.
   m.untie_embeddings_and_output_weights = !r.boolean("tie_word_embeddings").value_or(true);
   m.add_bias_linear = r.boolean("attention_bias").value_or(m.normalization == Normalization::layernorm);
+
+  // Dropout as the config trains it: GPT-2's resid_pdrop (or embd_pdrop) / attn_pdrop, BERT-style
+  // hidden_dropout_prob, OPT's dropout, the Llama family's attention_dropout (and no hidden
+  // dropout at all). Absent: 0, as transformers' decoders default (Megatron's 0.1 is for
+  // Megatron's own models).
+  m.hidden_dropout = r.probability({"hidden_dropout", "resid_pdrop", "hidden_dropout_prob", "dropout", "embd_pdrop"}).value_or(0);
+  m.attention_dropout = r.probability({"attention_dropout", "attn_pdrop", "attention_probs_dropout_prob"}).value_or(0);
 
   // GPT-2-style configs (n_positions) learn a position table; the others rotate (RoPE).
   m.position_embedding_type = r.has("n_positions") ? PositionEmbedding::learned_absolute : PositionEmbedding::rope;

@@ -57,6 +57,10 @@ struct ModelConfig {
   std::int64_t vocab_size = 0;
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;
+  // Dropout probabilities; Megatron-LM's defaults (--hidden-dropout, --attention-dropout: 0.1).
+  // A dropout stores a 1-byte mask per element for the backward (KOR22 §4.1); 0 stores none.
+  double hidden_dropout = 0.1;
+  double attention_dropout = 0.1;
   MlaConfig mla;
   MoeConfig moe;
 
@@ -69,6 +73,11 @@ struct TrainingConfig {
   std::int64_t micro_batch_size = 1;
   Precision precision = Precision::bf16;
   Recompute recompute = Recompute::none;
+  // With full recomputation (Megatron's --recompute-method, --recompute-num-layers): uniform
+  // checkpoints the input of every group of recompute_num_layers layers and recomputes all of
+  // them; block recomputes only the first recompute_num_layers layers of each model chunk.
+  RecomputeMethod recompute_method = RecomputeMethod::uniform;
+  std::int64_t recompute_num_layers = 1;
   bool flash_attention = true;
   double tokens = 0;  // tokens to train on, for time to train; 0: not given
 
@@ -93,6 +102,12 @@ struct ParallelismConfig {
   std::int64_t virtual_pipeline_model_parallel_size = 1;
   std::int64_t decoder_first_pipeline_num_layers = 0;  // 0: layers split evenly
   std::int64_t decoder_last_pipeline_num_layers = 0;
+  // Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
+  // the embedding (the loss) counts as one layer when the layers are split over the chunks.
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
+  // Megatron's --pipeline-model-parallel-layout ("Et*3|(tt|)*29,m|L"); empty: none.
+  std::string pipeline_model_parallel_layout;
   bool sequence_parallel = false;
   bool context_parallel_load_balance = true;
   std::int64_t zero_stage = 1;
@@ -184,6 +199,9 @@ struct ClusterConfig {
   double nic_bandwidth_gbps = 400;
   TopologyConfig topology;
   CollectiveAlgorithm collective_algorithm = CollectiveAlgorithm::automatic;  // as NCCL_ALGO
+  // The share of each GPU's memory a plan should leave free for what the memory model does
+  // not count: the caching allocator's fragmentation, transient workspaces (models/memory.hpp).
+  double memory_headroom_fraction = 0.05;
 
   [[nodiscard]] std::int64_t num_nodes() const {
     return gpus_per_node > 0 ? num_gpus / gpus_per_node : 0;

@@ -76,6 +76,10 @@ ModelConfig llama(std::string_view name, std::int64_t layers, std::int64_t hidde
   m.position_embedding_type = PositionEmbedding::rope;
   m.untie_embeddings_and_output_weights = true;
   m.add_bias_linear = false;
+  // Llama 3, Mixtral and DeepSeek-V3 train without dropout (their config.json files:
+  // attention_dropout 0.0 and no hidden dropout).
+  m.hidden_dropout = 0;
+  m.attention_dropout = 0;
   return m;
 }
 

@@ -1,5 +1,7 @@
 #include "plan/validate.hpp"
 
+#include "plan/pipeline_layout.hpp"
+
 #include <algorithm>
 #include <string>
 
@@ -43,6 +45,17 @@ void resolve(Plan& plan, Diagnostics& diags) {
       p.data_parallel_size = c.num_gpus / *model_parallel;
     } else if (c.num_gpus == 0 && p.data_parallel_size > 0) {
       if (auto n = checked_mul(*model_parallel, p.data_parallel_size)) c.num_gpus = *n;
+    }
+  }
+
+  // An explicit layout gives the model chunks per stage (Megatron infers the virtual pipeline
+  // size from it); a vpp that disagrees is reported by validation.
+  if (!p.pipeline_model_parallel_layout.empty() && p.virtual_pipeline_model_parallel_size == 1 &&
+      p.pipeline_model_parallel_size > 0) {
+    std::string error;
+    if (const auto stages = parse_pipeline_layout(p.pipeline_model_parallel_layout, error)) {
+      const auto n = static_cast<std::int64_t>(stages->size());
+      if (n % p.pipeline_model_parallel_size == 0) p.virtual_pipeline_model_parallel_size = n / p.pipeline_model_parallel_size;
     }
   }
 

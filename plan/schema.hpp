@@ -55,6 +55,8 @@ void describe(V& v, ModelConfig& s) {
   v.field(s.vocab_size, {.key = "vocab_size", .doc = "Vocabulary V (padded as trained).", .aliases = "vocab", .min = 1, .max = kMaxDim, .required = true});
   v.field(s.untie_embeddings_and_output_weights, {.key = "untie_embeddings_and_output_weights", .doc = "Separate input embedding and LM head (Llama) rather than shared (GPT-3)."});
   v.field(s.add_bias_linear, {.key = "add_bias_linear", .doc = "Biases in the linear layers (GPT-3 yes, Llama no)."});
+  v.field(s.hidden_dropout, {.key = "hidden_dropout", .doc = "Dropout probability after attention, MLP and embedding (Megatron's --hidden-dropout, default 0.1); 0 stores no masks. Hugging Face imports take it from the config (0 when absent, as Llama and most decoders since).", .min = 0, .max = 1});
+  v.field(s.attention_dropout, {.key = "attention_dropout", .doc = "Dropout probability on the attention scores (Megatron's --attention-dropout, default 0.1); only unfused attention stores its mask.", .min = 0, .max = 1});
   v.section(s.mla, {.key = "mla", .doc = "Multi-head latent attention (DeepSeek); absent for standard attention."});
   v.section(s.moe, {.key = "moe", .doc = "Mixture of experts; absent for a dense model."});
 }
@@ -65,6 +67,8 @@ void describe(V& v, TrainingConfig& s) {
   v.field(s.micro_batch_size, {.key = "micro_batch_size", .doc = "Sequences per micro-batch on one rank.", .aliases = "mbs", .min = 1, .max = 1 << 20});
   v.field(s.precision, {.key = "precision", .doc = "Compute precision of the GEMMs; selects the GPU peak that MFU is measured against."});
   v.field(s.recompute, {.key = "recompute", .doc = "Activation recomputation: none, selective (attention core, Korthikanti et al. 2022) or full (every layer).", .aliases = "recompute_granularity"});
+  v.field(s.recompute_method, {.key = "recompute_method", .doc = "With recompute: full, which layers (Megatron's --recompute-method): uniform recomputes every layer, checkpointing the input of each group of recompute_num_layers; block recomputes the first recompute_num_layers layers of each model chunk and stores the others' activations."});
+  v.field(s.recompute_num_layers, {.key = "recompute_num_layers", .doc = "With recompute: full: layers per checkpointed group (uniform) or recomputed layers per model chunk (block; 0 recomputes none).", .min = 0, .max = 1e5});
   v.field(s.flash_attention, {.key = "flash_attention", .doc = "Fused attention that never stores the s x s score matrix."});
   v.field(s.tokens, {.key = "tokens", .doc = "Tokens to train on, for the time to train; 0 when not given.", .aliases = "train_tokens", .unit = Unit::count, .min = 0, .max = 1e18});
 }
@@ -87,6 +91,9 @@ void describe(V& v, ParallelismConfig& s) {
   v.field(s.virtual_pipeline_model_parallel_size, {.key = "virtual_pipeline_model_parallel_size", .doc = "Model chunks per pipeline stage for the interleaved schedule.", .aliases = "vpp", .min = 1, .max = 1024});
   v.field(s.decoder_first_pipeline_num_layers, {.key = "decoder_first_pipeline_num_layers", .doc = "Layers on the first stage when stages are uneven; 0: layers split evenly.", .min = 0, .max = 1e5});
   v.field(s.decoder_last_pipeline_num_layers, {.key = "decoder_last_pipeline_num_layers", .doc = "Layers on the last stage when stages are uneven; 0: layers split evenly.", .min = 0, .max = 1e5});
+  v.field(s.account_for_embedding_in_pipeline_split, {.key = "account_for_embedding_in_pipeline_split", .doc = "The embedding counts as one layer when layers are split over stages and chunks (Megatron's --account-for-embedding-in-pipeline-split): the first chunk holds one layer fewer."});
+  v.field(s.account_for_loss_in_pipeline_split, {.key = "account_for_loss_in_pipeline_split", .doc = "The LM head and loss count as one layer when layers are split (Megatron's --account-for-loss-in-pipeline-split): the last chunk holds one layer fewer."});
+  v.field(s.pipeline_model_parallel_layout, {.key = "pipeline_model_parallel_layout", .doc = "Layers of every virtual stage in Megatron's --pipeline-model-parallel-layout syntax: virtual stages (pp x vpp, in the order c*pp + s) split by |, E the embedding, t a decoder layer, L the loss, (...)*n and x*n repeat, commas ignored; e.g. \"Et|(tt|)*6,t|L\". Empty: none."});
   v.field(s.sequence_parallel, {.key = "sequence_parallel", .doc = "Sequence parallelism: norms and dropout split over the TP group (Korthikanti et al. 2022).", .aliases = "sp"});
   v.field(s.context_parallel_load_balance, {.key = "context_parallel_load_balance", .doc = "Causal load balancing for CP: the sequence cut in 2*CP chunks (so it must divide by 2*CP)."});
   v.field(s.zero_stage, {.key = "zero_stage", .doc = "ZeRO stage: 0 replicated, 1 optimizer states sharded (Megatron's distributed optimizer), 2 + gradients, 3 + parameters.", .aliases = "zero", .min = 0, .max = 3});
@@ -164,6 +171,7 @@ void describe(V& v, ClusterConfig& s) {
   v.field(s.nics_per_node, {.key = "nics_per_node", .doc = "Scale-out NICs per node.", .min = 0, .max = 1 << 16});
   v.field(s.nic_bandwidth_gbps, {.key = "nic_bandwidth_gbps", .doc = "Bandwidth of one NIC, one direction.", .aliases = "nic_gbps", .unit = Unit::gbps, .min = 0, .max = 1e7, .min_exclusive = true});
   v.section(s.topology, {.key = "topology", .doc = "The network between nodes."});
+  v.field(s.memory_headroom_fraction, {.key = "memory_headroom_fraction", .doc = "Share of each GPU's memory a plan should leave free for what the memory model does not count (the caching allocator's fragmentation, transient workspaces); a plan that fits with less gets a warning. Default 0.05: an assumption, see models/memory.hpp.", .min = 0, .max = 0.9});
   v.field(s.collective_algorithm, {.key = "collective_algorithm", .doc = "How collectives run, as NCCL_ALGO: ring; tree (double binary tree between nodes, all-reduce only); nvls (NVLink SHARP, a group inside an NVSwitch node, Hopper and later); hierarchical (in-node reduce-scatter, all-reduce between nodes, in-node all-gather); auto: the fastest by the cost model, as NCCL's tuner picks. Where the one asked for does not apply, the ring runs.", .aliases = "nccl_algo"});
 }
 

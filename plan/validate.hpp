@@ -27,13 +27,20 @@ void check_bounds(double value, const FieldInfo& info, const std::string& path, 
 // All rules, on a resolved plan (check_field_ranges included).
 Diagnostics validate(const Plan& plan);
 
-// Layers of each pipeline stage (uneven first/last stages as Megatron's
-// decoder_first/last_pipeline_num_layers); nullopt with a diagnostic when they do not fit.
+// Layers of each model chunk of each stage, [stage][chunk] (chunk c of stage s is virtual
+// stage c * pp + s, which holds the model's (c pp + s)-th slice; Megatron's assignment), by the
+// plan's rule: an even split; uneven first/last stages (decoder_first/last_pipeline_num_layers,
+// with interleaving the first stage's first chunk and the last stage's last chunk differ, as
+// Llama 3 §3.3.2); the embedding and loss counted as layers (account_for_*_in_pipeline_split);
+// or an explicit layout (pipeline_model_parallel_layout). A chunk may hold no layer (only the
+// embedding or the loss). nullopt with a diagnostic when the layers do not fit the rule.
+std::optional<std::vector<std::vector<std::int64_t>>> pipeline_chunks(const Plan& plan, Diagnostics* diags = nullptr);
+// The same summed per stage.
 std::optional<std::vector<std::int64_t>> layers_per_stage(const Plan& plan, Diagnostics* diags = nullptr);
-// Layers of each model chunk of each stage, [stage][chunk]; empty when the stages are invalid.
-// Evenly split, except interleaving with uneven ends: the first stage's first chunk and the
-// last stage's last chunk hold fewer (Llama 3).
+// pipeline_chunks(), empty when the plan's split is invalid.
 std::vector<std::vector<std::int64_t>> layers_per_chunk(const Plan& plan);
+// The global index of the first layer of a stage's chunk in such a split.
+std::int64_t first_layer_of_chunk(const std::vector<std::vector<std::int64_t>>& chunks, std::int64_t stage, std::int64_t chunk);
 
 // The GPU's dense peak for a training precision, TFLOP/s (0 when it has none).
 double peak_tflops(const GpuSpec& gpu, Precision precision);

@@ -48,7 +48,13 @@ struct StageMemory {
   double weights_gib = 0, gradients_gib = 0, optimizer_gib = 0, activations_gib = 0, buffers_gib = 0;
   double total_gib = 0, capacity_gib = 0;
   bool fits = true;
+  double headroom_gib = 0;  // what the plan should leave free (cluster.memory_headroom_fraction)
+  bool tight = false;       // fits, with less than the headroom left
 };
+
+// The memory verdict of a plan: its fullest stage against its GPU's memory and headroom.
+enum class MemoryVerdict { fits, tight, does_not_fit };
+std::string_view to_string(MemoryVerdict v);
 
 struct Power {
   double gpu_watts = 0;          // one GPU, averaged over the step
@@ -114,6 +120,21 @@ struct Report {
     double most = 0;
     for (const auto& m : memory) most = most < m.total_gib ? m.total_gib : most;
     return most;
+  }
+  // That stage (nullptr without a memory figure).
+  [[nodiscard]] const StageMemory* largest_stage() const {
+    const StageMemory* most = nullptr;
+    for (const auto& m : memory) {
+      if (!most || most->total_gib < m.total_gib) most = &m;
+    }
+    return most;
+  }
+  [[nodiscard]] MemoryVerdict memory_verdict() const {
+    if (!fits) return MemoryVerdict::does_not_fit;
+    for (const auto& m : memory) {
+      if (m.tight) return MemoryVerdict::tight;
+    }
+    return MemoryVerdict::fits;
   }
 };
 

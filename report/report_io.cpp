@@ -16,6 +16,15 @@ std::string_view to_string(Method m) {
   return "?";
 }
 
+std::string_view to_string(MemoryVerdict v) {
+  switch (v) {
+    case MemoryVerdict::fits: return "fits";
+    case MemoryVerdict::tight: return "tight";
+    case MemoryVerdict::does_not_fit: return "does_not_fit";
+  }
+  return "?";
+}
+
 namespace {
 
 constexpr const char* kDefinitions[][2] = {
@@ -24,6 +33,7 @@ constexpr const char* kDefinitions[][2] = {
     {"bubble_fraction", "pipeline idle time over ideal compute time, the papers' convention: (p-1)/m for 1F1B"},
     {"breakdown", "seconds of the step; the parts add up to step_time_s; communication is what is exposed, not hidden under compute"},
     {"memory", "per GPU of each pipeline stage, GiB (2^30 bytes)"},
+    {"memory_verdict", "fits: every stage within its GPU's memory with the headroom (cluster.memory_headroom_fraction) left; tight: within it, with less than the headroom left; does_not_fit: some stage needs more than its GPU has"},
     {"tokens_per_s", "global batch x sequence length / step time"},
     {"op_times", "seconds per step of each op kind on the GPU of the slowest pipeline stage, forward, backward and recomputation of all its micro-batches and layers; they add up to breakdown compute_s + recompute_s; count is the ops of the kind per step"},
     {"reliability", "a whole run by Monte Carlo: goodput (ETTR) is training kept over wall-clock time; means per run over trials, ci95 the half-width of the 95% interval; losses_s by cause add up with the training kept to the wall-clock time"},
@@ -62,9 +72,18 @@ nlohmann::json to_json(const Report& r) {
                            {"buffers_gib", m.buffers_gib},
                            {"total_gib", m.total_gib},
                            {"capacity_gib", m.capacity_gib},
-                           {"fits", m.fits}});
+                           {"headroom_gib", m.headroom_gib},
+                           {"fits", m.fits},
+                           {"tight", m.tight}});
   }
   j["fits"] = r.fits;
+  if (const auto* big = r.largest_stage()) {
+    j["memory_verdict"] = {{"verdict", to_string(r.memory_verdict())},
+                           {"largest_stage", big->stage},
+                           {"largest_gib", big->total_gib},
+                           {"capacity_gib", big->capacity_gib},
+                           {"headroom_gib", big->headroom_gib}};
+  }
   j["power"] = {{"gpu_watts", r.power.gpu_watts},
                 {"node_watts", r.power.node_watts},
                 {"cluster_megawatts", r.power.cluster_megawatts},
@@ -147,6 +166,9 @@ Report from_json(const nlohmann::json& j) {
     r.memory.push_back({integer(m.at("stage")), integer(m.at("layers")), m.at("weights_gib"), m.at("gradients_gib"),
                         m.at("optimizer_gib"), m.at("activations_gib"), m.at("buffers_gib"), m.at("total_gib"),
                         m.at("capacity_gib"), m.at("fits")});
+    // Optional: Reports written before the headroom was added have none.
+    if (m.contains("headroom_gib")) r.memory.back().headroom_gib = m.at("headroom_gib");
+    if (m.contains("tight")) r.memory.back().tight = m.at("tight").get<bool>();
   }
   r.fits = j.at("fits").get<bool>();
   const auto& p = j.at("power");
@@ -217,6 +239,37 @@ std::string fnv1a_hex(std::string_view text) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+std::string memory_verdict_line(const report::Report& r) {
+  const auto* big = r.largest_stage();
+  if (!big) return "memory: no figure";
+  char buf[320];
+  switch (r.memory_verdict()) {
+    case report::MemoryVerdict::fits:
+      std::snprintf(buf, sizeof buf, "memory: fits; the fullest stage, %lld, needs %.1f of %.1f GiB per GPU (%.1f GiB free, headroom %.1f)",
+                    static_cast<long long>(big->stage), big->total_gib, big->capacity_gib, big->capacity_gib - big->total_gib, big->headroom_gib);
+      break;
+    case report::MemoryVerdict::tight:
+      std::snprintf(buf, sizeof buf, "memory: fits TIGHTLY; the fullest stage, %lld, needs %.1f of %.1f GiB per GPU, leaving less than the %.1f GiB headroom "
+                    "(cluster.memory_headroom_fraction) for the allocator's fragmentation and what the model does not count",
+                    static_cast<long long>(big->stage), big->total_gib, big->capacity_gib, big->headroom_gib);
+      break;
+    case report::MemoryVerdict::does_not_fit:
+      std::snprintf(buf, sizeof buf, "memory: DOES NOT FIT; stage %lld needs %.1f GiB per GPU of %.1f GiB", static_cast<long long>(big->stage),
+                    big->total_gib, big->capacity_gib);
+      break;
+  }
+  return buf;
+}
+
+std::string_view memory_verdict_word(const report::Report& r) {
+  switch (r.memory_verdict()) {
+    case report::MemoryVerdict::fits: return "fits";
+    case report::MemoryVerdict::tight: return "tight";
+    case report::MemoryVerdict::does_not_fit: return "OOM";
+  }
+  return "?";
 }
 
 }  // namespace meshwork::report

@@ -19,4 +19,10 @@ std::string csv_row(const Report& r);
 // FNV-1a 64-bit of a string, as 16 hex digits.
 std::string fnv1a_hex(std::string_view text);
 
+// The memory verdict as every command (and the GUI) shows it, one line: "memory: fits",
+// "fits TIGHTLY" (less than the headroom left) or "DOES NOT FIT", with the fullest stage.
+std::string memory_verdict_line(const Report& r);
+// A row's verdict in a table: "fits", "tight" or "OOM".
+std::string_view memory_verdict_word(const Report& r);
+
 }  // namespace meshwork::report

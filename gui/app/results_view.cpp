@@ -1,5 +1,7 @@
 #include "gui/app/results_view.hpp"
 
+#include "report/report_io.hpp"
+
 #include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QGridLayout>
@@ -40,6 +42,10 @@ ResultsView::ResultsView(QWidget* parent)
   how_ = new QLabel(this);
   how_->setObjectName("result_source");
   layout->addWidget(how_);
+  verdict_ = new QLabel(this);
+  verdict_->setObjectName("memory_verdict");
+  verdict_->setWordWrap(true);
+  layout->addWidget(verdict_);
 
   auto* grid = new QGridLayout;
   const char* names[] = {"step time", "MFU", "tokens/s", "time to train", "power", "energy", "GPU-hours", "cost"};
@@ -102,6 +108,12 @@ void ResultsView::show_report(const report::Report& r, const QString& how) {
   fill_headline();
   fill_waterfall();
   fill_memory();
+  verdict_->setText(QString::fromStdString(report::memory_verdict_line(r)));
+  switch (r.memory_verdict()) {
+    case report::MemoryVerdict::fits: verdict_->setStyleSheet({}); break;
+    case report::MemoryVerdict::tight: verdict_->setStyleSheet("color: #a05a00"); break;
+    case report::MemoryVerdict::does_not_fit: verdict_->setStyleSheet("color: #b00000; font-weight: bold"); break;
+  }
 }
 
 void ResultsView::clear(const QString& why) {
@@ -109,6 +121,7 @@ void ResultsView::clear(const QString& why) {
   how_->setText(why);
   how_->setStyleSheet("color: #b00000");
   for (auto& [n, label] : headline_) label->setText("-");
+  verdict_->clear();
   reset_chart(waterfall_);
   reset_chart(memory_);
 }

@@ -44,6 +44,7 @@ class ResultsView : public QWidget {
 
   std::optional<report::Report> report_;
   QLabel* how_;
+  QLabel* verdict_;  // the memory verdict, as the CLI prints it
   std::vector<std::pair<QString, QLabel*>> headline_;
   QDoubleSpinBox* price_;
   QChart* waterfall_;

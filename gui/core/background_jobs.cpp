@@ -76,6 +76,8 @@ void SimulationJob::start(const plan::Plan& plan) {
     };
     const sim::SimulateResult r = sim::simulate(plan, options);
     out.report = r.report;
+    // The simulator times the step; memory is the one memory model's, as in `meshwork simulate`.
+    if (out.report) models::attach_memory(plan, *out.report);
     out.error = r.error;
     if (r.interruption) out.error = "the step was interrupted by a failure of " + r.interruption->target;
     if (out.report && !options.trace_path.empty()) {

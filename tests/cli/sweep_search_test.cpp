@@ -45,15 +45,56 @@ TEST(Estimate, JsonReportBreakdownAddsUpAndCarriesProvenance) {
   EXPECT_TRUE(j["definitions"].contains("mfu"));
 }
 
-TEST(Estimate, APlanThatDoesNotFitExitsOneWithAVerdict) {
+TEST(Estimate, APlanThatDoesNotFitExitsThreeWithAVerdict) {
   const fs::path plan = fs::temp_directory_path() / "meshwork-oom.yaml";
   std::ofstream(plan) << "model: nar21-1t\ntraining: {global_batch_size: 8}\nparallelism: {tp: 8, zero: 0}\n"
                          "cluster: {gpu: a100-sxm-80gb, num_gpus: 8}\n";
   const Outcome r = meshwork({"estimate", plan.string()});
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.out.find("verdict: the plan does NOT fit"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("DOES NOT FIT"), std::string::npos);
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.out.find("memory: DOES NOT FIT; stage 0 needs"), std::string::npos) << r.out;
+  const Outcome j = meshwork({"estimate", "--json", plan.string()});
+  EXPECT_EQ(j.code, 3);
+  const auto verdict = nlohmann::json::parse(j.out).at("memory_verdict");
+  EXPECT_EQ(verdict.at("verdict"), "does_not_fit");
+  EXPECT_EQ(verdict.at("largest_stage"), 0);
+  // simulate prints the verdict first and simulates nothing; reliability models no run.
+  const Outcome s = meshwork({"simulate", plan.string()});
+  EXPECT_EQ(s.code, 3);
+  EXPECT_EQ(s.out.rfind("memory: DOES NOT FIT", 0), 0u) << s.out;
+  EXPECT_NE(s.err.find("not simulated: the plan does not fit in GPU memory"), std::string::npos) << s.err;
+  const Outcome rel = meshwork({"reliability", "--trials", "2", plan.string()});
+  EXPECT_EQ(rel.code, 3);
+  EXPECT_EQ(rel.out.rfind("memory: DOES NOT FIT", 0), 0u) << rel.out;
+  EXPECT_EQ(rel.out.find("goodput"), std::string::npos) << rel.out;
   fs::remove(plan);
+}
+
+TEST(Estimate, EveryCommandThatPricesAPlanShowsItsVerdict) {
+  const std::string plan = (kSource / "scenarios/published/kor22-22b.yaml").string();
+  const Outcome e = meshwork({"estimate", plan});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("memory: fits; the fullest stage"), std::string::npos) << e.out;
+  const Outcome rel = meshwork({"reliability", "--trials", "2", plan});
+  ASSERT_EQ(rel.code, 0) << rel.err;
+  EXPECT_EQ(rel.out.rfind("memory: fits", 0), 0u) << rel.out;
+  const Outcome rj = meshwork({"reliability", "--trials", "2", "--json", plan});
+  EXPECT_EQ(nlohmann::json::parse(rj.out).at("memory_verdict").at("verdict"), "fits");
+#ifdef MESHWORK_HAVE_SIMGRID
+  const Outcome s = meshwork({"simulate", plan});
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_EQ(s.out.rfind("memory: fits", 0), 0u) << s.out;
+  const Outcome sj = meshwork({"simulate", "--json", plan});
+  EXPECT_EQ(nlohmann::json::parse(sj.out).at("memory_verdict").at("verdict"), "fits");
+#endif
+  // A plan that fits with less than its headroom warns and still exits 0.
+  const fs::path tight = fs::temp_directory_path() / "meshwork-tight.yaml";
+  std::ofstream(tight) << "model: kor22-22b\ntraining: {global_batch_size: 8}\nparallelism: {tp: 8}\n"
+                          "cluster: {gpu: a100-sxm-80gb, num_gpus: 8, memory_headroom_fraction: 0.9}\n";
+  const Outcome t = meshwork({"estimate", tight.string()});
+  EXPECT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("memory: fits TIGHTLY"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("TIGHT"), std::string::npos);
+  fs::remove(tight);
 }
 
 TEST(Estimate, CsvHasAHeaderAndOneRow) {
@@ -139,7 +180,7 @@ TEST(Search, NoValidPlanSaysWhy) {
   // A 1T-parameter model on 8 GPUs: nothing fits.
   const Outcome r = meshwork({"search", "--model", "nar21-1t", "--cluster",
                               (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string(), "--gpus", "8"});
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 3);  // valid meshes, none of which fits
   EXPECT_NE(r.err.find("no valid plan among"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("do not fit in memory: the smallest needs"), std::string::npos) << r.err;
   const Outcome bad = meshwork({"search", "--model", "gpt5", "--cluster", (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string()});

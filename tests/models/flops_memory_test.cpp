@@ -7,6 +7,7 @@
 #include "models/flops.hpp"
 #include "models/hardware.hpp"
 #include "models/memory.hpp"
+#include "plan/derived.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/presets.hpp"
 #include "plan/validate.hpp"
@@ -275,6 +276,116 @@ TEST(ComputeTimer, MeasuredKernelsPriceTheirOwnKinds) {
   const auto slow = estimate(r.plan).breakdown.optimizer_s;
   c.optimizer_efficiency = 0.5;
   EXPECT_NEAR(estimate(r.plan).breakdown.optimizer_s, slow / 2, slow * 1e-12);
+}
+
+// A Llama-3-style plan for hand calculations: no dropout, GQA (16 heads, 4 KV heads of 64),
+// SwiGLU, RMSNorm, untied embeddings, no biases; TP 2 with SP, PP 2, DP 4, flash attention.
+plan::Plan llama_style(std::int64_t zero, const char* extra = "", const char* training = "") {
+  const std::string model =
+      "model: {num_layers: 8, hidden_size: 1024, num_attention_heads: 16, num_query_groups: 4, kv_channels: 64, "
+      "ffn_hidden_size: 2816, seq_length: 2048, vocab_size: 32000, activation: swiglu, normalization: rmsnorm, "
+      "position_embedding_type: rope, untie_embeddings_and_output_weights: true, add_bias_linear: false, "
+      "hidden_dropout: 0, attention_dropout: 0}\n";
+  const std::string text = model + "training: {global_batch_size: 32, micro_batch_size: 1, precision: bf16" + training +
+                           "}\nparallelism: {tp: 2, sp: true, pp: 2, dp: 4, zero_stage: " + std::to_string(zero) + extra +
+                           "}\ncluster: {gpu: h100-sxm, gpus_per_node: 8}\n";
+  auto r = plan::load_plan_text(text, plan::Format::yaml);
+  EXPECT_TRUE(r.ok()) << (r.diagnostics.items().empty() ? "" : r.diagnostics.items().front().path + ": " + r.diagnostics.items().front().message);
+  return r.plan;
+}
+
+// One layer's activations for one micro-batch, by hand (KOR22 §4.1 without dropout masks):
+// kept whole and split by SP: two norm inputs, the QKV and MLP inputs, 2 bytes each (8 sbh);
+// split by TP: Q, K, V (2 s (1024 + 2 x 256)), the attention output (2 s 1024), flash
+// attention's fp32 statistics (4 a s), SwiGLU's two branches and product (2 s 2816 x 3).
+double llama_style_layer_bytes() {
+  const double s = 2048, h = 1024, t = 2;
+  const double whole = 8 * s * h;
+  const double split = 2 * s * (1024 + 2 * 256) + 2 * s * 1024 + 4 * 16 * s + 2 * s * 2816 * 3;
+  return (whole + split) / t;
+}
+
+TEST(Memory, EachTermOfALlamaStylePlanIsTheHandCalculationUnderZero123) {
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  const double layer = llama_style_layer_bytes();
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(llama_style(1), false), layer);
+  for (const std::int64_t zero : {1, 2, 3}) {
+    SCOPED_TRACE("zero_stage " + std::to_string(zero));
+    const plan::Plan p = llama_style(zero);
+    const ParamCounts c = count_params(p.model);
+    const auto mem = stage_memory(p);
+    ASSERT_EQ(mem.size(), 2u);
+    // Parameters per GPU: four layers a stage, the embedding on the first, the final norm and
+    // the untied LM head on the last, all over TP 2.
+    const double p0 = (4 * c.dense_layer() + c.embedding) / 2;
+    const double p1 = (4 * c.dense_layer() + c.final_norm + c.lm_head) / 2;
+    const double shards = 4;  // DP 4 x CP 1
+    for (const auto& [sm, params] : {std::pair{mem[0], p0}, std::pair{mem[1], p1}}) {
+      EXPECT_DOUBLE_EQ(sm.params, params);
+      // bf16 weights (2 bytes), fp32 main gradients (4), fp32 master weights and Adam moments (12).
+      const double gathered = zero == 3 ? 2 * (c.dense_layer() / 2) * 2 : 0;  // ZeRO-3: the layer in use and the one prefetched
+      EXPECT_DOUBLE_EQ(sm.weights_bytes, (zero == 3 ? 2 * params / shards : 2 * params) + gathered);
+      const double buckets = zero >= 2 ? 2 * std::min(40e6, params) * 4 : 0;  // unsharded buckets awaiting their reduce-scatter
+      EXPECT_DOUBLE_EQ(sm.gradients_bytes, (zero >= 2 ? 4 * params / shards : 4 * params) + buckets);
+      EXPECT_DOUBLE_EQ(sm.optimizer_bytes, 12 * params / shards);
+      EXPECT_DOUBLE_EQ(sm.buffers_bytes, 1.5 * kGiB);  // runtime only: DDP buckets are views of the gradient buffer
+      EXPECT_DOUBLE_EQ(sm.capacity_bytes, p.cluster.gpu.hbm_gib * kGiB);
+      EXPECT_DOUBLE_EQ(sm.headroom_bytes, 0.05 * sm.capacity_bytes);
+    }
+    // 1F1B, 8 micro-batches: stage 0 holds 2 in flight, stage 1 one, plus its fp32 logits
+    // 4 s b (h + V) / t; no dropout, so no embedding mask on stage 0.
+    EXPECT_DOUBLE_EQ(mem[0].activations_bytes, 2 * 4 * layer);
+    EXPECT_DOUBLE_EQ(mem[1].activations_bytes, 1 * 4 * layer + 4 * (2048.0 * 1024 + 2048.0 * 32000) / 2);
+  }
+}
+
+TEST(Memory, InterleavedWithMicroBatchesEqualToStagesWarmsUpWithAll) {
+  // 8 layers on 2 stages x 2 chunks, 2 micro-batches (8 / (1 x 4)): Megatron warms up with
+  // every micro-batch when m = p, so both stages hold m v = 4 chunks of 2 layers; the general
+  // count (p - s - 1) 2 + (v - 1) p + 1 would give stage 1 only 3.
+  plan::Plan p = llama_style(1, ", vpp: 2, pipeline_schedule: interleaved");
+  p.training.global_batch_size = 8;
+  ASSERT_EQ(plan::derive(p).micro_batches_per_step, 2);
+  const double layer = llama_style_layer_bytes();
+  const auto mem = stage_memory(p);
+  ASSERT_EQ(mem.size(), 2u);
+  EXPECT_EQ(peak_chunks_in_flight(p, 0, 2), 4);
+  EXPECT_EQ(peak_chunks_in_flight(p, 1, 2), 4);
+  EXPECT_DOUBLE_EQ(mem[0].activations_bytes, 4 * 2 * layer);
+  EXPECT_DOUBLE_EQ(mem[1].activations_bytes, 4 * 2 * layer + 4 * (2048.0 * 1024 + 2048.0 * 32000) / 2);
+  // With 4 micro-batches the warm-up is the general one again.
+  plan::Plan more = p;
+  more.training.global_batch_size = 16;
+  EXPECT_EQ(peak_chunks_in_flight(more, 1, 4), 3);
+}
+
+TEST(Memory, DropoutStoresItsMasksAndOnlyThen) {
+  plan::Plan p = llama_style(1);
+  const double without = layer_activation_bytes(p, false);
+  p.model.hidden_dropout = 0.1;
+  // Two 1-byte masks of s b h after attention and MLP, split by SP over TP 2.
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(p, false) - without, 2 * 2048.0 * 1024 / 2);
+  // Megatron's default keeps dropout; presets of models trained without it set 0.
+  EXPECT_DOUBLE_EQ(plan::ModelConfig{}.hidden_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(plan::find_model_preset("llama3-405b")->model.hidden_dropout, 0);
+}
+
+TEST(Memory, PartialRecomputeKeepsTheOtherLayersActivationsAndSkipsTheirFlops) {
+  const double layer = llama_style_layer_bytes();
+  const double input = 2 * 2048.0 * 1024 / 2;  // the checkpointed layer input, split by SP
+  // block, 1 layer per chunk: of each stage's 4 layers one stores its input, three their all;
+  // during its backward the recomputed layer's activations exist once more.
+  const plan::Plan block = llama_style(1, "", ", recompute: full, recompute_method: block, recompute_num_layers: 1");
+  const auto mb = stage_memory(block);
+  EXPECT_DOUBLE_EQ(mb[0].activations_bytes, 2 * (input + 3 * layer) + layer);
+  // uniform in groups of 2: two checkpoints per stage, a group of two recomputed at a time.
+  const plan::Plan uniform = llama_style(1, "", ", recompute: full, recompute_method: uniform, recompute_num_layers: 2");
+  EXPECT_DOUBLE_EQ(stage_memory(uniform)[0].activations_bytes, 2 * (2 * input) + 2 * layer);
+  // FLOPs: block repeats the forward of 1 layer in 4 (one per chunk, two chunks in all).
+  const plan::Plan none = llama_style(1);
+  const StepFlops f_none = step_flops(none), f_block = step_flops(block), f_uniform = step_flops(uniform);
+  const double forward_layers = (f_uniform.hardware - f_none.hardware);  // all 8 layers' forward again
+  EXPECT_NEAR((f_block.hardware - f_none.hardware) / forward_layers, 2.0 / 8, 1e-12);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "models/flops.hpp"
 #include "models/program.hpp"
+#include "plan/pipeline_layout.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
 
@@ -226,6 +227,118 @@ TEST(Program, RanksOfAStageShareOneListAndKnowTheirNeighbours) {
   for (const auto& c : small.classes) {
     for (const auto& i : c.instrs) EXPECT_NE(i.stream, Stream::dp);
   }
+}
+
+// Layers of each chunk as the lowered Program holds them: [stage][chunk] counts, from the
+// forward QKV ops of micro-batch 0.
+std::vector<std::vector<std::int64_t>> lowered_layers(const Program& prog) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (const auto& sp : prog.classes) {
+    std::vector<std::int64_t> chunks(static_cast<std::size_t>(prog.chunks), 0);
+    for (const auto& in : sp.instrs) {
+      if (in.kind != InstrKind::compute || in.phase != OpPhase::forward || in.item < 0 || prog.name(in) != "qkv") continue;
+      const auto& it = sp.schedule[static_cast<std::size_t>(in.item)];
+      if (it.microbatch == 0) ++chunks[static_cast<std::size_t>(it.chunk)];
+    }
+    out.push_back(chunks);
+  }
+  return out;
+}
+
+plan::LoadResult layout_plan(const std::string& layers, const std::string& parallelism) {
+  return plan::load_plan_text("model: {preset: tiny, num_layers: " + layers + "}\ntraining: {global_batch_size: 8, precision: bf16}\n"
+                              "parallelism: {" + parallelism + "}\ncluster: {gpu: h100-sxm, num_gpus: 4, gpus_per_node: 4}\n",
+                              plan::Format::yaml);
+}
+
+TEST(Program, EmbeddingAndLossCountedAsLayersAsMegatronSplitsThem) {
+  // 6 layers + embedding + loss = 8 over 4 stages x 2 chunks, one each: virtual stage 0 (stage
+  // 0, chunk 0) holds only the embedding, virtual stage 7 (stage 3, chunk 1) only the loss.
+  auto r = layout_plan("6", "pp: 4, vpp: 2, pipeline_schedule: interleaved, account_for_embedding_in_pipeline_split: true, "
+                            "account_for_loss_in_pipeline_split: true");
+  ASSERT_TRUE(r.ok()) << r.diagnostics.items().front().message;
+  const std::vector<std::vector<std::int64_t>> want = {{0, 1}, {1, 1}, {1, 1}, {1, 0}};
+  EXPECT_EQ(plan::layers_per_chunk(r.plan), want);
+  const Program prog = lowered(r.plan);
+  EXPECT_EQ(lowered_layers(prog), want);
+  const CheckResult c = check(prog, step_flops(r.plan).hardware);
+  EXPECT_TRUE(c.ok()) << (c.errors.empty() ? "" : c.errors.front());
+  // Only the embedding: 3 layers + 1 over 2 stages (no interleaving).
+  auto e = layout_plan("3", "pp: 2, account_for_embedding_in_pipeline_split: true");
+  ASSERT_TRUE(e.ok()) << e.diagnostics.items().front().message;
+  EXPECT_EQ(lowered_layers(lowered(e.plan)), (std::vector<std::vector<std::int64_t>>{{1}, {2}}));
+  // A total that does not divide is refused, naming the switch.
+  auto bad = layout_plan("7", "pp: 4, vpp: 2, pipeline_schedule: interleaved, account_for_embedding_in_pipeline_split: true, "
+                              "account_for_loss_in_pipeline_split: true");
+  EXPECT_NE(bad.diagnostics.find("parallelism.account_for_embedding_in_pipeline_split"), nullptr);
+}
+
+TEST(Program, AnExplicitLayoutIsLoweredAsWritten) {
+  // Megatron's syntax: virtual stages c pp + s split by |, E embedding, t layer, L loss.
+  // Stage 0: [E t t] [t]; stage 1: [t] [t L]: 5 layers, the vpp (2) inferred from the layout.
+  auto r = layout_plan("5", "pp: 2, pipeline_schedule: interleaved, pipeline_model_parallel_layout: \"Et*2|t|t,|tL\"");
+  ASSERT_TRUE(r.ok()) << r.diagnostics.items().front().message;
+  EXPECT_EQ(r.plan.parallelism.virtual_pipeline_model_parallel_size, 2);
+  const std::vector<std::vector<std::int64_t>> want = {{2, 1}, {1, 1}};
+  EXPECT_EQ(plan::layers_per_chunk(r.plan), want);
+  const Program prog = lowered(r.plan);
+  EXPECT_EQ(lowered_layers(prog), want);
+  EXPECT_TRUE(check(prog, step_flops(r.plan).hardware).ok());
+  // Errors name the field and the cause.
+  for (const auto& [layout, why] : std::vector<std::pair<std::string, std::string>>{
+           {"tEt|t|t|tL", "must begin with the embedding"},
+           {"Et|t|t|t", "must end with the loss"},
+           {"Et|tt|t|ttL", "places 6 decoder layers"},
+           {"Et|t|t|tmL", "multi-token-prediction"},
+           {"Et|t|tx|tL", "is not a layer letter"},
+           {"(Et|t|t|tL", "without its ')'"},
+           {"Et|t|tL", "do not divide over pipeline_model_parallel_size 2"}}) {
+    auto bad = layout_plan("5", "pp: 2, pipeline_schedule: interleaved, pipeline_model_parallel_layout: \"" + layout + "\"");
+    const auto* d = bad.diagnostics.find("parallelism.pipeline_model_parallel_layout");
+    ASSERT_NE(d, nullptr) << layout;
+    EXPECT_NE(d->message.find(why), std::string::npos) << layout << ": " << d->message;
+  }
+  auto mixed = layout_plan("5", "pp: 2, pipeline_schedule: interleaved, pipeline_model_parallel_layout: \"Et*2|t|t|tL\", "
+                                "decoder_first_pipeline_num_layers: 3");
+  EXPECT_NE(mixed.diagnostics.find("parallelism.pipeline_model_parallel_layout"), nullptr);
+}
+
+TEST(Program, Llama3405bLayoutValidatesAndLowers) {
+  // Llama 3 §3.3.2: 126 layers on 16 stages x 8 chunks, one layer a chunk, the first chunk of
+  // the first stage only the embedding and the last of the last only the loss.
+  auto r = plan::load_plan_text("model: {preset: llama3-405b}\ntraining: {global_batch_size: 16}\n"
+                                "parallelism: {tp: 8, sp: true, pp: 16, vpp: 8, pipeline_schedule: interleaved, dp: 1, "
+                                "account_for_embedding_in_pipeline_split: true, account_for_loss_in_pipeline_split: true}\n"
+                                "cluster: {gpu: h100-sxm}\n",
+                                plan::Format::yaml);
+  ASSERT_TRUE(r.ok()) << r.diagnostics.items().front().path << ": " << r.diagnostics.items().front().message;
+  std::vector<std::vector<std::int64_t>> want(16, std::vector<std::int64_t>(8, 1));
+  want.front().front() = 0;
+  want.back().back() = 0;
+  EXPECT_EQ(plan::layers_per_chunk(r.plan), want);
+  // The same split written as a layout.
+  plan::Plan as_layout = r.plan;
+  as_layout.parallelism.account_for_embedding_in_pipeline_split = as_layout.parallelism.account_for_loss_in_pipeline_split = false;
+  as_layout.parallelism.pipeline_model_parallel_layout = "E|(t|)*126L";
+  EXPECT_FALSE(plan::validate(as_layout).has_errors());
+  EXPECT_EQ(plan::layers_per_chunk(as_layout), want);
+  const Program prog = lowered(r.plan);
+  EXPECT_EQ(lowered_layers(prog), want);
+  EXPECT_TRUE(check(prog, step_flops(r.plan).hardware).ok());
+}
+
+TEST(PipelineLayout, UnrollsRepeatsAndIgnoresCommas) {
+  std::string error;
+  auto v = plan::parse_pipeline_layout("Et*3|(tt|)*2,m|L", error);
+  ASSERT_TRUE(v) << error;
+  EXPECT_EQ(*v, (std::vector<std::string>{"Ettt", "tt", "tt", "m", "L"}));
+  v = plan::parse_pipeline_layout("((t|)*2)*2", error);  // nesting, which Megatron's regexes lack
+  ASSERT_TRUE(v) << error;
+  EXPECT_EQ(v->size(), 5u);
+  EXPECT_FALSE(plan::parse_pipeline_layout("(t*99999)*99999", error));
+  EXPECT_NE(error.find("more than"), std::string::npos) << error;
+  EXPECT_FALSE(plan::parse_pipeline_layout("t*", error));
+  EXPECT_NE(error.find("without a count"), std::string::npos) << error;
 }
 
 }  // namespace

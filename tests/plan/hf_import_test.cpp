@@ -109,5 +109,20 @@ TEST(HfImport, ReportsMissingAndMalformedFields) {
   EXPECT_TRUE(testing::has_error(d5, "model.hf_config", "hidden_act \"relu\" is not supported"));
 }
 
+TEST(HfImport, DropoutComesFromTheConfigAndIsZeroWhenAbsent) {
+  // GPT-2 trains with resid_pdrop and attn_pdrop 0.1; Llama 3 gives attention_dropout 0.0 and
+  // has no hidden dropout at all.
+  const ModelConfig gpt2 = import("gpt2.json");
+  EXPECT_DOUBLE_EQ(gpt2.hidden_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(gpt2.attention_dropout, 0.1);
+  const ModelConfig llama = import("meta-llama-3-8b.json");
+  EXPECT_DOUBLE_EQ(llama.hidden_dropout, 0);
+  EXPECT_DOUBLE_EQ(llama.attention_dropout, 0);
+  ModelConfig m;
+  Diagnostics d;
+  EXPECT_FALSE(import_hf_config(nlohmann::json{{"num_hidden_layers", 2}, {"hidden_size", 64}, {"num_attention_heads", 4}, {"vocab_size", 10}, {"attention_dropout", 2}}, m, d));
+  EXPECT_NE(testing::dump(d).find("attention_dropout must be a probability"), std::string::npos) << testing::dump(d);
+}
+
 }  // namespace
 }  // namespace meshwork::plan
