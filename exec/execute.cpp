@@ -74,6 +74,8 @@ plan::Plan single_rank(plan::Plan p) {
   par.expert_model_parallel_size = par.context_parallel_size = 1;
   par.virtual_pipeline_model_parallel_size = 1;
   par.decoder_first_pipeline_num_layers = par.decoder_last_pipeline_num_layers = 0;
+  par.account_for_embedding_in_pipeline_split = par.account_for_loss_in_pipeline_split = false;
+  par.pipeline_model_parallel_layout.clear();
   par.sequence_parallel = false;
   par.zero_stage = 0;
   par.pipeline_schedule = plan::PipelineSchedule::one_f_one_b;
