@@ -209,10 +209,11 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const ParamCounts counts = count_params(m);
   std::vector<StageTimes> stages;
   const auto chunks = plan::layers_per_chunk(p);
+  const auto firsts = plan::chunk_first_layers(chunks);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     StageTimes s;
     for (std::size_t c = 0; c < chunks[i].size(); ++c) {
-      const std::int64_t first = plan::first_layer_of_chunk(chunks, static_cast<std::int64_t>(i), static_cast<std::int64_t>(c));
+      const std::int64_t first = firsts[i][c];
       for (std::int64_t k = 0; k < chunks[i][c]; ++k) {
         const bool moe = is_moe_layer(m, first + k);
         const StageTimes& l = layer_times[moe ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];

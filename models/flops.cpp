@@ -67,9 +67,10 @@ StepFlops step_flops(const plan::Plan& plan, const FlopsOptions& opt) {
       }
       // block: the first recompute_num_layers layers of each model chunk run again.
       const auto chunks = plan::layers_per_chunk(plan);
+      const auto firsts = plan::chunk_first_layers(chunks);
       for (std::size_t s = 0; s < chunks.size(); ++s) {
         for (std::size_t ch = 0; ch < chunks[s].size(); ++ch) {
-          const std::int64_t first = plan::first_layer_of_chunk(chunks, static_cast<std::int64_t>(s), static_cast<std::int64_t>(ch));
+          const std::int64_t first = firsts[s][ch];
           for (std::int64_t k = 0; k < std::min(chunks[s][ch], plan.training.recompute_num_layers); ++k) {
             recomputed += is_moe_layer(m, first + k) ? moe.total() : dense.total();
           }

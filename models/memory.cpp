@@ -169,6 +169,7 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
   const auto& par = p.parallelism;
   const auto chunks = plan::layers_per_chunk(p);
   if (chunks.empty()) return out;
+  const auto firsts = plan::chunk_first_layers(chunks);
   const ParamCounts c = count_params(m);
   const plan::DerivedFigures derived = plan::derive(p);
   const double t = d(par.tensor_model_parallel_size);
@@ -193,7 +194,7 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
     std::vector<double> chunk_bytes;
     const auto& stage_chunks = chunks[static_cast<std::size_t>(stage)];
     for (std::size_t ch = 0; ch < stage_chunks.size(); ++ch) {
-      const std::int64_t first = plan::first_layer_of_chunk(chunks, stage, static_cast<std::int64_t>(ch));
+      const std::int64_t first = firsts[static_cast<std::size_t>(stage)][ch];
       const std::int64_t n = stage_chunks[ch];
       sm.layers += n;
       double bytes = 0;

@@ -625,6 +625,21 @@ std::vector<std::vector<std::int64_t>> layers_per_chunk(const Plan& plan) {
   return pipeline_chunks(plan).value_or(std::vector<std::vector<std::int64_t>>{});
 }
 
+std::vector<std::vector<std::int64_t>> chunk_first_layers(const std::vector<std::vector<std::int64_t>>& chunks) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (const auto& stage : chunks) out.emplace_back(stage.size(), 0);
+  const std::size_t pp = chunks.size();
+  const std::size_t vpp = pp > 0 ? chunks.front().size() : 0;
+  std::int64_t next = 0;
+  for (std::size_t c = 0; c < vpp; ++c) {
+    for (std::size_t s = 0; s < pp; ++s) {
+      out[s][c] = next;
+      next += chunks[s][c];
+    }
+  }
+  return out;
+}
+
 std::int64_t first_layer_of_chunk(const std::vector<std::vector<std::int64_t>>& chunks, std::int64_t stage, std::int64_t chunk) {
   const auto pp = static_cast<std::int64_t>(chunks.size());
   std::int64_t first = 0;

@@ -41,6 +41,8 @@ std::optional<std::vector<std::int64_t>> layers_per_stage(const Plan& plan, Diag
 std::vector<std::vector<std::int64_t>> layers_per_chunk(const Plan& plan);
 // The global index of the first layer of a stage's chunk in such a split.
 std::int64_t first_layer_of_chunk(const std::vector<std::vector<std::int64_t>>& chunks, std::int64_t stage, std::int64_t chunk);
+// The same for every chunk at once, [stage][chunk], in one pass over the virtual stages.
+std::vector<std::vector<std::int64_t>> chunk_first_layers(const std::vector<std::vector<std::int64_t>>& chunks);
 
 // The GPU's dense peak for a training precision, TFLOP/s (0 when it has none).
 double peak_tflops(const GpuSpec& gpu, Precision precision);

@@ -97,6 +97,33 @@ TEST(Estimate, EveryCommandThatPricesAPlanShowsItsVerdict) {
   fs::remove(tight);
 }
 
+TEST(Program, ShowsWhatEachChunkHoldsUnderEachLayoutSwitch) {
+  const fs::path plan = fs::temp_directory_path() / "meshwork-layout.yaml";
+  auto run = [&](const std::string& parallelism) {
+    std::ofstream(plan) << "model: {preset: tiny, num_layers: 6}\ntraining: {global_batch_size: 8}\n"
+                           "parallelism: {pp: 2, " << parallelism << "}\ncluster: {gpu: h100-sxm, num_gpus: 2, gpus_per_node: 2}\n";
+    return meshwork({"program", plan.string()});
+  };
+  Outcome r = run("account_for_embedding_in_pipeline_split: true, account_for_loss_in_pipeline_split: true");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("stage 0: 1 ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chunks Et*3\n"), std::string::npos) << r.out;   // (6 + 2) / 2 = 4, one fewer for the embedding
+  EXPECT_NE(r.out.find("chunks t*3L\n"), std::string::npos) << r.out;   // and one fewer for the loss
+  r = run("account_for_loss_in_pipeline_split: true, vpp: 7, pipeline_schedule: interleaved");
+  EXPECT_EQ(r.code, 1);  // 6 + 1 = 7 layers do not divide over 2 x 7 chunks
+  EXPECT_NE(r.err.find("parallelism.account_for_loss_in_pipeline_split"), std::string::npos) << r.err;
+  r = run("pipeline_schedule: interleaved, pipeline_model_parallel_layout: \"E|t*2|t*3|tL\"");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("2 stages x 2 chunks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chunks E t*3\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chunks t*2 tL\n"), std::string::npos) << r.out;
+  r = run("decoder_first_pipeline_num_layers: 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("chunks Et*2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chunks t*4L\n"), std::string::npos) << r.out;
+  fs::remove(plan);
+}
+
 TEST(Estimate, CsvHasAHeaderAndOneRow) {
   const Outcome r = meshwork({"estimate", "--csv", (kSource / "scenarios/published/kor22-22b.yaml").string()});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -139,6 +166,31 @@ TEST(Sweep, KeepsInvalidPlansWithTheReasonAndRanksTheRest) {
   fs::remove(csv);
 }
 
+TEST(Sweep, EachRowCarriesItsVerdictAndNoneFittingExitsThree) {
+  const Outcome r = meshwork({"sweep", (kSource / "tests/data/sweeps/small.yaml").string(), "--json", "-"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  int verdicts = 0;
+  for (const auto& row : nlohmann::json::parse(r.out)) {
+    if (row["status"] == "invalid") continue;
+    const std::string v = row["memory_verdict"];
+    EXPECT_TRUE(v == "fits" || v == "tight" || (v == "does_not_fit" && row["status"] == "out_of_memory")) << row.dump();
+    ++verdicts;
+  }
+  EXPECT_EQ(verdicts, 6);
+  const Outcome text = meshwork({"sweep", (kSource / "tests/data/sweeps/small.yaml").string()});
+  EXPECT_NE(text.out.find("memory (GiB)  verdict"), std::string::npos) << text.out;
+  // A grid none of whose plans fits: the estimate's exit rule.
+  const fs::path dir = fs::temp_directory_path() / "meshwork-oom-sweep";
+  fs::create_directories(dir);
+  std::ofstream(dir / "base.yaml") << "model: nar21-1t\ntraining: {global_batch_size: 8}\nparallelism: {tp: 8, zero: 0}\n"
+                                      "cluster: {gpu: a100-sxm-80gb, num_gpus: 8}\n";
+  std::ofstream(dir / "oom.sweep.yaml") << "base: base.yaml\ngrid:\n  training.micro_batch_size: [1, 2]\n";
+  const Outcome oom = meshwork({"sweep", (dir / "oom.sweep.yaml").string()});
+  EXPECT_EQ(oom.code, 3) << oom.out << oom.err;
+  EXPECT_NE(oom.out.find("2 out of memory"), std::string::npos) << oom.out;
+  fs::remove_all(dir);
+}
+
 TEST(Sweep, SlicesPartitionTheGrid) {
   std::size_t total = 0;
   for (const char* slice : {"0/3", "1/3", "2/3"}) {
@@ -174,6 +226,15 @@ TEST(Search, FindsAPlanAtLeastAsFastAsThePublishedGpt3Configuration) {
   EXPECT_LE(best[0]["report"]["step_time_s"].get<double>(), published_step);
   EXPECT_LE(best[0]["report"]["step_time_s"].get<double>(), best[1]["report"]["step_time_s"].get<double>());
   EXPECT_EQ(best[0]["plan"]["cluster"]["num_gpus"], 1024);
+  // Each plan carries its memory verdict, in the JSON and as the text table's last column.
+  for (const auto& c : best) EXPECT_NE(c["report"]["memory_verdict"]["verdict"], "does_not_fit");
+  const Outcome text = meshwork({"search", "--model", "gpt3-175b", "--cluster", cluster.string(), "--top", "3"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("memory (GiB)  verdict"), std::string::npos) << text.out;
+  const auto rows = lines(text.out);
+  ASSERT_GE(rows.size(), 3u);
+  const std::string& first = rows[2];
+  EXPECT_TRUE(first.ends_with("fits") || first.ends_with("tight")) << first;
 }
 
 TEST(Search, NoValidPlanSaysWhy) {

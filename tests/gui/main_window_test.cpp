@@ -5,6 +5,7 @@
 // $MESHWORK_SCREENSHOT_DIR, else screenshots/ beside the test.
 #include <QAbstractItemView>
 #include <QDir>
+#include <QLabel>
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTableView>
@@ -93,6 +94,23 @@ class MainWindowTest : public QObject {
     QVERIFY(w.results()->headline_text("step time") != shown_before);
     QVERIFY(w.windowTitle().endsWith("*"));
     qInfo("validate + estimate after the edit took %.2f ms", w.last_edit_ms());
+  }
+
+  void the_memory_verdict_is_shown_as_the_cli_prints_it() {
+    MainWindow w;
+    QVERIFY(w.open_plan(kDefault));
+    auto* verdict = w.findChild<QLabel*>("memory_verdict");
+    QVERIFY(verdict != nullptr);
+    QVERIFY2(verdict->text().startsWith("memory: fits; the fullest stage"), qPrintable(verdict->text()));
+    QCOMPARE(verdict->text().toStdString(), report::memory_verdict_line(*w.results()->report()));
+    // Asking for most of the memory as headroom makes the same plan a tight fit.
+    PlanEditor* editor = w.plan_editor();
+    editor->select_section("cluster");
+    FieldTableModel* fields = editor->field_model();
+    const int row = fields->row_of("cluster.memory_headroom_fraction");
+    QVERIFY(row >= 0);
+    QVERIFY(fields->setData(fields->index(row, FieldTableModel::value_column), "0.9"));
+    QVERIFY2(verdict->text().startsWith("memory: fits TIGHTLY"), qPrintable(verdict->text()));
   }
 
   void an_invalid_value_shows_its_diagnostic_and_marks_the_field() {

@@ -316,6 +316,12 @@ TEST(Program, Llama3405bLayoutValidatesAndLowers) {
   want.front().front() = 0;
   want.back().back() = 0;
   EXPECT_EQ(plan::layers_per_chunk(r.plan), want);
+  const auto firsts = plan::chunk_first_layers(want);
+  for (std::int64_t s = 0; s < 16; ++s) {
+    for (std::int64_t c = 0; c < 8; ++c) EXPECT_EQ(firsts[s][c], plan::first_layer_of_chunk(want, s, c));
+  }
+  EXPECT_EQ(firsts[1][0], 0);   // stage 0's first chunk holds no layer: stage 1 starts at layer 0
+  EXPECT_EQ(firsts[0][1], 15);  // virtual stage 16
   // The same split written as a layout.
   plan::Plan as_layout = r.plan;
   as_layout.parallelism.account_for_embedding_in_pipeline_split = as_layout.parallelism.account_for_loss_in_pipeline_split = false;
