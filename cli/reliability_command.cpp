@@ -119,7 +119,7 @@ void add_reliability_command(CLI::App& app, Io& io) {
     }
     report::Report rep = models::estimate(p);
     // The memory verdict first: a plan that does not fit has no run to model.
-    if (!*json) io.out << memory_verdict_line(rep) << '\n';
+    if (!*json) io.out << memory_verdict_line(rep) << std::endl;  // flushed: --method simulated forks
     if (!rep.fits && !*ignore_memory) {
       io.exit_code = kExitDoesNotFit;
       io.err << *file << ": no run modelled: the plan does not fit in GPU memory (--ignore-memory models it anyway)\n";

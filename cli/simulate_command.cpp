@@ -68,7 +68,8 @@ void add_simulate_command(CLI::App& app, Io& io) {
     // The memory verdict first: a plan that does not fit has no step to simulate.
     report::Report memory;
     models::attach_memory(p, memory);
-    if (!*json) io.out << memory_verdict_line(memory) << '\n';
+    // Flushed now: the simulation forks, and a child must not inherit (and write) the line.
+    if (!*json) io.out << memory_verdict_line(memory) << std::endl;
     if (!memory.fits && !*ignore_memory) {
       io.exit_code = kExitDoesNotFit;
       io.err << *file << ": not simulated: the plan does not fit in GPU memory (--ignore-memory simulates it anyway)\n";
