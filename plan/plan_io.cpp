@@ -31,9 +31,29 @@ int line_of(std::string path, const ReadContext& ctx, const std::map<std::string
   return 0;
 }
 
+// A Hugging Face config.json given where a plan belongs: a model_type or architectures and
+// the model's sizes at the top, and none of a plan's sections.
+bool is_hf_config(const nlohmann::json& root) {
+  if (!root.is_object()) return false;
+  for (const char* section : {"model", "training", "parallelism", "cluster", "schema_version"}) {
+    if (root.contains(section)) return false;
+  }
+  const bool names_a_model = root.contains("model_type") || root.contains("architectures");
+  const bool has_sizes = root.contains("num_hidden_layers") || root.contains("n_layer") || root.contains("hidden_size") ||
+                         root.contains("text_config");
+  return names_a_model && has_sizes;
+}
+
 LoadResult finish(const nlohmann::json& root, const std::map<std::string, int>& lines,
                   const std::filesystem::path& base_dir) {
   LoadResult out;
+  if (is_hf_config(root)) {
+    const auto type = root.contains("model_type") && root["model_type"].is_string() ? " (model_type " + root["model_type"].get<std::string>() + ")" : std::string();
+    out.diagnostics.error("", "this is a Hugging Face config.json" + type +
+                                  ", not a plan: `meshwork import-hf FILE` prints the model section it makes, or name it in a "
+                                  "plan as model: {hf_config: FILE}");
+    return out;
+  }
   ReadContext ctx;
   ctx.base_dir = base_dir;
   read_plan(root, out.plan, ctx);

@@ -232,5 +232,18 @@ TEST(PlanIo, OrderIsCaseInsensitive) {
   EXPECT_FALSE(validate(p).has_errors());
 }
 
+TEST(PlanIo, AHuggingFaceConfigGivenAsAPlanSaysSoOnce) {
+  // Issue 24: `validate config.json` gave 26 "unknown key" errors.
+  const auto path = std::filesystem::path(MESHWORK_SOURCE_DIR) / "tests/data/hf/meta-llama-3-8b.json";
+  const LoadResult r = load_plan(path);
+  ASSERT_EQ(r.diagnostics.items().size(), 1u);
+  EXPECT_NE(r.diagnostics.items().front().message.find("this is a Hugging Face config.json (model_type llama), not a plan"), std::string::npos)
+      << r.diagnostics.items().front().message;
+  EXPECT_NE(r.diagnostics.items().front().message.find("model: {hf_config: FILE}"), std::string::npos);
+  // A plan that happens to have a model_type key elsewhere is still read as a plan.
+  const LoadResult plan = load_plan_text("model: {preset: tiny}\ntraining: {global_batch_size: 8}\ncluster: {gpu: h100-sxm, num_gpus: 1, gpus_per_node: 1}\n", Format::yaml);
+  EXPECT_TRUE(plan.ok());
+}
+
 }  // namespace
 }  // namespace meshwork::plan
