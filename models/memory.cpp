@@ -111,21 +111,8 @@ std::int64_t peak_chunks_in_flight(const plan::Plan& p, std::int64_t stage, std:
   // Without a pipeline, gradient accumulation frees each micro-batch's activations after its
   // backward, whatever the schedule is called.
   if (pp <= 1) return std::min<std::int64_t>(m, 1);
-  switch (p.parallelism.pipeline_schedule) {
-    case plan::PipelineSchedule::gpipe: return m;
-    case plan::PipelineSchedule::interleaved: {
-      // Megatron's interleaved schedule warms up (p - i - 1) 2 + (v - 1) p chunks and holds one
-      // more once its first backward starts; with m = p it warms up with all m v of them
-      // (schedules.py: all_warmup_microbatches). The same counts as models/schedules.cpp.
-      const std::int64_t v = p.parallelism.virtual_pipeline_model_parallel_size;
-      if (m == pp) return m * v;
-      return std::min(m * v, (pp - stage - 1) * 2 + (v - 1) * pp + 1);
-    }
-    case plan::PipelineSchedule::one_f_one_b:
-    case plan::PipelineSchedule::zero_bubble:
-      return std::min(m, pp - stage);
-  }
-  return m;
+  // The schedule's own count (models/schedules.cpp), which the Program's checker holds it to.
+  return in_flight_bound(p.parallelism.pipeline_schedule, pp, stage, m, p.parallelism.virtual_pipeline_model_parallel_size);
 }
 
 double in_flight_micro_batches(const plan::Plan& p, std::int64_t stage, std::int64_t micro_batches) {

@@ -154,5 +154,9 @@ CheckResult check(const Program& program, double expected_flops = 0);
 // The schedule's bound on micro-batches in flight (forward done, backward not) on a stage:
 // GPipe m, 1F1B p - stage, interleaved Megatron's warm-up count + 1, ZB-H1 as 1F1B.
 std::int64_t in_flight_bound(const Program& program, std::int64_t stage);
+// The same from the schedule's sizes: chunks a stage holds at its peak (Megatron's warm-up,
+// all m v chunks when m = p under interleaving).
+std::int64_t in_flight_bound(plan::PipelineSchedule schedule, std::int64_t stages, std::int64_t stage,
+                             std::int64_t microbatches, std::int64_t chunks);
 
 }  // namespace meshwork::models

@@ -88,9 +88,9 @@ std::vector<ScheduleItem> stage_schedule(plan::PipelineSchedule schedule, std::i
   return {};
 }
 
-std::int64_t in_flight_bound(const Program& program, std::int64_t stage) {
-  const std::int64_t p = program.stages, m = program.microbatches, v = program.chunks;
-  switch (program.schedule) {
+std::int64_t in_flight_bound(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t stage, std::int64_t m,
+                             std::int64_t v) {
+  switch (schedule) {
     case plan::PipelineSchedule::gpipe: return m;
     case plan::PipelineSchedule::one_f_one_b:
     case plan::PipelineSchedule::zero_bubble: return std::min(m, p - stage);
@@ -98,6 +98,10 @@ std::int64_t in_flight_bound(const Program& program, std::int64_t stage) {
       return m == p ? m * v : std::min(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1);
   }
   return m;
+}
+
+std::int64_t in_flight_bound(const Program& program, std::int64_t stage) {
+  return in_flight_bound(program.schedule, program.stages, stage, program.microbatches, program.chunks);
 }
 
 std::string_view to_string(Stream s) {
