@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <set>
 
 namespace meshwork::models {
 
@@ -14,18 +13,12 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan:
   g.size = layout.group_size(group);
   const auto& c = p.cluster;
   // A collective runs at the pace of its slowest group: the groups cross nodes when any of
-  // them has members on two nodes. Placement is regular, so the pattern of group offsets within
-  // a node repeats early: the first 64 groups are looked at, and the one spread over the most
-  // nodes sets how many members share a node.
+  // them has members on two nodes (RankLayout::node_span, in closed form for regular meshes).
   if (g.size > 1 && c.gpus_per_node > 0) {
-    const std::int64_t groups = std::min<std::int64_t>(layout.num_groups(group), 64);
-    for (std::int64_t i = 0; i < groups; ++i) {
-      std::set<std::int64_t> nodes;
-      for (const auto r : layout.group_members(group, layout.group_first(group, i))) nodes.insert(r / c.gpus_per_node);
-      g.nodes = std::max(g.nodes, static_cast<std::int64_t>(nodes.size()));
-    }
+    const auto span = layout.node_span(group, c.gpus_per_node);
+    g.nodes = span.nodes;
     g.crosses_nodes = g.nodes > 1;
-    g.per_node = std::max<std::int64_t>(1, g.size / g.nodes);
+    g.per_node = span.per_node;
   }
   g.nvlink_bytes_per_s = c.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvlink_efficiency;
   g.nvlink_latency_s = c.intra_node.latency_us * 1e-6;

@@ -9,6 +9,7 @@
 #include "models/comm.hpp"
 #include "models/compute_time.hpp"
 #include "models/hardware.hpp"
+#include "models/layer_comm.hpp"
 #include "models/memory.hpp"
 #include "models/op_table.hpp"
 #include "models/params.hpp"
@@ -24,18 +25,12 @@ double d(std::int64_t v) { return static_cast<double>(v); }
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
 // Communication overlapped with compute slows both: NCCL kernels take SMs and HBM bandwidth
-// from the GEMMs. Measured ZeRO-3 steps (NAR21 Table 2) show the cost is largest when the two
-// are balanced (a step a third longer than the longer of them) and vanishes when one side
-// dominates (the 768- and 1,536-GPU 175B runs take the communication time whatever their
-// compute). A p-norm of the two times has exactly that shape; p calibrated once on Ampere
-// with NAR21 Table 2's ZeRO-3 rows (bench/RESULTS.md): 2^(1/2.4) = 1.33 at balance.
+// from the GEMMs. A p-norm of the two times (2^(1/2.4) = 1.33 at balance), fitted in 2025 on
+// the six ZeRO-3 rows of NAR21 Table 2 (bench/RESULTS.md), was never measured on what it
+// still prices here: TP under the GEMMs with overlap.tp_comm and ring attention's exchange,
+// which the simulator does not overlap yet (issue 18). DP overlap no longer uses it: the DP
+// replay below runs the Program's streams.
 constexpr double kOverlapNorm = 2.4;
-// ZeRO-3 gathers and reduces parameters layer by layer in buckets (DeepSpeed stage 3); its
-// collectives sustain this fraction of a large ring's bus bandwidth (same calibration). The
-// fit finds 0.72 of what one GPU's own NIC carries, an eighth of NCCL's ring between 8-GPU
-// nodes (whose channels use all of a node's NICs together, models/comm): DeepSpeed's stage-3
-// collectives of 2021 moved each GPU's traffic as if through its own NIC alone.
-constexpr double kZero3CollectiveEfficiency = 0.72 / 8;
 
 // Exposed time of `comm` seconds of communication running under `window` seconds of compute:
 // the overlapped pair takes (comm^p + window^p)^(1/p), of which the window is compute.
@@ -73,17 +68,13 @@ struct StageTimes {
   KindTimes kinds;  // the same seconds as forward_s + backward_s + recompute_s, by op kind
   double gemm_s = 0, attention_s = 0;  // what communication can hide under
   double tp_s = 0, cp_s = 0, ep_s = 0;  // per micro-batch
+  double weight_s = 0;                  // the weight-gradient part of backward_s
+  double comm_f_s = 0, comm_b_s = 0;    // tp + cp + ep of the forward, of the backward (with recompute)
   double params = 0;                    // dense parameters per GPU (for DP volumes)
   double expert_params = 0;
 };
 
 }  // namespace
-
-double hottest_expert_load(const plan::MoeConfig& moe) {
-  // Dropping routers cap each expert at capacity_factor times the balanced load.
-  return moe.capacity_factor > 0 ? std::min(moe.routing_imbalance, std::max(1.0, moe.capacity_factor))
-                                 : moe.routing_imbalance;
-}
 
 void attach_memory(const plan::Plan& p, report::Report& r) {
   r.memory.clear();
@@ -161,31 +152,37 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       if (op.phase == OpPhase::forward) s.forward_s += dt;
       else if (op.phase == OpPhase::recompute) s.recompute_s += dt;
       else s.backward_s += dt;
+      if (op.phase == OpPhase::backward_weight) s.weight_s += dt;
       if (op.kind == OpKind::gemm && op.phase != OpPhase::recompute) s.gemm_s += dt;
       if (op.kind == OpKind::attention && op.phase == OpPhase::forward) s.attention_s += dt;
     }
-    // TP: two all-reduces forward and two backward per layer (Megatron's f/g operators; with
-    // SP each is a reduce-scatter + all-gather of the same total); two more when a full
-    // recompute repeats the forward.
-    const double tp_msg = tokens_mb * d(m.hidden_size) * e;
-    const double ar = all_reduce_s(tp_net, tp_msg);
-    s.tp_s = ar * (4 + (recomputed && p.training.recompute == plan::Recompute::full ? 2 : 0));
+    // The collectives the Program issues around each op (models/layer_comm), timed by the same
+    // models/comm functions the simulator puts on the links: TP's f/g (reduce-scatter and
+    // all-gather with SP), EP's dispatch and combine, CP's ring; a recomputation repeats the
+    // forward's.
+    double raw_f = 0, raw_b = 0;
+    std::vector<LayerComm> comms;
+    for (const auto& op : layer_ops(p, moe, recomputed)) {
+      if (op.phase == OpPhase::backward_weight) continue;
+      const bool fwd = op.phase != OpPhase::backward_input;
+      comms.clear();
+      comm_around(p, op.name, moe, fwd, true, comms);
+      comm_around(p, op.name, moe, fwd, false, comms);
+      for (const LayerComm& c : comms) {
+        const GroupNetwork& net = c.stream == Stream::tp ? tp_net : c.stream == Stream::ep ? ep_net : cp_net;
+        const double dt = collective_s(net, c.collective, c.bytes);
+        (c.stream == Stream::tp ? s.tp_s : c.stream == Stream::ep ? s.ep_s : s.cp_s) += dt;
+        (op.phase == OpPhase::forward ? raw_f : raw_b) += dt;
+      }
+    }
+    // Estimate-only until the simulator splits TP communication with its GEMMs (issue 18):
+    // tp_comm overlaps TP under the GEMMs, and ring attention's exchange under the attention
+    // kernels (Megatron-core's ring attention), by the p-norm above.
     if (par.overlap.tp_comm) s.tp_s = overlapped(s.tp_s, s.gemm_s);
-    // CP: the ring passes K and V (cp - 1) times forward and twice that backward, under the
-    // attention kernels (Megatron-core's ring attention).
-    if (cp_net.size > 1) {
-      const double kv = 2 * tokens_mb * d(m.num_query_groups) * d(m.kv_channels) / t * e;
-      const double ring = 3 * d(cp_net.size - 1) * p2p_s(cp_net, kv);
-      s.cp_s = overlapped(ring, 3 * s.attention_s);
-    }
-    // EP: dispatch and combine all-to-all forward and backward (4), of the routed tokens.
-    if (moe && ep_net.size > 1) {
-      // With sequence parallelism (required for MoE with TP) each TP rank dispatches its
-      // 1/TP of the tokens (Megatron-core's all-to-all dispatcher).
-      const double tokens = par.sequence_parallel ? tokens_mb / t : tokens_mb;
-      const double routed = tokens * d(m.moe.moe_router_topk) * hottest_expert_load(m.moe) * d(m.hidden_size) * e;
-      s.ep_s = 4 * all_to_all_s(ep_net, routed);
-    }
+    if (s.cp_s > 0) s.cp_s = overlapped(s.cp_s, 3 * s.attention_s);
+    const double raw = raw_f + raw_b, exposed = s.tp_s + s.cp_s + s.ep_s;
+    s.comm_f_s = raw > 0 ? exposed * raw_f / raw : 0;
+    s.comm_b_s = raw > 0 ? exposed * raw_b / raw : 0;
     return s;
   };
   // [moe][recomputed]: the layer kinds, each with and without full recomputation (which
@@ -224,24 +221,22 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         s.tp_s += l.tp_s;
         s.cp_s += l.cp_s;
         s.ep_s += l.ep_s;
-        s.params += (moe ? counts.layer.attention + counts.layer.norms + counts.layer.router + counts.layer.shared_expert
-                         : counts.dense_layer()) / t;
-        if (moe) s.expert_params += counts.layer.experts / (t * d(par.expert_model_parallel_size));
+        const GpuParams lp = layer_params_per_gpu(p, counts, moe);
+        s.params += lp.dense;
+        s.expert_params += lp.expert;
       }
     }
-    if (i == 0) {
-      time_ops(first_stage_ops(p), s);
-      s.params += (counts.embedding + counts.position) / t;
-    }
-    if (i + 1 == chunks.size()) {
-      time_ops(last_stage_ops(p), s);
-      s.params += (counts.lm_head > 0 ? counts.lm_head : (pp > 1 ? counts.embedding : 0)) / t;
-    }
+    const GpuParams ends = end_params_per_gpu(p, counts, i == 0, i + 1 == chunks.size());
+    if (i == 0) time_ops(first_stage_ops(p), s);
+    if (i + 1 == chunks.size()) time_ops(last_stage_ops(p), s);
+    s.params += ends.dense;
     stages.push_back(s);
   }
   auto per_mb = [](const StageTimes& s) { return s.forward_s + s.backward_s + s.recompute_s + s.tp_s + s.cp_s + s.ep_s; };
-  const StageTimes& slow = *std::max_element(stages.begin(), stages.end(),
-                                             [&](const StageTimes& a, const StageTimes& b) { return per_mb(a) < per_mb(b); });
+  const auto slow_it = std::max_element(stages.begin(), stages.end(),
+                                        [&](const StageTimes& a, const StageTimes& b) { return per_mb(a) < per_mb(b); });
+  const StageTimes& slow = *slow_it;
+  const auto slow_stage = static_cast<std::int64_t>(slow_it - stages.begin());
   const double stage_mb = per_mb(slow);
 
   report::Breakdown& b = r.breakdown;
@@ -275,8 +270,16 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     b.pp_s = par.overlap.p2p ? (pp - 1) * one : micro_batches * v * one;
   }
 
-  // DP: gradients of the slowest stage's parameters, reduced once per step; with ZeRO >= 1
-  // reduce-scatter then all-gather of the updated 16-bit parameters.
+  // DP by the Program's rules (models/program.cpp), replayed on the slowest stage's schedule
+  // with its pipeline neighbours never late: the compute stream in order, the DP stream's
+  // collectives in issue order, each issued after the compute before it. Gradient buckets of
+  // grad_bucket_params join as the backward proceeds, on the last micro-batch of each chunk
+  // (every micro-batch with ZeRO-2 and 3, which keep only their shard); overlapped they run
+  // under the compute that follows, otherwise they wait for the end of the backward (sharded
+  // ones hold the backward where they are issued). ZeRO-3 gathers each layer before its
+  // forward and its backward, the next one prefetched under this one with
+  // overlap.param_gather. The distributed optimizer's gather of the updated parameters
+  // (ZeRO 1 and 2) follows the optimizer step.
   {
     double grad_bytes = gradient_bytes(p.training.precision);
     switch (par.gradient_compression) {
@@ -290,38 +293,109 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         grad_bytes = par.topk_ratio * (e + 4) * static_cast<double>(std::max<std::int64_t>(1, dp_net.size));
         break;
     }
-    double reduce = 0, gather = 0;
-    auto add = [&](const GroupNetwork& net, double params) {
-      if (net.size <= 1 || params <= 0) return;
-      if (par.zero_stage == 0) {
-        reduce += all_reduce_s(net, params * grad_bytes);
-      } else if (par.zero_stage <= 2) {
-        reduce += reduce_scatter_s(net, params * grad_bytes);
-        gather += all_gather_s(net, params * e);
-      } else {
-        // ZeRO-3: parameters gathered for the forward and again for the backward of every
-        // micro-batch, gradients reduce-scattered every micro-batch (Rajbhandari et al. §5.3).
-        reduce += micro_batches * reduce_scatter_s(net, params * grad_bytes) / kZero3CollectiveEfficiency;
-        gather += micro_batches * 2 * all_gather_s(net, params * e) / kZero3CollectiveEfficiency;
-      }
+    const Collective reduce_op = par.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+    auto dp_time = [&](Collective c, const GpuParams& g, double bytes_per_param) {
+      return collective_s(dp_net, c, g.dense * bytes_per_param) + collective_s(edp_net, c, g.expert * bytes_per_param);
     };
-    add(dp_net, slow.params);
-    add(edp_net, slow.expert_params);
-    if (par.zero_stage == 3) {
-      // Prefetched under every micro-batch's compute.
-      const double window = micro_batches * (slow.forward_s + slow.backward_s + slow.recompute_s);
-      b.dp_s = overlapped(reduce + gather, window);
-    } else {
-      // Overlapped reduction runs under the backward of the last micro-batch (Megatron-core DDP);
-      // the parameter all-gather under the forward of the first.
-      b.dp_s = par.overlap.grad_reduce ? overlapped(reduce, slow.backward_s) : reduce;
-      b.dp_s += par.overlap.param_gather ? overlapped(gather, slow.forward_s) : gather;
+    b.dp_s = 0;
+    if (dp_net.size > 1 || edp_net.size > 1) {
+      const bool zero3 = par.zero_stage == 3;
+      const bool sharded_grads = par.zero_stage >= 2;
+      const bool overlap_grads = par.overlap.grad_reduce;
+      const double bucket = grad_bucket_params(p);
+      const std::int64_t pchunks = par.pipeline_schedule == plan::PipelineSchedule::interleaved ? par.virtual_pipeline_model_parallel_size : 1;
+      const auto& my_chunks = chunks[static_cast<std::size_t>(slow_stage)];
+      const auto& my_firsts = firsts[static_cast<std::size_t>(slow_stage)];
+      const auto sched = stage_schedule(par.pipeline_schedule, par.pipeline_model_parallel_size, slow_stage, derived.micro_batches_per_step, pchunks);
+      // The last item of each chunk that produces weight gradients.
+      std::vector<std::size_t> last_grad_item(my_chunks.size(), 0);
+      for (std::size_t i = 0; i < sched.size(); ++i) {
+        if (sched[i].pass == Pass::backward || sched[i].pass == Pass::backward_weight) last_grad_item[static_cast<std::size_t>(sched[i].chunk)] = i;
+      }
+      // The chunk's ops outside the layers (embedding, LM head and loss), forward and backward.
+      StageTimes first_ops, last_ops;
+      if (slow_stage == 0) time_ops(first_stage_ops(p), first_ops);
+      if (slow_stage + 1 == par.pipeline_model_parallel_size) time_ops(last_stage_ops(p), last_ops);
+      double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0;
+      GpuParams pending;
+      auto run = [&](double dt) {
+        compute += dt;
+        busy += dt;
+      };
+      auto issue = [&](double dt) { return stream = std::max(stream, compute) + dt; };
+      auto flush = [&] {
+        if (pending.total() <= 0) return;
+        const double dt = dp_time(reduce_op, pending, grad_bytes);
+        pending = {};
+        if (overlap_grads) last_grad = issue(dt);
+        else if (sharded_grads) compute = last_grad = issue(dt);
+        else deferred += dt;
+      };
+      auto add_grads = [&](const GpuParams& g) {
+        pending += g;
+        if (pending.total() >= bucket) flush();
+      };
+      // ZeRO-3's gather of the layer at `k` of a pass (its compute waits for it) and the
+      // prefetch of the next.
+      double prefetched = -1;
+      auto gather = [&](std::int64_t layer, bool has_next, std::int64_t next) {
+        if (!zero3) return;
+        double ready = prefetched >= 0 ? prefetched : issue(dp_time(Collective::all_gather, layer_params_per_gpu(p, counts, is_moe_layer(m, layer)), e));
+        prefetched = -1;
+        if (par.overlap.param_gather && has_next) prefetched = issue(dp_time(Collective::all_gather, layer_params_per_gpu(p, counts, is_moe_layer(m, next)), e));
+        compute = std::max(compute, ready);
+      };
+      const bool first_stage = slow_stage == 0, last_stage = slow_stage + 1 == par.pipeline_model_parallel_size;
+      for (std::size_t i = 0; i < sched.size(); ++i) {
+        const ScheduleItem& it = sched[i];
+        const auto c = static_cast<std::size_t>(it.chunk);
+        const std::int64_t lo = my_firsts[c], n = my_chunks[c];
+        const bool first_virtual = first_stage && c == 0, last_virtual = last_stage && c + 1 == my_chunks.size();
+        const bool reduce = sharded_grads || last_grad_item[c] == i;
+        auto layer = [&](std::int64_t k) -> const StageTimes& {
+          return layer_times[is_moe_layer(m, lo + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
+        };
+        if (it.pass == Pass::forward) {
+          if (first_virtual) run(first_ops.forward_s);
+          for (std::int64_t k = 0; k < n; ++k) {
+            gather(lo + k, k + 1 < n, lo + k + 1);
+            run(layer(k).forward_s + layer(k).comm_f_s);
+          }
+          if (last_virtual) run(last_ops.forward_s);
+          continue;
+        }
+        const bool input = it.pass != Pass::backward_weight, weights = it.pass != Pass::backward_input;
+        auto part = [&](const StageTimes& st) {
+          return (input ? st.backward_s - st.weight_s : 0) + (weights ? st.weight_s : 0);
+        };
+        if (last_virtual) run(part(last_ops));
+        if (input) {
+          for (std::int64_t k = 0; k < n; ++k) run(layer(k).recompute_s);
+        }
+        for (std::int64_t k = n - 1; k >= 0; --k) {
+          if (input) gather(lo + k, k > 0, lo + k - 1);
+          run(part(layer(k)) + (input ? layer(k).comm_b_s : 0));
+          if (weights && reduce) add_grads(layer_params_per_gpu(p, counts, is_moe_layer(m, lo + k)));
+        }
+        if (weights && reduce) {
+          add_grads(end_params_per_gpu(p, counts, first_virtual, last_virtual));
+          flush();
+        }
+        if (first_virtual) run(part(first_ops));
+      }
+      if (deferred > 0) last_grad = issue(deferred);
+      compute = std::max(compute, last_grad);
+      if (par.zero_stage == 1 || par.zero_stage == 2) {
+        GpuParams all{slow.params, slow.expert_params};
+        compute = issue(dp_time(Collective::all_gather, all, e));
+      }
+      b.dp_s = std::max(0.0, compute - busy);
     }
   }
 
   // Optimizer: each GPU updates the parameters it owns (all of them without ZeRO).
   {
-    const double owned_dense = par.zero_stage >= 1 ? slow.params / d(dp_net.size) : slow.params;
+    const double owned_dense = par.zero_stage >= 1 ? slow.params / d(std::max<std::int64_t>(1, dp_net.size)) : slow.params;
     const double owned_expert = par.zero_stage >= 1 ? slow.expert_params / d(edp_net.size) : slow.expert_params;
     double bytes_per_param = kOptimizerBytesPerParam;
     // Compression and its error feedback read and write an fp32 residual per parameter.

@@ -5,6 +5,7 @@
 // optimizer step; MFU, HFU, throughput, memory per stage, power. Microseconds per plan.
 
 #include "models/flops.hpp"
+#include "models/layer_comm.hpp"  // hottest_expert_load
 #include "plan/plan.hpp"
 #include "report/report.hpp"
 
@@ -14,10 +15,6 @@ struct EstimateOptions {
   FlopsOptions flops;
   bool provenance = true;  // hash the plan for the Report's provenance (sweeps skip it)
 };
-
-// The load of the hottest expert rank over the balanced load: routing_imbalance, capped by the
-// capacity factor when the router drops tokens.
-double hottest_expert_load(const plan::MoeConfig& moe);
 
 // The plan must be valid (plan::validate without errors).
 report::Report estimate(const plan::Plan& plan, const EstimateOptions& options = {});

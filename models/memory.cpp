@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "models/layer_comm.hpp"
 #include "models/op_table.hpp"
 #include "models/program.hpp"
 #include "models/params.hpp"
@@ -22,7 +23,6 @@ constexpr double kRuntimeOverheadBytes = 1.5 * kGiB;
 
 // Megatron-core's gradient bucket, max(40M, 1M x DP) parameters
 // (megatron/core/distributed/distributed_data_parallel.py; the Program's buckets are the same).
-double bucket_params(const plan::Plan& p) { return std::max(40e6, 1e6 * d(p.parallelism.data_parallel_size)); }
 
 }  // namespace
 
@@ -231,7 +231,7 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
     // buckets that are views of the gradient buffer (Megatron-core's ParamAndGradBuffer): no
     // memory of their own.
     if (par.zero_stage >= 2 && dense_shards > 1) {
-      sm.gradients_bytes += 2 * std::min(bucket_params(p), sm.params) * gradient_bytes(p.training.precision);
+      sm.gradients_bytes += 2 * std::min(grad_bucket_params(p), sm.params) * gradient_bytes(p.training.precision);
     }
 
     sm.in_flight_micro_batches = in_flight_micro_batches(p, stage, derived.micro_batches_per_step);

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "models/compute_time.hpp"
+#include "models/layer_comm.hpp"
 #include "models/memory.hpp"
 #include "models/op_table.hpp"
 #include "models/params.hpp"
@@ -37,6 +38,8 @@ class StageLowering {
     last_ = last_stage_ops(p);
     counts_ = count_params(p.model);
     chunks_ = plan::layers_per_chunk(p);
+    dp_cp_ = std::max<std::int64_t>(1, par.data_parallel_size * par.context_parallel_size);
+    expert_dp_ = std::max<std::int64_t>(1, par.data_parallel_size / par.expert_model_parallel_size);
   }
 
   // `expected`: the instructions to make room for (the previous stage's count: stages differ
@@ -57,7 +60,10 @@ class StageLowering {
     for (std::size_t i = 0; i < sp.schedule.size(); ++i) {
       item_ = i32(static_cast<std::int64_t>(i));
       const ScheduleItem& it = sp.schedule[i];
-      const bool reduce = last_grad_item[static_cast<std::size_t>(it.chunk)] == static_cast<std::int64_t>(i);
+      // ZeRO-2 and 3 keep only their shard of the gradients, so every micro-batch's are
+      // reduce-scattered (Rajbhandari et al. 2020 §5.2; Megatron-FSDP's optim_grads); without
+      // sharded gradients the reduction waits for the last micro-batch.
+      const bool reduce = sharded_grads() || last_grad_item[static_cast<std::size_t>(it.chunk)] == static_cast<std::int64_t>(i);
       switch (it.pass) {
         case Pass::forward: forward(it); break;
         case Pass::backward:
@@ -108,7 +114,7 @@ class StageLowering {
   }
   // A collective on `stream` of `bytes` per rank; blocking ones hold the next compute.
   void collective(Stream stream, Collective c, plan::GroupKind g, double bytes, std::int64_t layer, bool blocking,
-                  const char* what) {
+                  std::string_view what) {
     Instr in;
     in.kind = InstrKind::collective;
     in.stream = stream;
@@ -140,47 +146,21 @@ class StageLowering {
   const std::vector<Op>& ops_of(std::int64_t layer) const { return moe_layer(layer) ? moe_ : dense_; }
 
   // Communication that Megatron issues around an op of a layer, before (`before`) or after it,
-  // in the direction of the pass: TP's f/g operators at the norms and residuals (all-gather
-  // and reduce-scatter with sequence parallelism, all-reduce without), EP's dispatch after the
-  // router and combine before the residual, CP's ring before attention.
+  // in the direction of the pass (models/layer_comm, the list the estimate times too).
   void around(const Op& op, std::int64_t layer, bool forward, bool before) {
-    const auto& par = p_.parallelism;
-    const double tp_bytes = tokens_ * d(p_.model.hidden_size) * e_;
-    const bool sp = par.sequence_parallel;
-    const bool is_norm = op.name == "input_norm" || op.name == "mlp_norm";
-    const bool is_residual = op.name == "attention_residual" || op.name == "mlp_residual";
-    if (t_ > 1) {
-      // Forward: after a norm (SP: gather the sequence), before a residual (reduce). Backward
-      // runs the mirror image: before a residual's backward (SP: gather), after a norm's
-      // backward position, i.e. before the norm in reverse order (reduce).
-      if (forward && !before && is_norm && sp) collective(Stream::tp, Collective::all_gather, plan::GroupKind::tp, tp_bytes, layer, true, "tp");
-      if (forward && before && is_residual) collective(Stream::tp, sp ? Collective::reduce_scatter : Collective::all_reduce, plan::GroupKind::tp, tp_bytes, layer, true, "tp");
-      if (!forward && !before && is_residual && sp) collective(Stream::tp, Collective::all_gather, plan::GroupKind::tp, tp_bytes, layer, true, "tp");
-      if (!forward && before && is_norm) collective(Stream::tp, sp ? Collective::reduce_scatter : Collective::all_reduce, plan::GroupKind::tp, tp_bytes, layer, true, "tp");
-    }
-    if (par.expert_model_parallel_size > 1 && moe_layer(layer)) {
-      const double tokens = sp ? tokens_ / t_ : tokens_;
-      const double routed = tokens * d(p_.model.moe.moe_router_topk) * d(p_.model.hidden_size) * e_;
-      if (forward && !before && op.name == "router") collective(Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, layer, true, "ep_dispatch");
-      if (forward && before && op.name == "mlp_residual") collective(Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, layer, true, "ep_combine");
-      if (!forward && !before && op.name == "mlp_residual") collective(Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, layer, true, "ep_combine");
-      if (!forward && before && op.name == "router") collective(Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, layer, true, "ep_dispatch");
-    }
-    if (par.context_parallel_size > 1 && before && op.name == "attention") {
-      // Ring attention passes K and V around the CP ring: (cp - 1) blocks forward, twice that
-      // backward (K, V and their gradients).
-      const double kv = 2 * tokens_ * d(p_.model.num_query_groups) * d(p_.model.kv_channels) / t_ * e_;
-      collective(Stream::cp, Collective::ring_exchange, plan::GroupKind::cp, (forward ? 1 : 2) * d(par.context_parallel_size - 1) * kv,
-                 layer, true, "cp");
-    }
+    comms_.clear();
+    comm_around(p_, op.name, moe_layer(layer), forward, before, comms_);
+    for (const LayerComm& c : comms_) collective(c.stream, c.collective, c.group, c.bytes, layer, true, c.what);
   }
 
   void forward_layers(std::int64_t chunk, OpPhase phase) {
     const auto [lo, hi] = layers(chunk);
     for (std::int64_t l = lo; l < hi; ++l) {
       // recompute_method: block repeats only the chunk's first recompute_num_layers layers.
-      if (phase == OpPhase::recompute && !recomputes_layer(p_.training, l - lo)) continue;
-      if (p_.parallelism.zero_stage == 3) gather_params(l);
+      // (Selective recomputation repeats its ops in every layer.)
+      if (phase == OpPhase::recompute && p_.training.recompute == plan::Recompute::full && !recomputes_layer(p_.training, l - lo)) continue;
+      // A recomputed layer runs on its backward's gather (see gather_params).
+      if (phase == OpPhase::forward) gather_params(l, l + 1 < hi ? l + 1 : -1);
       for (const Op& op : ops_of(l)) {
         if (op.phase != phase) continue;
         around(op, l, true, true);
@@ -231,12 +211,12 @@ class StageLowering {
     for (const Op& op : dense_) recompute = recompute || op.phase == OpPhase::recompute;
     if (recompute) forward_layers(c, OpPhase::recompute);
     for (std::int64_t l = hi - 1; l >= lo; --l) {
-      if (p_.parallelism.zero_stage == 3) gather_params(l);
+      gather_params(l, l > lo ? l - 1 : -1);
       backward_ops(ops_of(l), l, weights);
       if (weights && reduce) reduce_grads(l);
     }
     if (weights && reduce) {
-      pending_params_ += end_params(c);
+      pending_ += end_params_per_gpu(p_, counts_, first_virtual(c), last_virtual(c));
       flush_grads(lo);
     }
     if (first_virtual(c)) {
@@ -261,80 +241,106 @@ class StageLowering {
       if (reduce) reduce_grads(l);
     }
     if (reduce) {
-      pending_params_ += end_params(c);
+      pending_ += end_params_per_gpu(p_, counts_, first_virtual(c), last_virtual(c));
       flush_grads(lo);
     }
     if (first_virtual(c)) weights_of(first_, -1);
   }
 
-  double layer_params(std::int64_t l) const {
-    const auto& lp = counts_.layer;
-    return moe_layer(l) ? (lp.attention + lp.norms + lp.router + lp.shared_expert) / t_ +
-                              lp.experts / (t_ * d(p_.parallelism.expert_model_parallel_size))
-                        : counts_.dense_layer() / t_;
-  }
-  // DP: gradients reduced in buckets as the last micro-batch's backward proceeds
-  // (Megatron-core's DistributedDataParallel with overlap_grad_reduce): layers join the open
-  // bucket, which is reduced once it holds bucket_size parameters, by default
-  // max(40M, 1M x DP) (megatron/core/distributed/distributed_data_parallel.py); the last
-  // bucket of a chunk when its backward ends. ZeRO >= 1 reduce-scatters.
+  // DP: gradients reduced in buckets as the backward proceeds (Megatron-core's
+  // DistributedDataParallel with overlap_grad_reduce): layers join the open bucket, which is
+  // reduced once it holds grad_bucket_params; the last bucket of a chunk when its backward
+  // ends. ZeRO >= 1 reduce-scatters. Dense gradients over DP x CP, expert ones over expert-DP.
   void reduce_grads(std::int64_t l) {
-    if (p_.parallelism.data_parallel_size <= 1) return;
-    pending_params_ += layer_params(l);
-    const double bucket = std::max(40e6, 1e6 * d(p_.parallelism.data_parallel_size));
-    if (pending_params_ >= bucket) flush_grads(l);
+    if (dp_cp_ <= 1 && expert_dp_ <= 1) return;
+    pending_ += layer_params_per_gpu(p_, counts_, moe_layer(l));
+    if (pending_.total() >= grad_bucket_params(p_)) flush_grads(l);
   }
   void flush_grads(std::int64_t l) {
-    if (p_.parallelism.data_parallel_size <= 1) pending_params_ = 0;
-    if (pending_params_ <= 0) return;
-    if (p_.parallelism.overlap.grad_reduce || p_.parallelism.zero_stage == 3) {
-      emit_grads(pending_params_, l);
+    if (pending_.total() <= 0) return;
+    if (p_.parallelism.overlap.grad_reduce) {
+      emit_grads(pending_, l, false);
+    } else if (sharded_grads()) {
+      // Not overlapped, a sharded gradient's reduction holds the backward where it is issued.
+      emit_grads(pending_, l, true);
     } else {
       // Without overlap the buckets wait for the end of the backward pass (Megatron-LM of
       // 2021: gradients all-reduced after it).
-      deferred_.emplace_back(pending_params_, l);
+      deferred_.emplace_back(pending_, l);
     }
-    pending_params_ = 0;
+    pending_ = {};
   }
-  void emit_grads(double params, std::int64_t l) {
-    collective(Stream::dp, p_.parallelism.zero_stage >= 1 ? Collective::reduce_scatter : Collective::all_reduce, plan::GroupKind::dp_cp,
-               params * gradient_bytes(p_.training.precision), l, false, "dp_grad");
-    last_grad_ = last_index();
+  // A bucket's collectives: dense then expert, on the DP stream (which runs them in order, so
+  // waiting for the last is waiting for both). Returns the last one's index, -1 if none.
+  std::int32_t dp_collectives(Collective c, const GpuParams& params, double bytes_per_param, std::int64_t l, const char* what) {
+    std::int32_t last = -1;
+    if (dp_cp_ > 1 && params.dense > 0) {
+      collective(Stream::dp, c, plan::GroupKind::dp_cp, params.dense * bytes_per_param, l, false, what);
+      last = last_index();
+    }
+    if (expert_dp_ > 1 && params.expert > 0) {
+      collective(Stream::dp, c, plan::GroupKind::expert_dp, params.expert * bytes_per_param, l, false, what);
+      last = last_index();
+    }
+    return last;
   }
-  // ZeRO-3: a layer's parameters gathered before each use (Rajbhandari et al. 2020 §5.3).
-  void gather_params(std::int64_t l) {
-    if (p_.parallelism.data_parallel_size <= 1) return;
-    collective(Stream::dp, Collective::all_gather, plan::GroupKind::dp_cp, layer_params(l) * e_, l, true, "dp_param");
+  void emit_grads(const GpuParams& params, std::int64_t l, bool blocking) {
+    const Collective c = p_.parallelism.zero_stage >= 1 ? Collective::reduce_scatter : Collective::all_reduce;
+    const std::int32_t last = dp_collectives(c, params, gradient_bytes(p_.training.precision), l, "dp_grad");
+    if (last < 0) return;
+    last_grad_ = last;
+    if (blocking) blocking_ = last;
   }
-
-  // Parameters outside the layers on a chunk: the embedding (first virtual stage), the LM
-  // head or, tied, the embedding's copy (last virtual stage).
-  double end_params(std::int64_t chunk) const {
-    double n = 0;
-    if (first_virtual(chunk)) n += (counts_.embedding + counts_.position) / t_;
-    if (last_virtual(chunk)) n += (counts_.lm_head > 0 ? counts_.lm_head : (prog_.stages > 1 ? counts_.embedding : 0)) / t_;
-    return n;
+  bool sharded_grads() const { return p_.parallelism.zero_stage >= 2 && (dp_cp_ > 1 || expert_dp_ > 1); }
+  // ZeRO-3: a layer's parameters gathered before each use, once in the forward and once in the
+  // backward (Rajbhandari et al. 2020 §5.3: 2 all-gathers and a reduce-scatter of the
+  // parameters per micro-batch); a recomputed layer reuses its backward's gather, as
+  // DeepSpeed's and FSDP's layer-wise checkpointing run it. With overlap.param_gather the
+  // next layer's gather (`next`, -1 at the end of the pass) is issued when this layer's
+  // compute starts: prefetch depth 1, FSDP's forward_prefetch and BACKWARD_PRE. Without, each
+  // gather holds its layer's compute. The layer's first compute waits for its gather.
+  void gather_params(std::int64_t l, std::int64_t next) {
+    if (p_.parallelism.zero_stage != 3 || (dp_cp_ <= 1 && expert_dp_ <= 1)) return;
+    // A receive the compute also waits for: the gather waits for it, the compute for both.
+    const std::int32_t pending = blocking_;
+    std::int32_t mine = prefetched_layer_ == l ? prefetched_ : -1;
+    prefetched_layer_ = -1;
+    auto gather = [&](std::int64_t layer, std::int32_t after) {
+      const std::size_t first = out_->size();
+      const std::int32_t last = dp_collectives(Collective::all_gather, layer_params_per_gpu(p_, counts_, moe_layer(layer)), e_, layer, "dp_param");
+      if (after >= 0 && first < out_->size()) (*out_)[first].after = after;
+      return last;
+    };
+    if (mine < 0) mine = gather(l, pending);
+    if (p_.parallelism.overlap.param_gather && next >= 0) {
+      prefetched_ = gather(next, -1);
+      prefetched_layer_ = next;
+    }
+    blocking_ = mine;
   }
 
   void optimizer() {
     item_ = -1;
-    double params = 0;
+    GpuParams params;
     for (std::int64_t c = 0; c < prog_.chunks; ++c) {
       const auto [lo, hi] = layers(c);
-      for (std::int64_t l = lo; l < hi; ++l) params += layer_params(l);
+      for (std::int64_t l = lo; l < hi; ++l) params += layer_params_per_gpu(p_, counts_, moe_layer(l));
+      params += end_params_per_gpu(p_, counts_, first_virtual(c), last_virtual(c));
     }
-    for (std::int64_t c = 0; c < prog_.chunks; ++c) params += end_params(c);
+    // The distributed optimizer shards over data and context parallelism together (Megatron-core's
+    // data-parallel group with context parallelism), expert parameters over expert-DP.
     const bool sharded = p_.parallelism.zero_stage >= 1;
-    const double owned = sharded ? params / d(std::max<std::int64_t>(1, p_.parallelism.data_parallel_size)) : params;
-    for (const auto& [n, l] : deferred_) emit_grads(n, l);
+    const double owned = sharded ? params.dense / d(dp_cp_) + params.expert / d(expert_dp_) : params.total();
+    for (const auto& [n, l] : deferred_) emit_grads(n, l, false);
     deferred_.clear();
     Op step{"optimizer_step", OpKind::optimizer, OpPhase::forward, 0, owned * kOptimizerBytesPerParam, {}};
     // The step updates with reduced gradients: it waits for the last bucket.
     if (last_grad_ >= 0) blocking_ = last_grad_;
     compute(step, OpPhase::forward, -1);
     // The distributed optimizer gathers the updated 16-bit parameters (ZeRO 1 and 2).
-    if (sharded && p_.parallelism.zero_stage < 3 && p_.parallelism.data_parallel_size > 1) {
-      collective(Stream::dp, Collective::all_gather, plan::GroupKind::dp_cp, params * e_, -1, true, "dp_param");
+    if (sharded && p_.parallelism.zero_stage < 3) {
+      const std::int32_t last = dp_collectives(Collective::all_gather, params, e_, -1, "dp_param");
+      if (last >= 0) blocking_ = last;
     }
   }
 
@@ -343,14 +349,18 @@ class StageLowering {
   std::int64_t stage_;
   double t_ = 1, e_ = 2, tokens_ = 0;
   std::vector<Op> dense_, moe_, first_, last_;
+  std::vector<LayerComm> comms_;
   ParamCounts counts_;
   std::vector<std::vector<std::int64_t>> chunks_;  // layers per [stage][chunk]
   std::vector<Instr>* out_ = nullptr;
   std::unordered_map<std::string, std::int32_t> ids_;
   std::int32_t item_ = -1, blocking_ = -1, last_compute_ = -1;
-  double pending_params_ = 0;  // DP: parameters in the open gradient bucket
-  std::vector<std::pair<double, std::int64_t>> deferred_;  // buckets held for the end of the backward
+  GpuParams pending_;  // DP: parameters in the open gradient bucket
+  std::vector<std::pair<GpuParams, std::int64_t>> deferred_;  // buckets held for the end of the backward
   std::int32_t last_grad_ = -1;  // the last gradient collective issued
+  std::int64_t dp_cp_ = 1, expert_dp_ = 1;  // sizes of the gradient-reduction groups
+  std::int64_t prefetched_layer_ = -1;  // ZeRO-3: the layer whose gather was issued ahead
+  std::int32_t prefetched_ = -1;
 };
 
 }  // namespace

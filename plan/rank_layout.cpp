@@ -207,6 +207,43 @@ std::int64_t RankLayout::group_span(GroupKind g) const {
   return span;
 }
 
+RankLayout::NodeSpan RankLayout::node_span(GroupKind g, std::int64_t gpus_per_node) const {
+  NodeSpan out;
+  const std::int64_t n = group_size(g);
+  if (n <= 1 || gpus_per_node <= 0) return out;
+  const auto vary = varying(g);
+  // Digits in increasing stride: each contributes the values that stay inside one node.
+  bool regular = true;
+  std::int64_t per_node = 1;
+  for (MeshDim d : order_) {
+    const std::int64_t lo = stride(d), hi = lo * size(d);
+    std::int64_t inside = 1;
+    if (hi <= gpus_per_node) {
+      regular = regular && gpus_per_node % hi == 0;
+      inside = size(d);
+    } else if (lo < gpus_per_node) {
+      regular = regular && gpus_per_node % lo == 0 && size(d) % (gpus_per_node / lo) == 0;
+      inside = gpus_per_node / lo;
+    } else {
+      regular = regular && lo % gpus_per_node == 0;
+    }
+    if (std::find(vary.begin(), vary.end(), d) != vary.end()) per_node *= inside;
+  }
+  if (world_ <= gpus_per_node) return {n, 1};
+  if (regular) return {per_node, n / per_node};
+  const std::int64_t groups = std::min<std::int64_t>(num_groups(g), 64);
+  std::vector<std::int64_t> nodes;
+  for (std::int64_t i = 0; i < groups; ++i) {
+    nodes.clear();
+    for (const auto r : group_members(g, group_first(g, i))) nodes.push_back(r / gpus_per_node);
+    std::sort(nodes.begin(), nodes.end());
+    const auto distinct = static_cast<std::int64_t>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+    out.nodes = std::max(out.nodes, distinct);
+  }
+  out.per_node = std::max<std::int64_t>(1, n / out.nodes);
+  return out;
+}
+
 std::vector<std::int64_t> RankLayout::group(GroupKind g, std::int64_t index) const {
   MeshCoord c;
   std::int64_t rest = index;

@@ -89,6 +89,16 @@ class RankLayout {
   // building the member list.
   [[nodiscard]] std::int64_t group_first(GroupKind g, std::int64_t index) const;
   [[nodiscard]] std::int64_t group_span(GroupKind g) const;
+  // How groups of kind g fall on nodes of `gpus_per_node` consecutive ranks: the members of one
+  // group in a node and the nodes one group spans (the most of any group). Closed form when the
+  // node boundary falls on the mesh's mixed-radix digits (gpus_per_node divides or is divided by
+  // the dimensions' strides, the case of every power-of-two mesh); otherwise counted on the
+  // first 64 groups, whose pattern of offsets within a node repeats.
+  struct NodeSpan {
+    std::int64_t per_node = 1;
+    std::int64_t nodes = 1;
+  };
+  [[nodiscard]] NodeSpan node_span(GroupKind g, std::int64_t gpus_per_node) const;
 
  private:
   // The dimensions a group spans, in increasing stride.

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <simgrid/kernel/routing/NetPoint.hpp>
 #include <simgrid/kernel/routing/NetZoneImpl.hpp>
@@ -715,13 +717,35 @@ class Simulation {
     std::int8_t pass;  // models::Pass of the schedule item, -1 outside one
   };
 
+  // A collective waiting for its stream's worker.
+  struct Job {
+    std::uint64_t key = 0;
+    std::int32_t kind = 0;
+    models::CollectiveFlows flows;
+    std::size_t type = 0;
+    std::int32_t index = 0;  // the instruction
+  };
+  struct Lane {
+    std::deque<Job> jobs;
+    sg4::SemaphorePtr queued;  // a token per job; one without a job stops the worker
+    sg4::SemaphorePtr woken;   // the playing actor, waiting for instruction `awaited`
+    sg4::ActorPtr worker;
+    std::int32_t done = -1;     // the last instruction the worker finished
+    std::int32_t awaited = -1;
+  };
+
   // What an actor (one rank, or a TP group) did, for the report and the trace.
   struct ActorState {
-    // Receives posted and not yet seen complete, and collectives' workers not yet joined, by
-    // instruction: a handful at a time, kept short so that a switch to this actor touches
-    // little memory.
+    // Receives posted and not yet seen complete, and collectives issued and not yet waited
+    // for (instruction, stream), by instruction: a handful at a time, kept short so that a
+    // switch to this actor touches little memory.
     std::vector<std::pair<std::int32_t, std::pair<std::int64_t, std::int32_t>>> receiving;
-    std::vector<std::pair<std::int32_t, sg4::ActorPtr>> workers;
+    std::vector<std::pair<std::int32_t, std::size_t>> workers;
+    // Per stream, one worker plays the collectives in issue order (as a CUDA stream runs its
+    // NCCL kernels). One actor per stream, not per collective: a backlogged DP stream (ZeRO-2's
+    // per-micro-batch buckets of a 16K-GPU plan) once held thousands of blocked actors and
+    // their stacks, 22 GB.
+    std::array<Lane, 6> lanes;
     double busy_s = 0, recompute_s = 0, optimizer_s = 0;
     double straggle_s = 0;  // compute time a slow member added
     std::map<Wait, double> waited_s;
@@ -765,9 +789,31 @@ class Simulation {
     }
     for (std::size_t j = 0; j < st.workers.size(); ++j) {
       if (st.workers[j].first != i) continue;
-      st.workers[j].second->join();
+      Lane& lane = st.lanes[st.workers[j].second];
+      if (lane.done < i) {
+        lane.awaited = i;
+        lane.woken->acquire();
+      }
       st.workers.erase(st.workers.begin() + static_cast<std::ptrdiff_t>(j));
       break;
+    }
+  }
+
+  // A stream's worker: its collectives one after the other, until a token without a job.
+  void play_lane(ActorState& st, Lane& lane, const models::StageProgram& sp) {
+    for (;;) {
+      lane.queued->acquire();
+      if (lane.jobs.empty()) return;
+      const Job job = lane.jobs.front();
+      lane.jobs.pop_front();
+      const double start = sg4::Engine::get_clock();
+      collective(job.key, job.kind, job.flows, job.type);
+      if (st.traced) record(st, sp, sp.instrs[static_cast<std::size_t>(job.index)], start, sg4::Engine::get_clock());
+      lane.done = job.index;
+      if (lane.awaited >= 0 && lane.done >= lane.awaited) {
+        lane.awaited = -1;
+        lane.woken->release();
+      }
     }
   }
 
@@ -829,19 +875,15 @@ class Simulation {
           const std::uint64_t seq = collectives[stream]++;
           const auto kind = group_kind_of(type, lead);
           const std::uint64_t key = ((type * 8 + stream) << 52) | (static_cast<std::uint64_t>(kind) << 24) | seq;
-          ActorState* traced = st.traced ? &st : nullptr;
-          // The stream's previous collective, if still running, is joined by this worker.
-          sg4::ActorPtr before;
-          for (const auto& [idx, w] : st.workers) {
-            if (idx == last[stream]) before = w;
+          Lane& lane = st.lanes[stream];
+          if (!lane.worker) {
+            lane.queued = sg4::Semaphore::create(0);
+            lane.woken = sg4::Semaphore::create(0);
+            lane.worker = sg4::Actor::create("coll", host_of_[static_cast<std::size_t>(lead)], [this, &st, &lane, &sp] { play_lane(st, lane, sp); });
           }
-          st.workers.emplace_back(static_cast<std::int32_t>(k), nullptr);
-          st.workers.back().second = sg4::Actor::create("coll", host_of_[static_cast<std::size_t>(lead)], [this, key, kind, f, type, traced, before, &sp, &in] {
-            if (before) before->join();
-            const double start = sg4::Engine::get_clock();
-            collective(key, kind, f, type);
-            if (traced != nullptr) record(*traced, sp, in, start, sg4::Engine::get_clock());
-          });
+          lane.jobs.push_back({key, kind, f, type, static_cast<std::int32_t>(k)});
+          lane.queued->release();
+          st.workers.emplace_back(static_cast<std::int32_t>(k), stream);
           break;
         }
         case InstrKind::send: {
@@ -888,6 +930,9 @@ class Simulation {
     }
     while (!st.receiving.empty()) wait_for(st, st.receiving.front().first, &sp);
     while (!st.workers.empty()) wait_for(st, st.workers.front().first, &sp);
+    for (Lane& lane : st.lanes) {
+      if (lane.worker) lane.queued->release();  // no job: the worker ends
+    }
     settle(st);
     // The tail after the last compute (the distributed optimizer's gather) is DP time.
     const double tail = sg4::Engine::get_clock() - st.last_compute_end_s;

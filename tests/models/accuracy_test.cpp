@@ -16,6 +16,10 @@ namespace {
 struct Case {
   const char* scenario;
   double published;
+  // The estimate's signed error, (estimated - published) / published in percent, as of the
+  // last change that moved it (bench/RESULTS.md): pinned within +-1 point, so that a change
+  // that moves a case fails here and gets reported, instead of hiding under the mean bound.
+  double pinned_error_percent;
 };
 
 enum class Figure { hardware_tflops, mfu_percent };
@@ -33,6 +37,7 @@ Errors errors(const std::vector<Case>& cases, Figure figure) {
     const auto r = estimate(loaded.plan);
     const double got = figure == Figure::hardware_tflops ? r.hardware_tflops_per_gpu : 100 * r.mfu;
     const double err = std::fabs(got - c.published) / c.published;
+    EXPECT_NEAR(100 * (got - c.published) / c.published, c.pinned_error_percent, 1.0) << c.scenario;
     e.mean_abs += err / static_cast<double>(cases.size());
     e.max_abs = std::max(e.max_abs, err);
   }
@@ -41,31 +46,43 @@ Errors errors(const std::vector<Case>& cases, Figure figure) {
 
 // NAR21 Table 1: TFLOP/s per GPU, counting recomputation (hardware FLOPs).
 TEST(Accuracy, Narayanan2021Table1) {
-  const Errors e = errors({{"nar21-1.7b", 137}, {"nar21-3.6b", 138}, {"nar21-7.5b", 142}, {"nar21-18.4b", 135},
-                           {"nar21-39.1b", 138}, {"nar21-76.1b", 140}, {"nar21-145.6b", 148}, {"nar21-310.1b", 155},
-                           {"nar21-529.6b", 163}, {"nar21-1t", 163}},
+  const Errors e = errors({{"nar21-1.7b", 137, 2.4}, {"nar21-3.6b", 138, 0.9}, {"nar21-7.5b", 142, -3.5}, {"nar21-18.4b", 135, -3.2},
+                           {"nar21-39.1b", 138, 3.6}, {"nar21-76.1b", 140, 7.3}, {"nar21-145.6b", 148, 4.6}, {"nar21-310.1b", 155, 3.9},
+                           {"nar21-529.6b", 163, 2.8}, {"nar21-1t", 163, 2.8}},
                           Figure::hardware_tflops);
   EXPECT_LE(e.mean_abs, 0.05);
   EXPECT_LE(e.max_abs, 0.10);
 }
 
-// NAR21 Table 2: ZeRO-3 without model parallelism against PTD-P (mean 4.7%, largest 8.4%).
-TEST(Accuracy, Narayanan2021Table2) {
-  const Errors e = errors({{"nar21-t2-175b-zero3-384", 144}, {"nar21-t2-175b-zero3-768", 88},
-                           {"nar21-t2-175b-zero3-1536", 44}, {"nar21-t2-530b-zero3-640", 138},
-                           {"nar21-t2-530b-zero3-1120", 98}, {"nar21-t2-530b-zero3-2240", 48},
-                           {"nar21-t2-175b-ptdp-384", 153}, {"nar21-t2-175b-ptdp-768", 149},
-                           {"nar21-t2-175b-ptdp-1536", 141}, {"nar21-t2-530b-ptdp-560", 171},
-                           {"nar21-t2-530b-ptdp-1120", 167}, {"nar21-t2-530b-ptdp-2240", 159}},
+// NAR21 Table 2, PTD-P rows.
+TEST(Accuracy, Narayanan2021Table2PtdP) {
+  const Errors e = errors({{"nar21-t2-175b-ptdp-384", 153, 4.3}, {"nar21-t2-175b-ptdp-768", 149, 5.1},
+                           {"nar21-t2-175b-ptdp-1536", 141, 7.1}, {"nar21-t2-530b-ptdp-560", 171, 1.6},
+                           {"nar21-t2-530b-ptdp-1120", 167, 2.8}, {"nar21-t2-530b-ptdp-2240", 159, 5.4}},
                           Figure::hardware_tflops);
   EXPECT_LE(e.mean_abs, 0.05);
   EXPECT_LE(e.max_abs, 0.10);
+}
+
+// NAR21 Table 2, ZeRO-3 without model parallelism (DeepSpeed of 2021). Until issue 18 a
+// collective efficiency of 0.72/8 and the overlap p-norm, both fitted on these six rows, kept
+// them within 10%. ZeRO-3 is now priced as it runs (per-layer gathers prefetched one layer
+// ahead, per-micro-batch reduce-scatters, at the ring's bandwidth), and nothing in meshwork
+// yet slows DeepSpeed's many small collectives (issue 20's message-size and protocol model):
+// the estimate runs far ahead of these runs, the more so the more GPUs. Pinned, not bounded,
+// and not re-fitted (bench/RESULTS.md reports them).
+TEST(Accuracy, Narayanan2021Table2ZeroThreeArePinnedUntilTheMessageSizeModel) {
+  const Errors e = errors({{"nar21-t2-175b-zero3-384", 144, 35.9}, {"nar21-t2-175b-zero3-768", 88, 122.1},
+                           {"nar21-t2-175b-zero3-1536", 44, 342.3}, {"nar21-t2-530b-zero3-640", 138, 47.4},
+                           {"nar21-t2-530b-zero3-1120", 98, 107.2}, {"nar21-t2-530b-zero3-2240", 48, 321.8}},
+                          Figure::hardware_tflops);
+  EXPECT_GT(e.mean_abs, 0.0);
 }
 
 // KOR22 Tables 3-5: MFU of sequence parallelism with selective recomputation.
 TEST(Accuracy, Korthikanti2022Mfu) {
-  const Errors e = errors({{"kor22-22b", 41.5}, {"kor22-175b", 51.4}, {"kor22-530b", 56.0}, {"kor22-1t", 56.3},
-                           {"kor22-530b-dp8", 54.2}},
+  const Errors e = errors({{"kor22-22b", 41.5, 4.3}, {"kor22-175b", 51.4, 0.9}, {"kor22-530b", 56.0, -2.8}, {"kor22-1t", 56.3, -4.3},
+                           {"kor22-530b-dp8", 54.2, -1.1}},
                           Figure::mfu_percent);
   EXPECT_LE(e.mean_abs, 0.05);
   EXPECT_LE(e.max_abs, 0.10);

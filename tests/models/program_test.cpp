@@ -229,6 +229,91 @@ TEST(Program, RanksOfAStageShareOneListAndKnowTheirNeighbours) {
   }
 }
 
+// Selective recomputation repeats the attention core in every layer's backward: the Program
+// holds it (it once skipped every layer that full recomputation's method would not repeat).
+TEST(Program, SelectiveRecomputationIsInEveryLayer) {
+  auto r = plan::load_plan_text("model: gpt3-175b\ntraining: {global_batch_size: 64, recompute: selective, precision: bf16}\n"
+                                "parallelism: {tp: 8, sp: true, pp: 8, dp: 2}\ncluster: {gpu: h100-sxm}\n",
+                                plan::Format::yaml);
+  ASSERT_TRUE(r.ok());
+  const Program prog = lowered(r.plan);
+  const CheckResult c = check(prog, step_flops(r.plan).hardware);
+  EXPECT_TRUE(c.ok()) << (c.errors.empty() ? "" : c.errors.front());
+  std::int64_t recomputed = 0;
+  for (const auto& i : prog.classes[0].instrs) recomputed += i.kind == InstrKind::compute && i.phase == OpPhase::recompute ? 1 : 0;
+  EXPECT_EQ(recomputed, 32 /*micro-batches*/ * 12 /*layers*/);
+}
+
+// DP collectives of stage 0 by name and kind.
+std::map<std::string, std::int64_t> dp_counts(const Program& prog) {
+  std::map<std::string, std::int64_t> n;
+  for (const auto& i : prog.classes[0].instrs) {
+    if (i.stream == Stream::dp) ++n[std::string(to_string(i.collective))];
+  }
+  return n;
+}
+
+// ZeRO-2 keeps only its gradient shard, so every micro-batch reduce-scatters (ZeRO-1 only the
+// last); ZeRO-3 gathers each layer in the forward and again in the backward.
+TEST(Program, ShardedGradientsAreReducedEveryMicroBatch) {
+  auto plan = [](int zero) {
+    auto r = plan::load_plan_text("model: gpt3-175b\ntraining: {global_batch_size: 64, precision: bf16}\n"
+                                  "parallelism: {tp: 8, sp: true, pp: 8, dp: 4, zero_stage: " + std::to_string(zero) + "}\ncluster: {gpu: h100-sxm}\n",
+                                  plan::Format::yaml);
+    EXPECT_TRUE(r.ok());
+    return lowered(r.plan);
+  };
+  const std::int64_t layers = 12, m = 16;  // a layer (226M parameters per TP rank) fills a bucket alone
+  // Stage 0 also reduces the embedding, a bucket of its own after the last layer's.
+  EXPECT_EQ(dp_counts(plan(1))["reduce_scatter"], layers + 1);
+  EXPECT_EQ(dp_counts(plan(2))["reduce_scatter"], m * (layers + 1));
+  EXPECT_EQ(dp_counts(plan(2))["all_gather"], 1);  // the distributed optimizer's
+  const auto three = dp_counts(plan(3));
+  EXPECT_EQ(three.at("reduce_scatter"), m * (layers + 1));
+  EXPECT_EQ(three.at("all_gather"), m * layers * 2);
+  for (int zero : {1, 2, 3}) {
+    const Program prog = plan(zero);
+    EXPECT_TRUE(check(prog).ok()) << zero;
+  }
+}
+
+// ZeRO-3 with overlap.param_gather prefetches one layer ahead: the first op of a layer waits for
+// a gather issued before the previous layer's compute; without, for one issued just before it.
+TEST(Program, ZeroThreePrefetchesTheNextLayer) {
+  auto plan = [](bool prefetch) {
+    auto r = plan::load_plan_text(std::string("model: {preset: tiny, num_layers: 4}\ntraining: {global_batch_size: 8, precision: bf16}\n"
+                                  "parallelism: {dp: 4, zero_stage: 3, overlap: {param_gather: ") + (prefetch ? "true" : "false") +
+                                  "}}\ncluster: {gpu: h100-sxm, num_gpus: 4, gpus_per_node: 4}\n",
+                                  plan::Format::yaml);
+    EXPECT_TRUE(r.ok());
+    return lowered(r.plan);
+  };
+  for (bool prefetch : {true, false}) {
+    SCOPED_TRACE(prefetch);
+    const Program prog = plan(prefetch);
+    const auto& in = prog.classes[0].instrs;
+    std::int64_t checked = 0;
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      if (in[k].kind != InstrKind::compute || in[k].after < 0) continue;
+      const Instr& waited = in[static_cast<std::size_t>(in[k].after)];
+      if (waited.collective != Collective::all_gather || waited.stream != Stream::dp) continue;
+      EXPECT_EQ(waited.layer, in[k].layer);
+      // Computes between the gather and the op that waits for it: the previous layer's, when prefetched.
+      std::int64_t between = 0;
+      for (auto j = static_cast<std::size_t>(in[k].after) + 1; j < k; ++j) between += in[j].kind == InstrKind::compute ? 1 : 0;
+      if (prefetch && in[k].layer != 0 && in[k].layer != 3) {
+        EXPECT_GT(between, 0) << "layer " << in[k].layer;
+      }
+      if (!prefetch) {
+        EXPECT_EQ(between, 0);
+      }
+      ++checked;
+    }
+    EXPECT_EQ(checked, 2 /*micro-batches*/ * 4 /*layers*/ * 2 /*forward, backward*/);
+    EXPECT_TRUE(check(prog).ok());
+  }
+}
+
 // Layers of each chunk as the lowered Program holds them: [stage][chunk] counts, from the
 // forward QKV ops of micro-batch 0.
 std::vector<std::vector<std::int64_t>> lowered_layers(const Program& prog) {

@@ -107,6 +107,41 @@ TEST(RankLayout, LargeMeshCostsNothingPerRank) {
   EXPECT_EQ(l.group_members(GroupKind::dp, r).size(), 512u);
 }
 
+// node_span's closed form against counting the nodes of every group's members, over orders,
+// shapes (regular and not) and node sizes.
+TEST(RankLayout, NodeSpanAgreesWithTheMembers) {
+  const MeshShape shapes[] = {{.tp = 2, .cp = 2, .ep = 2, .dp = 4, .pp = 3},
+                              {.tp = 8, .cp = 1, .ep = 1, .dp = 4, .pp = 2},
+                              {.tp = 4, .cp = 2, .ep = 4, .dp = 8, .pp = 1},
+                              {.tp = 3, .cp = 1, .ep = 1, .dp = 6, .pp = 2}};
+  for (const char* o : {"tp-cp-ep-dp-pp", "tp-pp-dp-ep-cp", "pp-dp-ep-cp-tp", "dp-tp-cp-ep-pp"}) {
+    for (const auto& shape : shapes) {
+      const RankLayout l(shape, order(o));
+      for (const std::int64_t node : {1, 2, 4, 8, 6}) {
+        if (l.world_size() % node != 0) continue;
+        for (GroupKind g : kAllGroupKinds) {
+          if (l.group_size(g) <= 1) continue;
+          std::int64_t nodes = 1;
+          for (std::int64_t i = 0; i < l.num_groups(g); ++i) {
+            std::set<std::int64_t> seen;
+            for (auto r : l.group(g, i)) seen.insert(r / node);
+            nodes = std::max(nodes, static_cast<std::int64_t>(seen.size()));
+          }
+          const auto span = l.node_span(g, node);
+          EXPECT_EQ(span.nodes, nodes) << o << " " << to_string(g) << " node " << node << " world " << l.world_size();
+          EXPECT_EQ(span.per_node, std::max<std::int64_t>(1, l.group_size(g) / nodes)) << o << " " << to_string(g) << " node " << node;
+        }
+      }
+    }
+  }
+  // 131,072 GPUs in closed form: DP crosses 512 nodes with one member each, TP stays in the node.
+  const RankLayout big({.tp = 8, .cp = 2, .ep = 8, .dp = 512, .pp = 16}, order("tp-cp-ep-dp-pp"));
+  EXPECT_EQ(big.node_span(GroupKind::dp, 8).nodes, 512);
+  EXPECT_EQ(big.node_span(GroupKind::dp, 8).per_node, 1);
+  EXPECT_EQ(big.node_span(GroupKind::tp, 8).nodes, 1);
+  EXPECT_EQ(big.node_span(GroupKind::tp, 8).per_node, 8);
+}
+
 TEST(RankLayout, ParseOrderReportsWhatIsWrong) {
   std::string error;
   EXPECT_FALSE(parse_order("tp-cp-dp-pp", error));

@@ -1,0 +1,76 @@
+#include "models/layer_comm.hpp"
+
+#include <algorithm>
+
+namespace meshwork::models {
+namespace {
+
+double d(std::int64_t v) { return static_cast<double>(v); }
+
+}  // namespace
+
+double hottest_expert_load(const plan::MoeConfig& moe) {
+  // Dropping routers cap each expert at capacity_factor times the balanced load.
+  return moe.capacity_factor > 0 ? std::min(moe.routing_imbalance, std::max(1.0, moe.capacity_factor))
+                                 : moe.routing_imbalance;
+}
+
+void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool forward, bool before, std::vector<LayerComm>& out) {
+  const auto& par = p.parallelism;
+  const auto& m = p.model;
+  const double t = d(par.tensor_model_parallel_size);
+  const double e = activation_bytes(p.training.precision);
+  const double tokens = d(p.training.micro_batch_size) * d(m.seq_length) / d(par.context_parallel_size);
+  const bool sp = par.sequence_parallel;
+  if (t > 1) {
+    // Megatron's f/g at the norms and residuals (Shoeybi et al. 2019 §3; with SP, Korthikanti
+    // et al. 2022 §4.2.2: all-gather after the norm, reduce-scatter before the residual).
+    // Forward: after a norm (SP: gather the sequence), before a residual (reduce). The backward
+    // runs the mirror image: after a residual's backward (SP: gather), before a norm's (reduce).
+    const double bytes = tokens * d(m.hidden_size) * e;
+    const bool norm = op == "input_norm" || op == "mlp_norm";
+    const bool residual = op == "attention_residual" || op == "mlp_residual";
+    const Collective reduce = sp ? Collective::reduce_scatter : Collective::all_reduce;
+    auto add = [&](Collective c) { out.push_back({Stream::tp, c, plan::GroupKind::tp, bytes, "tp"}); };
+    if (forward && !before && norm && sp) add(Collective::all_gather);
+    if (forward && before && residual) add(reduce);
+    if (!forward && !before && residual && sp) add(Collective::all_gather);
+    if (!forward && before && norm) add(reduce);
+  }
+  if (par.expert_model_parallel_size > 1 && moe_layer) {
+    // Dispatch after the router, combine before the residual, and their mirror images backward.
+    // With sequence parallelism (required for MoE with TP) each TP rank dispatches its 1/TP of
+    // the tokens (Megatron-core's all-to-all dispatcher).
+    const double routed = (sp ? tokens / t : tokens) * d(m.moe.moe_router_topk) * hottest_expert_load(m.moe) * d(m.hidden_size) * e;
+    auto add = [&](std::string_view what) { out.push_back({Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, what}); };
+    if (forward && !before && op == "router") add("ep_dispatch");
+    if (forward && before && op == "mlp_residual") add("ep_combine");
+    if (!forward && !before && op == "mlp_residual") add("ep_combine");
+    if (!forward && before && op == "router") add("ep_dispatch");
+  }
+  if (par.context_parallel_size > 1 && before && op == "attention") {
+    // Ring attention passes K and V around the CP ring: (cp - 1) blocks forward, twice that
+    // backward (K, V and their gradients; Liu et al. 2023, Megatron-core's ring attention).
+    const double kv = 2 * tokens * d(m.num_query_groups) * d(m.kv_channels) / t * e;
+    out.push_back({Stream::cp, Collective::ring_exchange, plan::GroupKind::cp, (forward ? 1 : 2) * d(par.context_parallel_size - 1) * kv, "cp"});
+  }
+}
+
+GpuParams layer_params_per_gpu(const plan::Plan& p, const ParamCounts& counts, bool moe_layer) {
+  const auto& lp = counts.layer;
+  const double t = d(p.parallelism.tensor_model_parallel_size);
+  if (!moe_layer) return {counts.dense_layer() / t, 0};
+  return {(lp.attention + lp.norms + lp.router + lp.shared_expert) / t, lp.experts / (t * d(p.parallelism.expert_model_parallel_size))};
+}
+
+GpuParams end_params_per_gpu(const plan::Plan& p, const ParamCounts& counts, bool first_virtual, bool last_virtual) {
+  const double t = d(p.parallelism.tensor_model_parallel_size);
+  GpuParams g;
+  if (first_virtual) g.dense += (counts.embedding + counts.position) / t;
+  if (last_virtual) g.dense += (counts.lm_head > 0 ? counts.lm_head : (p.parallelism.pipeline_model_parallel_size > 1 ? counts.embedding : 0)) / t;
+  return g;
+}
+
+double grad_bucket_params(const plan::Plan& p) { return std::max(40e6, 1e6 * d(p.parallelism.data_parallel_size)); }
+
+}  // namespace meshwork::models

@@ -1,0 +1,56 @@
+#pragma once
+// The collectives Megatron-core issues around the ops of one transformer layer for one
+// micro-batch: TP's f/g operators (all-reduce, or all-gather and reduce-scatter with sequence
+// parallelism), EP's dispatch and combine all-to-all, CP's ring exchange of K and V. One list,
+// read by the Program's lowering (which places each where it runs) and by the estimate (which
+// times each with models/comm), so that both tiers price the same messages.
+
+#include <string_view>
+#include <vector>
+
+#include "models/op_table.hpp"
+#include "models/params.hpp"
+#include "models/program.hpp"
+#include "plan/plan.hpp"
+
+namespace meshwork::models {
+
+struct LayerComm {
+  Stream stream = Stream::tp;
+  Collective collective = Collective::none;
+  plan::GroupKind group = plan::GroupKind::tp;
+  double bytes = 0;             // per rank: the buffer, as nccl-tests' "size"
+  std::string_view what = "";   // the instruction's name stem: "tp", "ep_dispatch", "cp"
+};
+
+// The load of the hottest expert rank over the balanced load: routing_imbalance, capped by the
+// capacity factor when the router drops tokens. An all-to-all moves at the pace of the rank
+// that receives the most, so its bytes are scaled by this.
+double hottest_expert_load(const plan::MoeConfig& moe);
+
+// The collectives issued next to the op named `op` of a (MoE when `moe_layer`) layer, in the
+// forward pass (a recomputation repeats it) or the backward (`forward` false, around the op's
+// input-gradient part), before the op or after it. Appends to `out`.
+void comm_around(const plan::Plan& plan, std::string_view op, bool moe_layer, bool forward, bool before, std::vector<LayerComm>& out);
+
+// Parameters one GPU holds of a layer (or of the parts outside the layers), split by the group
+// that reduces their gradients and shards them: dense ones over data x context parallelism,
+// expert ones over expert-data parallelism (Megatron-core's expert_data_parallel group).
+struct GpuParams {
+  double dense = 0, expert = 0;
+  [[nodiscard]] double total() const { return dense + expert; }
+  GpuParams& operator+=(const GpuParams& o) {
+    dense += o.dense;
+    expert += o.expert;
+    return *this;
+  }
+};
+GpuParams layer_params_per_gpu(const plan::Plan& plan, const ParamCounts& counts, bool moe_layer);
+// The embedding on the first virtual stage; the LM head (or, tied, the embedding's copy when
+// the pipeline has more than one stage) on the last.
+GpuParams end_params_per_gpu(const plan::Plan& plan, const ParamCounts& counts, bool first_virtual, bool last_virtual);
+// Megatron-core DDP's gradient bucket: max(40M, 1M x DP) parameters
+// (megatron/core/distributed/distributed_data_parallel.py, bucket_size's default).
+double grad_bucket_params(const plan::Plan& plan);
+
+}  // namespace meshwork::models

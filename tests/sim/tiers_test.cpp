@@ -1,0 +1,91 @@
+// The two tiers on one cost model (issue 18): per setting, the estimate's and the simulation's
+// change of the step agree, and both agree with a hand calculation where one is written.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "models/comm.hpp"
+#include "models/estimate.hpp"
+#include "models/hardware.hpp"
+#include "models/layer_comm.hpp"
+#include "models/params.hpp"
+#include "plan/plan_io.hpp"
+#include "sim/simulate.hpp"
+
+namespace meshwork::sim {
+namespace {
+
+plan::Plan load(const std::string& yaml) {
+  auto r = plan::load_plan_text(yaml, plan::Format::yaml);
+  EXPECT_TRUE(r.ok()) << (r.diagnostics.empty() ? "" : r.diagnostics.items().front().message);
+  return r.plan;
+}
+
+struct Steps {
+  double estimated_s = 0, simulated_s = 0;
+};
+Steps steps(const plan::Plan& p) {
+  const auto sim = simulate(p);
+  EXPECT_TRUE(sim.report) << sim.error;
+  return {models::estimate(p).step_time_s, sim.report ? sim.report->step_time_s : 0};
+}
+
+// Llama-3-8B, data parallel over two 8-GPU nodes of H100 with `nics` x 400G each, 16
+// micro-batches of 4K.
+std::string llama8b_dp16(int zero, bool overlap, int nics = 8) {
+  return "model: {preset: llama3-8b, seq_length: 4096}\n"
+         "training: {global_batch_size: 256, micro_batch_size: 1, precision: bf16, recompute: selective}\n"
+         "parallelism: {dp: 16, zero_stage: " + std::to_string(zero) + ", overlap: {grad_reduce: " + (overlap ? "true" : "false") + "}}\n"
+         "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 8, nics_per_node: " + std::to_string(nics) + ", nic_bandwidth_gbps: 400}\n";
+}
+
+// ZeRO-2 shards gradients, so each of the 16 micro-batches reduce-scatters them (ZeRO-1 once,
+// after the last). Without overlap each reduction is exposed: ZeRO-2 minus ZeRO-1 is 15
+// reduce-scatters of all the gradients. By hand: 8.03e9 parameters x 4 bytes (fp32 main
+// gradients) x 15/16 on a ring between the 2 nodes, whose 8 members per node each carry 1/8
+// of it through their own NIC (400 Gb/s = 50 GB/s, times the profile's NIC efficiency;
+// NVLink's share, 450 GB/s / 8, is not the limit).
+TEST(Tiers, ZeroTwoCostsAReduceScatterPerMicroBatch) {
+  const plan::Plan z1 = load(llama8b_dp16(1, false)), z2 = load(llama8b_dp16(2, false));
+  const Steps one = steps(z1), two = steps(z2);
+  const double params = models::count_params(z1.model).total;
+  const double nic = 50e9 * models::hardware_profile(z1.cluster.gpu).nic_efficiency;
+  const double hand = 15 * params * 4 * 15.0 / 16 / 8 / nic;
+  const double estimated = two.estimated_s - one.estimated_s, simulated = two.simulated_s - one.simulated_s;
+  EXPECT_GT(estimated, 0.10 * one.estimated_s);  // a setting that moves the step
+  EXPECT_NEAR(estimated, hand, 0.10 * hand);
+  EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
+}
+
+// Overlapped, the reductions run under the next micro-batch's passes. With one NIC per node
+// they take longer than a micro-batch, so ZeRO-2 still costs much of its extra traffic, the
+// same in both tiers.
+TEST(Tiers, OverlappedZeroTwoAgreesAcrossTiers) {
+  const Steps one = steps(load(llama8b_dp16(1, true, 1))), two = steps(load(llama8b_dp16(2, true, 1)));
+  const double estimated = two.estimated_s - one.estimated_s, simulated = two.simulated_s - one.simulated_s;
+  EXPECT_GT(estimated, 0.10 * one.estimated_s);
+  EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
+}
+
+// FSDP-style ZeRO-3 of Llama-3-8B on 64 H100: the layer-by-layer gathers (prefetched one
+// layer ahead) and per-micro-batch reduce-scatters, the same in both tiers.
+TEST(Tiers, ZeroThreeAgreesAcrossTiers) {
+  auto plan = [](int zero, bool prefetch) {
+    return load("model: {preset: llama3-8b, seq_length: 8192}\n"
+                "training: {global_batch_size: 256, micro_batch_size: 1, precision: bf16, recompute: selective}\n"
+                "parallelism: {dp: 64, zero_stage: " + std::to_string(zero) + ", overlap: {param_gather: " + (prefetch ? "true" : "false") + "}}\n"
+                "cluster: {gpu: h100-sxm, num_gpus: 64, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 400}\n");
+  };
+  const Steps one = steps(plan(1, true)), three = steps(plan(3, true)), blocking = steps(plan(3, false));
+  for (const Steps& s : {one, three, blocking}) EXPECT_NEAR(s.simulated_s, s.estimated_s, 0.03 * s.estimated_s);
+  const double estimated = three.estimated_s - one.estimated_s, simulated = three.simulated_s - one.simulated_s;
+  EXPECT_NEAR(simulated, estimated, 0.05 * std::fabs(estimated) + 0.01 * one.estimated_s);
+  // Without the prefetch every gather is exposed: more than 10% slower, in both tiers alike.
+  const double unprefetched = blocking.estimated_s - three.estimated_s;
+  EXPECT_GT(unprefetched, 0.10 * three.estimated_s);
+  EXPECT_NEAR(blocking.simulated_s - three.simulated_s, unprefetched, 0.05 * unprefetched);
+}
+
+}  // namespace
+}  // namespace meshwork::sim
