@@ -179,8 +179,8 @@ void add_simulate_command(CLI::App& app, Io& io) {
                   rep.hardware_tflops_per_gpu, rep.mfu * 100, rep.hfu * 100, rep.tokens_per_s, rep.bubble_fraction);
     io.out << buf;
     std::snprintf(buf, sizeof buf,
-                  "  step breakdown (s): compute %.3f, recompute %.3f, TP %.3f, CP %.3f, EP %.3f, DP %.3f, bubble %.3f, optimizer %.3f, other %.3f\n",
-                  b.compute_s, b.recompute_s, b.tp_s, b.cp_s, b.ep_s, b.dp_s, b.bubble_s, b.optimizer_s, b.stalls_s);
+                  "  step breakdown (s): compute %.3f, recompute %.3f, TP %.3f, CP %.3f, EP %.3f, DP %.3f, PP %.3f, bubble %.3f, optimizer %.3f, other %.3f\n",
+                  b.compute_s, b.recompute_s, b.tp_s, b.cp_s, b.ep_s, b.dp_s, b.pp_s, b.bubble_s, b.optimizer_s, b.stalls_s);
     io.out << buf;
     if (!r.hottest_links.empty()) {
       io.out << "  hottest links (bytes, utilisation over the step):\n";
@@ -193,7 +193,8 @@ void add_simulate_command(CLI::App& app, Io& io) {
     if (*explain) {
       // Where the step went: each part's share of the step, largest first.
       std::vector<std::pair<double, std::string>> parts = {
-          {b.compute_s, "compute"},   {b.recompute_s, "recomputation"}, {b.bubble_s, "pipeline bubble (waiting for a neighbour stage)"},
+          {b.compute_s, "compute"},   {b.recompute_s, "recomputation"}, {b.bubble_s, "pipeline bubble (waiting for a neighbour stage's compute)"},
+          {b.pp_s, "exposed pipeline communication (transfers, and neighbours waiting for theirs)"},
           {b.tp_s, "exposed TP communication"}, {b.cp_s, "exposed CP communication"}, {b.ep_s, "exposed EP communication"},
           {b.dp_s, "exposed DP communication"}, {b.optimizer_s, "optimizer step"}, {b.stalls_s, "stragglers and other stalls"}};
       std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x.first > y.first; });

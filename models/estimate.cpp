@@ -259,8 +259,20 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   double bubble_stages = pp - 1;
   if (par.pipeline_schedule == plan::PipelineSchedule::interleaved) bubble_stages /= v;
   if (par.pipeline_schedule == plan::PipelineSchedule::zero_bubble) bubble_stages /= 3;
-  b.bubble_s = bubble_stages * stage_mb;
-  r.bubble_fraction = micro_batches > 0 ? bubble_stages / micro_batches : 0;
+  // One bubble in both tiers (issue 18): the fill and drain wait for the neighbours' compute;
+  // what they wait for the TP, CP and EP communication inside the neighbours' passes is
+  // exposed pipeline communication, as the simulator reports it.
+  // With unequal stages the slowest one waits for the others' fill and drain, not p - 1 of
+  // its own: a pipeline of stage times t_i runs (m - 1) max t + sum t (1F1B), so the slowest
+  // stage idles sum t - max t (the schedule's factor applied as above).
+  const double slow_compute = slow.forward_s + slow.backward_s + slow.recompute_s;
+  double others_compute = 0;
+  for (const auto& st : stages) others_compute += st.forward_s + st.backward_s + st.recompute_s;
+  others_compute -= slow_compute;
+  const double schedule_factor = pp > 1 ? bubble_stages / (pp - 1) : 0;
+  b.bubble_s = schedule_factor * others_compute;
+  const double bubble_comm_s = bubble_stages * (stage_mb - slow_compute);
+  r.bubble_fraction = micro_batches > 0 && slow_compute > 0 ? b.bubble_s / (micro_batches * slow_compute) : 0;
 
   // PP: activations forward and gradients backward per micro-batch and model chunk, split over
   // TP (NAR21 §4.1 scatter/gather). Overlapped, only the fill and drain wait for them.
@@ -269,6 +281,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     const double one = 2 * p2p_s(pp_net, msg);
     b.pp_s = par.overlap.p2p ? (pp - 1) * one : micro_batches * v * one;
   }
+  b.pp_s += bubble_comm_s;
 
   // DP by the Program's rules (models/program.cpp), replayed on the slowest stage's schedule
   // with its pipeline neighbours never late: the compute stream in order, the DP stream's

@@ -1003,10 +1003,14 @@ class Simulation {
     b.cp_s = waited(Wait::cp);
     b.ep_s = waited(Wait::ep);
     b.dp_s = waited(Wait::dp);
-    // Waiting for a pipeline neighbour: the bubble, with the point-to-point transfers in it.
-    // A rank done before the step ends waits for the pipeline to drain elsewhere: bubble too.
-    b.bubble_s = waited(Wait::pipeline) + waited(Wait::none) + (makespan_ - c.end_s);
-    b.pp_s = 0;
+    // Waiting for a pipeline neighbour (a rank done before the step ends waits for the pipeline
+    // to drain elsewhere too). One bubble in both tiers (issue 18): the part of it the stage
+    // would wait with free communication, for its neighbours' compute, which the Program's
+    // replay gives; the rest waited for communication on the way (the transfers, and what the
+    // neighbours themselves waited for): exposed pipeline communication.
+    const double waiting = waited(Wait::pipeline) + waited(Wait::none) + (makespan_ - c.end_s);
+    b.bubble_s = std::min(waiting, compute_bubble_s(layout_.coord(leads_[crit]).pp));
+    b.pp_s = waiting - b.bubble_s;
     b.stalls_s = std::max(0.0, makespan_ - b.total());
     r.step_time_s = makespan_;
     r.bubble_fraction = (c.busy_s + c.recompute_s) > 0 ? b.bubble_s / (c.busy_s + c.recompute_s) : 0;
@@ -1024,6 +1028,18 @@ class Simulation {
     if (p_.training.tokens > 0) r.time_to_train_s = p_.training.tokens / r.tokens_per_s;
     if (options_.free_communication) r.notes.emplace_back("simulated with free communication");
     return r;
+  }
+
+  // A stage's idle time in the replay of the Program with its compute as simulated and
+  // communication free: what it waits for its pipeline neighbours' compute.
+  double compute_bubble_s(std::int64_t stage) const {
+    const auto replayed = models::replay(program_, [&](const models::StageProgram& sp, const Instr& in) {
+      if (in.kind != InstrKind::compute) return 0.0;
+      const BlockTime& bt = blocks_[static_cast<std::size_t>(sp.stage)][static_cast<std::size_t>(&in - sp.instrs.data())];
+      return bt.compute_s + bt.recompute_s + bt.optimizer_s;
+    });
+    if (!replayed.error.empty() || static_cast<std::size_t>(stage) >= replayed.idle_s.size()) return 0;
+    return replayed.idle_s[static_cast<std::size_t>(stage)];
   }
 
   std::vector<LinkUse> hottest_links() const {

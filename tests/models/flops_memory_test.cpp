@@ -146,11 +146,15 @@ plan::Plan pipeline(plan::PipelineSchedule schedule, std::int64_t vpp) {
 }
 
 TEST(Estimate, BubbleFractionFollowsTheSchedule) {
-  // m = 64 micro-batches, p = 8.
-  EXPECT_DOUBLE_EQ(estimate(pipeline(plan::PipelineSchedule::one_f_one_b, 1)).bubble_fraction, 7.0 / 64);
-  EXPECT_DOUBLE_EQ(estimate(pipeline(plan::PipelineSchedule::gpipe, 1)).bubble_fraction, 7.0 / 64);
-  EXPECT_DOUBLE_EQ(estimate(pipeline(plan::PipelineSchedule::interleaved, 3)).bubble_fraction, 7.0 / (3 * 64));
-  EXPECT_DOUBLE_EQ(estimate(pipeline(plan::PipelineSchedule::zero_bubble, 1)).bubble_fraction, 7.0 / (3 * 64));
+  // m = 64 micro-batches, p = 8: the papers' (p-1)/m for equal stages. The end stages carry the
+  // embedding and the LM head, so the slowest stage idles for the others' fill and drain,
+  // a little less than 7 of its own micro-batches.
+  const double one_f_one_b = estimate(pipeline(plan::PipelineSchedule::one_f_one_b, 1)).bubble_fraction;
+  EXPECT_LT(one_f_one_b, 7.0 / 64);
+  EXPECT_GT(one_f_one_b, 0.95 * 7.0 / 64);
+  EXPECT_DOUBLE_EQ(estimate(pipeline(plan::PipelineSchedule::gpipe, 1)).bubble_fraction, one_f_one_b);
+  EXPECT_NEAR(estimate(pipeline(plan::PipelineSchedule::interleaved, 3)).bubble_fraction, one_f_one_b / 3, 0.02 * one_f_one_b / 3);
+  EXPECT_DOUBLE_EQ(estimate(pipeline(plan::PipelineSchedule::zero_bubble, 1)).bubble_fraction, one_f_one_b / 3);
 }
 
 TEST(Estimate, BreakdownAddsUpToTheStepTime) {

@@ -87,5 +87,27 @@ TEST(Tiers, ZeroThreeAgreesAcrossTiers) {
   EXPECT_NEAR(blocking.simulated_s - three.simulated_s, unprefetched, 0.05 * unprefetched);
 }
 
+// One bubble (issue 18): the time a stage waits for its neighbours' compute, the same in the
+// estimate and the simulation, and in the simulation the same with free communication (the
+// waiting for communication on the way is exposed pipeline communication, not bubble).
+TEST(Tiers, OneBubbleInBothTiersAndWithFreeCommunication) {
+  const plan::Plan p = load("model: {preset: llama3-8b, seq_length: 4096}\n"
+                            "training: {global_batch_size: 16, micro_batch_size: 1, precision: bf16}\n"
+                            "parallelism: {tp: 2, sp: true, pp: 4, dp: 2}\n"
+                            "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 8, nics_per_node: 1, nic_bandwidth_gbps: 100}\n");
+  const auto est = models::estimate(p);
+  const auto sim = simulate(p);
+  SimulateOptions free;
+  free.free_communication = true;
+  const auto ideal = simulate(p, free);
+  ASSERT_TRUE(sim.report && ideal.report) << sim.error << ideal.error;
+  const double bubble = sim.report->breakdown.bubble_s;
+  EXPECT_GT(bubble, 0.10 * sim.report->step_time_s);
+  EXPECT_GT(sim.report->breakdown.pp_s, 0.0);  // a 100G NIC per node: the transfers show
+  EXPECT_NEAR(ideal.report->breakdown.bubble_s, bubble, 0.02 * bubble);
+  EXPECT_NEAR(est.breakdown.bubble_s, bubble, 0.05 * bubble);
+  EXPECT_NEAR(est.bubble_fraction, sim.report->bubble_fraction, 0.05 * est.bubble_fraction);
+}
+
 }  // namespace
 }  // namespace meshwork::sim
