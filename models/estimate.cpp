@@ -27,9 +27,9 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 // Communication overlapped with compute slows both: NCCL kernels take SMs and HBM bandwidth
 // from the GEMMs. A p-norm of the two times (2^(1/2.4) = 1.33 at balance), fitted in 2025 on
 // the six ZeRO-3 rows of NAR21 Table 2 (bench/RESULTS.md), was never measured on what it
-// still prices here: TP under the GEMMs with overlap.tp_comm and ring attention's exchange,
-// which the simulator does not overlap yet (issue 18). DP overlap no longer uses it: the DP
-// replay below runs the Program's streams.
+// still prices here: ring attention's exchange under the attention kernels, which the
+// simulator does not overlap yet (issue 18). DP overlap and TP overlap (overlap.tp_comm) no
+// longer use it: they follow the Program's streams and models/layer_comm's GEMM pairing.
 constexpr double kOverlapNorm = 2.4;
 
 // Exposed time of `comm` seconds of communication running under `window` seconds of compute:
@@ -162,23 +162,55 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     // forward's.
     double raw_f = 0, raw_b = 0;
     std::vector<LayerComm> comms;
-    for (const auto& op : layer_ops(p, moe, recomputed)) {
-      if (op.phase == OpPhase::backward_weight) continue;
-      const bool fwd = op.phase != OpPhase::backward_input;
-      comms.clear();
-      comm_around(p, op.name, moe, fwd, true, comms);
-      comm_around(p, op.name, moe, fwd, false, comms);
-      for (const LayerComm& c : comms) {
-        const GroupNetwork& net = c.stream == Stream::tp ? tp_net : c.stream == Stream::ep ? ep_net : cp_net;
-        const double dt = collective_s(net, c.collective, c.bytes);
-        (c.stream == Stream::tp ? s.tp_s : c.stream == Stream::ep ? s.ep_s : s.cp_s) += dt;
-        (op.phase == OpPhase::forward ? raw_f : raw_b) += dt;
-      }
-    }
-    // Estimate-only until the simulator splits TP communication with its GEMMs (issue 18):
-    // tp_comm overlaps TP under the GEMMs, and ring attention's exchange under the attention
-    // kernels (Megatron-core's ring attention), by the p-norm above.
-    if (par.overlap.tp_comm) s.tp_s = overlapped(s.tp_s, s.gemm_s);
+    const bool split_tp = tp_comm_overlapped(p);
+    const auto ops = layer_ops(p, moe, recomputed);
+    // One pass in the Program's order: the forward (or recompute) ops in order, the backward's
+    // input-gradient ops in reverse.
+    auto pass = [&](OpPhase phase) {
+      const bool fwd = phase != OpPhase::backward_input;
+      double pending_gather = 0, last_gemm = 0;  // tp_comm: an all-gather awaiting its GEMM; the previous GEMM
+      auto charge = [&](const Op& op, bool before) {
+        comms.clear();
+        comm_around(p, op.name, moe, fwd, before, comms);
+        for (const LayerComm& c : comms) {
+          const GroupNetwork& net = c.stream == Stream::tp ? tp_net : c.stream == Stream::ep ? ep_net : cp_net;
+          double dt = collective_s(net, c.collective, c.bytes);
+          if (split_tp && c.stream == Stream::tp) {
+            if (c.collective == Collective::all_gather) {
+              pending_gather += dt;
+              continue;
+            }
+            dt = tp_exposed_s(dt, last_gemm);
+          }
+          (c.stream == Stream::tp ? s.tp_s : c.stream == Stream::ep ? s.ep_s : s.cp_s) += dt;
+          (fwd && phase == OpPhase::forward ? raw_f : raw_b) += dt;
+        }
+      };
+      auto visit = [&](const Op& op) {
+        if (op.phase != phase) return;
+        charge(op, true);
+        if (op.kind == OpKind::gemm) {
+          const double g = timer(op);
+          if (pending_gather > 0) {
+            const double dt = tp_exposed_s(pending_gather, g);
+            s.tp_s += dt;
+            (phase == OpPhase::forward ? raw_f : raw_b) += dt;
+            pending_gather = 0;
+          }
+          last_gemm = g;
+        }
+        charge(op, false);
+      };
+      if (fwd) for (const auto& op : ops) visit(op);
+      else for (auto op = ops.rbegin(); op != ops.rend(); ++op) visit(*op);
+      s.tp_s += pending_gather;
+      (phase == OpPhase::forward ? raw_f : raw_b) += pending_gather;
+    };
+    pass(OpPhase::forward);
+    pass(OpPhase::recompute);
+    pass(OpPhase::backward_input);
+    // Estimate-only until the simulator overlaps it (issue 18): ring attention's exchange under
+    // the attention kernels (Megatron-core's ring attention), by the p-norm above.
     if (s.cp_s > 0) s.cp_s = overlapped(s.cp_s, 3 * s.attention_s);
     const double raw = raw_f + raw_b, exposed = s.tp_s + s.cp_s + s.ep_s;
     s.comm_f_s = raw > 0 ? exposed * raw_f / raw : 0;

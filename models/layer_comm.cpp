@@ -56,6 +56,10 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
   }
 }
 
+bool tp_comm_overlapped(const plan::Plan& p) {
+  return p.parallelism.overlap.tp_comm && p.parallelism.sequence_parallel && p.parallelism.tensor_model_parallel_size > 1;
+}
+
 GpuParams layer_params_per_gpu(const plan::Plan& p, const ParamCounts& counts, bool moe_layer) {
   const auto& lp = counts.layer;
   const double t = d(p.parallelism.tensor_model_parallel_size);

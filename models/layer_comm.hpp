@@ -33,6 +33,16 @@ double hottest_expert_load(const plan::MoeConfig& moe);
 // input-gradient part), before the op or after it. Appends to `out`.
 void comm_around(const plan::Plan& plan, std::string_view op, bool moe_layer, bool forward, bool before, std::vector<LayerComm>& out);
 
+// Megatron's --tp-comm-overlap (Transformer Engine's userbuffers; it needs sequence
+// parallelism): each TP all-gather is split with the GEMM that consumes it (the next GEMM of
+// the pass), each reduce-scatter with the GEMM that produces it (the previous one), and only
+// what the GEMM does not cover is exposed, in both tiers. Without SP the flag changes nothing.
+// (Chunked pipelining of the pair is taken as perfect; the SMs the collective takes from the
+// GEMM are not priced yet, issue 18.)
+bool tp_comm_overlapped(const plan::Plan& plan);
+// The exposed part of a TP collective of `comm_s` hidden under a GEMM of `gemm_s`.
+inline double tp_exposed_s(double comm_s, double gemm_s) { return comm_s > gemm_s ? comm_s - gemm_s : 0.0; }
+
 // Parameters one GPU holds of a layer (or of the parts outside the layers), split by the group
 // that reduces their gradients and shards them: dense ones over data x context parallelism,
 // expert ones over expert-data parallelism (Megatron-core's expert_data_parallel group).

@@ -1,5 +1,7 @@
 #include "sim/blocks.hpp"
 
+#include "models/layer_comm.hpp"
+
 namespace meshwork::sim {
 
 using models::Instr;
@@ -42,6 +44,36 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
   std::vector<Instr> out;
   std::vector<std::int32_t> map(sp.instrs.size(), -1);
   std::int32_t open = -1;  // the block being filled
+  // overlap.tp_comm (models/layer_comm): an all-gather waits for the GEMM it is split with (the
+  // next one), a reduce-scatter hides under the GEMM before it, within a block.
+  const bool split_tp = models::tp_comm_overlapped(plan_);
+  double pending_gather = 0, last_gemm = 0;
+  auto close = [&] {
+    if (open >= 0) times[static_cast<std::size_t>(open)].tp_s += pending_gather;
+    pending_gather = 0;
+    last_gemm = 0;
+  };
+  auto add_comm = [&](BlockTime& b, const Instr& in) {
+    double t = nvlink_collective_s(in);
+    if (in.stream == models::Stream::cp) {
+      b.cp_s += t;
+      return;
+    }
+    if (split_tp && in.collective == models::Collective::all_gather) {
+      pending_gather += t;
+      return;
+    }
+    if (split_tp && in.collective == models::Collective::reduce_scatter) t = models::tp_exposed_s(t, last_gemm);
+    b.tp_s += t;
+  };
+  auto add_compute = [&](BlockTime& b, const Instr& in) {
+    charge(b, in);
+    if (in.op != models::OpKind::gemm) return;
+    const double g = timer_(in.op, in.flops, in.bytes);
+    if (pending_gather > 0) b.tp_s += models::tp_exposed_s(pending_gather, g);
+    pending_gather = 0;
+    last_gemm = g;
+  };
   for (std::size_t k = 0; k < sp.instrs.size(); ++k) {
     const Instr& in = sp.instrs[k];
     const bool mergeable_comm = in.kind == InstrKind::collective && (in.stream == models::Stream::tp || in.stream == models::Stream::cp) &&
@@ -51,27 +83,29 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
     if (joins) {
       map[k] = open;
       auto& b = times[static_cast<std::size_t>(open)];
-      if (in.kind == InstrKind::compute) charge(b, in);
-      else (in.stream == models::Stream::tp ? b.tp_s : b.cp_s) += nvlink_collective_s(in);
+      if (in.kind == InstrKind::compute) add_compute(b, in);
+      else add_comm(b, in);
       continue;
     }
+    close();
     Instr copy = in;
     copy.after = in.after >= 0 ? map[static_cast<std::size_t>(in.after)] : -1;
     BlockTime b;
     if (in.kind == InstrKind::compute) {
-      charge(b, in);
+      add_compute(b, in);
     } else if (mergeable_comm) {
       // A block that starts with an in-node collective: a compute block of its time.
       copy.kind = InstrKind::compute;
       copy.stream = models::Stream::compute;
       copy.op = models::OpKind::elementwise;
-      (in.stream == models::Stream::tp ? b.tp_s : b.cp_s) += nvlink_collective_s(in);
+      add_comm(b, in);
     }
     out.push_back(copy);
     times.push_back(b);
     map[k] = static_cast<std::int32_t>(out.size() - 1);
     open = copy.kind == InstrKind::compute ? map[k] : -1;
   }
+  close();
   sp.instrs = std::move(out);
   return times;
 }

@@ -87,6 +87,23 @@ TEST(Tiers, ZeroThreeAgreesAcrossTiers) {
   EXPECT_NEAR(blocking.simulated_s - three.simulated_s, unprefetched, 0.05 * unprefetched);
 }
 
+// overlap.tp_comm (Megatron's --tp-comm-overlap, with SP): each TP all-gather hides under the
+// GEMM that consumes it and each reduce-scatter under the one that produces it, the same rule
+// in both tiers (it once moved the estimate only).
+TEST(Tiers, TpCommOverlapMovesBothTiersAlike) {
+  auto plan = [](bool overlap) {
+    return load("model: {preset: llama3-8b, seq_length: 8192}\n"
+                "training: {global_batch_size: 8, micro_batch_size: 1, precision: bf16}\n"
+                "parallelism: {tp: 8, sp: true, overlap: {tp_comm: " + std::string(overlap ? "true" : "false") + "}}\n"
+                "cluster: {gpu: h100-sxm, num_gpus: 8, gpus_per_node: 8}\n");
+  };
+  const Steps exposed = steps(plan(false)), split = steps(plan(true));
+  const double estimated = exposed.estimated_s - split.estimated_s, simulated = exposed.simulated_s - split.simulated_s;
+  EXPECT_GT(estimated, 0.10 * exposed.estimated_s);
+  EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
+  EXPECT_NEAR(split.simulated_s, split.estimated_s, 0.03 * split.estimated_s);
+}
+
 // One bubble (issue 18): the time a stage waits for its neighbours' compute, the same in the
 // estimate and the simulation, and in the simulation the same with free communication (the
 // waiting for communication on the way is exposed pipeline communication, not bubble).
