@@ -13,6 +13,7 @@
 #include "models/memory.hpp"
 #include "models/op_table.hpp"
 #include "models/params.hpp"
+#include "models/pipeline.hpp"
 #include "plan/derived.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
@@ -132,8 +133,6 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const double t = d(par.tensor_model_parallel_size);
   const double tokens_mb = d(p.training.micro_batch_size) * d(m.seq_length) / d(par.context_parallel_size);
   const double micro_batches = d(derived.micro_batches_per_step);
-  const double pp = d(par.pipeline_model_parallel_size);
-  const double v = d(par.virtual_pipeline_model_parallel_size);
 
   const ComputeTimer timer(p);
   const GroupNetwork tp_net = group_network(p, hw, plan::GroupKind::tp);
@@ -239,13 +238,47 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   std::vector<StageTimes> stages;
   const auto chunks = plan::layers_per_chunk(p);
   const auto firsts = plan::chunk_first_layers(chunks);
+  // Each schedule item's seconds, per stage and chunk, with the TP, CP and EP time exposed
+  // inside it (`pipe`) and without (`pipe_compute`): the pipeline replays below.
+  const std::int64_t vchunks = chunks.empty() ? 1 : static_cast<std::int64_t>(chunks.front().size());
+  PipelineSpec pipe;
+  pipe.schedule = par.pipeline_schedule;
+  pipe.stages = par.pipeline_model_parallel_size;
+  pipe.microbatches = derived.micro_batches_per_step;
+  pipe.chunks = vchunks;
+  pipe.preposted = par.overlap.p2p;
+  const auto pipe_slots = static_cast<std::size_t>(pipe.stages * vchunks);
+  pipe.forward_s.assign(pipe_slots, 0);
+  pipe.backward_s.assign(pipe_slots, 0);
+  pipe.weight_s.assign(pipe_slots, 0);
+  PipelineSpec pipe_compute = pipe;
+  StageTimes first_ops, last_ops;
+  time_ops(first_stage_ops(p), first_ops);
+  time_ops(last_stage_ops(p), last_ops);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     StageTimes s;
     for (std::size_t c = 0; c < chunks[i].size(); ++c) {
       const std::int64_t first = firsts[i][c];
+      const std::size_t at = i * static_cast<std::size_t>(vchunks) + c;
+      if (i == 0 && c == 0) {
+        pipe.forward_s[at] += first_ops.forward_s;
+        pipe.backward_s[at] += first_ops.backward_s;
+      }
+      if (i + 1 == chunks.size() && c + 1 == chunks[i].size()) {
+        pipe.forward_s[at] += last_ops.forward_s;
+        pipe.backward_s[at] += last_ops.backward_s;
+      }
+      pipe_compute.forward_s[at] = pipe.forward_s[at];
+      pipe_compute.backward_s[at] = pipe.backward_s[at];
       for (std::int64_t k = 0; k < chunks[i][c]; ++k) {
         const bool moe = is_moe_layer(m, first + k);
         const StageTimes& l = layer_times[moe ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
+        pipe_compute.forward_s[at] += l.forward_s;
+        pipe_compute.backward_s[at] += l.recompute_s + l.backward_s;
+        pipe_compute.weight_s[at] += l.weight_s;
+        pipe.forward_s[at] += l.forward_s + l.comm_f_s;
+        pipe.backward_s[at] += l.recompute_s + l.backward_s + l.comm_b_s;
+        pipe.weight_s[at] += l.weight_s;
         s.forward_s += l.forward_s;
         s.backward_s += l.backward_s;
         s.recompute_s += l.recompute_s;
@@ -264,12 +297,14 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     s.params += ends.dense;
     stages.push_back(s);
   }
-  auto per_mb = [](const StageTimes& s) { return s.forward_s + s.backward_s + s.recompute_s + s.tp_s + s.cp_s + s.ep_s; };
+  // The stage whose breakdown is reported: the one that computes longest, as the simulator
+  // picks its critical rank (sim/engine.cpp); the pipeline replay gives every stage the same
+  // makespan, so the choice only decides how it is split.
+  auto per_mb = [](const StageTimes& s) { return s.forward_s + s.backward_s + s.recompute_s; };
   const auto slow_it = std::max_element(stages.begin(), stages.end(),
                                         [&](const StageTimes& a, const StageTimes& b) { return per_mb(a) < per_mb(b); });
   const StageTimes& slow = *slow_it;
   const auto slow_stage = static_cast<std::int64_t>(slow_it - stages.begin());
-  const double stage_mb = per_mb(slow);
 
   report::Breakdown& b = r.breakdown;
   b.compute_s = micro_batches * (slow.forward_s + slow.backward_s);
@@ -285,35 +320,21 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
                           std::llround(micro_batches * slow.kinds.count[i])});
   }
 
-  // Bubble: fill and drain of the pipeline, in units of one stage's micro-batch (NAR21 §2.2:
-  // (p-1)/m of the ideal time for GPipe and 1F1B, (p-1)/(v m) interleaved; ZB-H1 (p-1)/(3m),
-  // Qi et al. 2023 with T_F = T_B = T_W).
-  double bubble_stages = pp - 1;
-  if (par.pipeline_schedule == plan::PipelineSchedule::interleaved) bubble_stages /= v;
-  if (par.pipeline_schedule == plan::PipelineSchedule::zero_bubble) bubble_stages /= 3;
-  // One bubble in both tiers (issue 18): the fill and drain wait for the neighbours' compute;
-  // what they wait for the TP, CP and EP communication inside the neighbours' passes is
-  // exposed pipeline communication, as the simulator reports it.
-  // With unequal stages the slowest one waits for the others' fill and drain, not p - 1 of
-  // its own: a pipeline of stage times t_i runs (m - 1) max t + sum t (1F1B), so the slowest
-  // stage idles sum t - max t (the schedule's factor applied as above).
-  const double slow_compute = slow.forward_s + slow.backward_s + slow.recompute_s;
-  double others_compute = 0;
-  for (const auto& st : stages) others_compute += st.forward_s + st.backward_s + st.recompute_s;
-  others_compute -= slow_compute;
-  const double schedule_factor = pp > 1 ? bubble_stages / (pp - 1) : 0;
-  b.bubble_s = schedule_factor * others_compute;
-  const double bubble_comm_s = bubble_stages * (stage_mb - slow_compute);
-  r.bubble_fraction = micro_batches > 0 && slow_compute > 0 ? b.bubble_s / (micro_batches * slow_compute) : 0;
-
-  // PP: activations forward and gradients backward per micro-batch and model chunk, split over
-  // TP (NAR21 §4.1 scatter/gather). Overlapped, only the fill and drain wait for them.
-  if (pp_net.size > 1) {
-    const double msg = tokens_mb * d(m.hidden_size) * e / t;
-    const double one = 2 * p2p_s(pp_net, msg);
-    b.pp_s = par.overlap.p2p ? (pp - 1) * one : micro_batches * v * one;
+  // Bubble and exposed pipeline communication: the schedule replayed item by item on every
+  // stage (models/pipeline), as the simulator plays the Program. One bubble in both tiers
+  // (issue 18): what the slowest stage waits with communication free, for its neighbours'
+  // compute; the rest of its wait (the transfers, and the TP, CP and EP time inside its
+  // neighbours' items) is exposed pipeline communication.
+  if (par.pipeline_model_parallel_size > 1) {
+    pipe.transfer_s = p2p_s(pp_net, tokens_mb * d(m.hidden_size) * e / t);  // scattered over TP (NAR21 §4.1)
+    const PipelineTimes with_comm = pipeline_times(pipe);
+    const PipelineTimes compute_only = pipeline_times(pipe_compute);
+    const auto st = static_cast<std::size_t>(slow_stage);
+    b.bubble_s = compute_only.idle_s[st];
+    b.pp_s = std::max(0.0, with_comm.idle_s[st] - b.bubble_s);
   }
-  b.pp_s += bubble_comm_s;
+  const double slow_compute = slow.forward_s + slow.backward_s + slow.recompute_s;
+  r.bubble_fraction = micro_batches > 0 && slow_compute > 0 ? b.bubble_s / (micro_batches * slow_compute) : 0;
 
   // DP by the Program's rules (models/program.cpp), replayed on the slowest stage's schedule
   // with its pipeline neighbours never late: the compute stream in order, the DP stream's
@@ -357,10 +378,6 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       for (std::size_t i = 0; i < sched.size(); ++i) {
         if (sched[i].pass == Pass::backward || sched[i].pass == Pass::backward_weight) last_grad_item[static_cast<std::size_t>(sched[i].chunk)] = i;
       }
-      // The chunk's ops outside the layers (embedding, LM head and loss), forward and backward.
-      StageTimes first_ops, last_ops;
-      if (slow_stage == 0) time_ops(first_stage_ops(p), first_ops);
-      if (slow_stage + 1 == par.pipeline_model_parallel_size) time_ops(last_stage_ops(p), last_ops);
       double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0;
       GpuParams pending;
       auto run = [&](double dt) {

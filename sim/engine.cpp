@@ -607,7 +607,7 @@ class Simulation {
     return (static_cast<std::uint64_t>(rank) << 32) | static_cast<std::uint32_t>(tag);
   }
   void start(P2p& e) {
-    if (e.src >= 0 && e.bytes > 0) e.flow = send_flow(e.src, e.type, e.bytes);
+    if (!e.flow && e.src >= 0 && e.bytes > 0) e.flow = send_flow(e.src, e.type, e.bytes);
   }
   // The receiver `r` posts its receive of `in`. When the send has not come yet, it makes
   // the flow (unstarted) that its sender's class will play, so that it can wait on that one
@@ -911,7 +911,10 @@ class Simulation {
           e.src = peer == lead ? -1 : lead;
           e.type = type;
           e.bytes = bytes;
-          if (e.posted) start(e);
+          // overlap.p2p: Megatron posts the next receive ahead of the compute
+          // (--overlap-p2p-communication), so the transfer runs as soon as it is sent;
+          // otherwise it starts when the receiver reaches its receive (models/pipeline).
+          if (e.posted || p_.parallelism.overlap.p2p) start(e);
           if (e.ready) e.ready->release();
           break;
         }

@@ -152,9 +152,12 @@ TEST(Estimate, BubbleFractionFollowsTheSchedule) {
   const double one_f_one_b = estimate(pipeline(plan::PipelineSchedule::one_f_one_b, 1)).bubble_fraction;
   EXPECT_LT(one_f_one_b, 7.0 / 64);
   EXPECT_GT(one_f_one_b, 0.95 * 7.0 / 64);
-  EXPECT_DOUBLE_EQ(estimate(pipeline(plan::PipelineSchedule::gpipe, 1)).bubble_fraction, one_f_one_b);
-  EXPECT_NEAR(estimate(pipeline(plan::PipelineSchedule::interleaved, 3)).bubble_fraction, one_f_one_b / 3, 0.02 * one_f_one_b / 3);
-  EXPECT_DOUBLE_EQ(estimate(pipeline(plan::PipelineSchedule::zero_bubble, 1)).bubble_fraction, one_f_one_b / 3);
+  EXPECT_NEAR(estimate(pipeline(plan::PipelineSchedule::gpipe, 1)).bubble_fraction, one_f_one_b, 1e-12);
+  // Interleaved, the replay of Megatron's order (models/pipeline) with the heavier end stages
+  // idles a few per cent more than the paper's (p-1)/(v m), which assumes equal stages.
+  EXPECT_NEAR(estimate(pipeline(plan::PipelineSchedule::interleaved, 3)).bubble_fraction, one_f_one_b / 3, 0.10 * one_f_one_b / 3);
+  // ZB-H1 likewise, against Qi et al.'s (p-1)/(3m) for T_F = T_B = T_W.
+  EXPECT_NEAR(estimate(pipeline(plan::PipelineSchedule::zero_bubble, 1)).bubble_fraction, one_f_one_b / 3, 0.10 * one_f_one_b / 3);
 }
 
 TEST(Estimate, BreakdownAddsUpToTheStepTime) {

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "models/flops.hpp"
+#include "models/pipeline.hpp"
 #include "models/program.hpp"
 #include "plan/pipeline_layout.hpp"
 #include "plan/plan_io.hpp"
@@ -430,6 +431,76 @@ TEST(PipelineLayout, UnrollsRepeatsAndIgnoresCommas) {
   EXPECT_NE(error.find("more than"), std::string::npos) << error;
   EXPECT_FALSE(plan::parse_pipeline_layout("t*", error));
   EXPECT_NE(error.find("without a count"), std::string::npos) << error;
+}
+
+// models/pipeline replays the schedule item by item for the estimate; with communication free
+// it must be the Program's replay (which the simulator's bubble comes from), on unequal stages.
+TEST(Pipeline, ItemReplayIsTheProgramsReplayWithFreeCommunication) {
+  const struct {
+    const char* schedule;
+    std::int64_t pp, vpp, m;
+  } cases[] = {{"gpipe", 4, 1, 8}, {"1f1b", 4, 1, 8}, {"1f1b", 4, 1, 3}, {"interleaved", 4, 2, 8}, {"interleaved", 2, 4, 2}, {"zero_bubble", 4, 1, 8}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.schedule) + " p" + std::to_string(c.pp) + " v" + std::to_string(c.vpp) + " m" + std::to_string(c.m));
+    const Program prog = lowered(tiny(c.schedule, c.pp, c.vpp, c.m));
+    // Stage s's items take (1 + s/4) of the unit times, shared among the item's compute.
+    std::vector<std::vector<double>> count(prog.classes.size());
+    for (const auto& sp : prog.classes) {
+      auto& n = count[static_cast<std::size_t>(sp.stage)];
+      n.assign(sp.schedule.size(), 0);
+      for (const auto& in : sp.instrs) {
+        if (in.kind == InstrKind::compute && in.item >= 0) n[static_cast<std::size_t>(in.item)] += 1;
+      }
+    }
+    const double v = static_cast<double>(c.vpp);
+    auto scale = [](std::int64_t s) { return 1 + static_cast<double>(s) / 4; };
+    const ReplayResult r = replay(prog, [&](const StageProgram& sp, const Instr& in) {
+      if (in.kind != InstrKind::compute || in.item < 0) return 0.0;
+      const ScheduleItem& it = sp.schedule[static_cast<std::size_t>(in.item)];
+      const double units = it.pass == Pass::backward ? 3 : it.pass == Pass::backward_input ? 2 : 1;
+      return scale(sp.stage) * units / v / count[static_cast<std::size_t>(sp.stage)][static_cast<std::size_t>(in.item)];
+    });
+    ASSERT_TRUE(r.error.empty()) << r.error;
+    PipelineSpec spec;
+    spec.schedule = prog.schedule;
+    spec.stages = c.pp;
+    spec.chunks = c.vpp;
+    spec.microbatches = c.m;
+    for (std::int64_t s = 0; s < c.pp; ++s) {
+      for (std::int64_t k = 0; k < c.vpp; ++k) {
+        spec.forward_s.push_back(scale(s) / v);
+        spec.backward_s.push_back(scale(s) * 3 / v);
+        spec.weight_s.push_back(scale(s) / v);
+      }
+    }
+    const PipelineTimes t = pipeline_times(spec);
+    EXPECT_NEAR(t.makespan_s, r.makespan_s, 1e-9);
+    for (std::size_t s = 0; s < t.idle_s.size(); ++s) EXPECT_NEAR(t.idle_s[s], r.idle_s[s], 1e-9) << s;
+  }
+}
+
+// Two stages, two micro-batches, t_F = 1, t_B = 2, a transfer 0.5 (by hand, F/B per stage):
+// free:      stage 1 F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]; stage 0 B0 [4,6] B1 [7,9]: 9.
+// preposted: stage 1 F0 [1.5,2.5] B0 [2.5,4.5] F1 [4.5,5.5] (sent at 2) B1 [5.5,7.5];
+//            stage 0 B0 [5,7] B1 [8,10]: 10, the steady state's two transfers on the path.
+// rendezvous: stage 1's F1 transfer leaves only when it gets there (4.5): F1 [5,6] B1 [6,8];
+//            stage 0 B1 [8.5,10.5]: 10.5.
+TEST(Pipeline, TransfersOnTheCriticalPathByHand) {
+  PipelineSpec spec;
+  spec.schedule = plan::PipelineSchedule::one_f_one_b;
+  spec.stages = 2;
+  spec.microbatches = 2;
+  spec.forward_s = {1, 1};
+  spec.backward_s = {2, 2};
+  spec.weight_s = {0, 0};
+  EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 9);
+  spec.transfer_s = 0.5;
+  const PipelineTimes posted = pipeline_times(spec);
+  EXPECT_DOUBLE_EQ(posted.makespan_s, 10);
+  EXPECT_DOUBLE_EQ(posted.idle_s[0], 4);
+  EXPECT_DOUBLE_EQ(posted.idle_s[1], 4);
+  spec.preposted = false;
+  EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 10.5);
 }
 
 }  // namespace

@@ -73,13 +73,14 @@ TEST(Simulate, AgreesWithTheEstimateOnASmallPlanWithoutContention) {
   EXPECT_NEAR(r.report->breakdown.total(), r.report->step_time_s, 1e-9 * r.report->step_time_s);
   EXPECT_GT(r.flows, 0);
   EXPECT_FALSE(r.hottest_links.empty());
-  // Merged blocks (the default) and one event per instruction give the same step here: the
-  // TP rings inside the node have their links to themselves.
+  // Merged blocks (the default) and one event per instruction give the same step here, but
+  // for the pipeline transfers: sent as soon as ready (overlap.p2p), they share NVLink with
+  // the TP rings that --fine plays as flows.
   SimulateOptions fine;
   fine.fine = true;
   const SimulateResult f = simulate(p, fine);
   ASSERT_TRUE(f.report) << f.error;
-  EXPECT_NEAR(f.report->step_time_s / r.report->step_time_s, 1.0, 1e-6);
+  EXPECT_NEAR(f.report->step_time_s / r.report->step_time_s, 1.0, 1e-3);
 }
 
 // Where the simulation and the closed form part: NAR21's 7.5B run (128 GPUs, DP 16 rings

@@ -1,0 +1,46 @@
+#pragma once
+// The pipeline as the Program plays it, at the grain of schedule items: every stage runs its
+// schedule (models::stage_schedule) in order, a forward waits for its activations and a
+// backward for its gradients from the neighbouring stage. The estimate's bubble and exposed
+// pipeline communication come from here, with the rules the simulator plays (sim/engine.cpp):
+//
+// - A transfer takes `transfer_s` (models::p2p_s of the pipeline group), contention-free.
+// - Sends are buffered: the sender goes on.
+// - With overlap.p2p the receive is posted ahead (Megatron's --overlap-p2p-communication
+//   posts the next item's receive before the current item's compute), so a transfer runs as
+//   soon as it is sent. Without it the receive is posted when the stage reaches the item (a
+//   rendezvous, as NCCL's send and receive), and a transfer sent earlier starts only then.
+//
+// Even posted ahead, a transfer can sit on the critical path: in 1F1B's steady state a stage
+// waits two transfers per micro-batch for its neighbour (the cycle forward to it, backward
+// from it), which is why the bubble of (p-1)/m alone does not price pipeline communication.
+#include <cstdint>
+#include <vector>
+
+#include "models/program.hpp"
+
+namespace meshwork::models {
+
+struct PipelineSpec {
+  plan::PipelineSchedule schedule = plan::PipelineSchedule::one_f_one_b;
+  std::int64_t stages = 1;
+  std::int64_t microbatches = 1;
+  std::int64_t chunks = 1;  // virtual stages per stage (interleaved), 1 otherwise
+  // Seconds of one item, per stage and chunk: [stage * chunks + chunk]. backward_s is the
+  // whole backward (input and weight gradients); weight_s its weight-gradient part, which
+  // zero-bubble schedules run as an item of its own.
+  std::vector<double> forward_s, backward_s, weight_s;
+  double transfer_s = 0;  // one activation or gradient between neighbouring stages
+  bool preposted = true;  // overlap.p2p
+};
+
+struct PipelineTimes {
+  double makespan_s = 0;
+  std::vector<double> busy_s;  // per stage: its items' seconds
+  std::vector<double> idle_s;  // per stage: makespan - busy
+};
+
+// Replays the schedule; O(stages x micro-batches x chunks).
+PipelineTimes pipeline_times(const PipelineSpec& spec);
+
+}  // namespace meshwork::models
