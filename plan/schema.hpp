@@ -78,7 +78,7 @@ void describe(V& v, OverlapConfig& s) {
   v.field(s.grad_reduce, {.key = "grad_reduce", .doc = "Data-parallel gradient reduction in buckets under the backward pass.", .aliases = "overlap_grad_reduce"});
   v.field(s.param_gather, {.key = "param_gather", .doc = "Parameter all-gather (distributed optimizer, ZeRO-3) under the forward pass.", .aliases = "overlap_param_gather"});
   v.field(s.tp_comm, {.key = "tp_comm", .doc = "Tensor-parallel communication overlapped with the GEMMs (Megatron's tp_comm_overlap).", .aliases = "tp_comm_overlap"});
-  v.field(s.p2p, {.key = "p2p", .doc = "Pipeline sends and receives overlapped with compute.", .aliases = "overlap_p2p_comm"});
+  v.field(s.p2p, {.key = "p2p", .doc = "Receives posted ahead of the compute (Megatron's --overlap-p2p-communication): a transfer leaves as soon as it is sent; otherwise when the receiver reaches its item.", .aliases = "overlap_p2p_comm"});
 }
 
 template <class V>
