@@ -43,7 +43,9 @@ class Compare : public ::testing::Test {
     return p.string();
   }
 
-  const fs::path dir_ = fs::temp_directory_path() / "meshwork-compare-test";
+  // One directory per test: ctest runs this fixture's tests in parallel processes, and one
+  // test's clean-up must not remove another's files.
+  const fs::path dir_ = fs::temp_directory_path() / ("meshwork-compare-test-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
   const std::string predicted_ = (dir_ / "predicted.json").string();
   const std::string log_ = (kSource / "tests/data/megatron/gpt-tp2-pp2-interval1.log").string();
 };
