@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The simulator (or, with TIER=estimate, the closed form) against published runs
-# (../shared/reference/published-runs.md A1, A2): each scenario run with `meshwork simulate --json`, the published figure read from the
+# (docs/reference/published-runs.md A1, A2): each scenario run with `meshwork simulate --json`, the published figure read from the
 # scenario's description ("measured N TFLOP/s" counts recomputation, as NAR21 does: HFU;
 # "MFU N%" is KOR22's). Prints a Markdown table with wall time per case.
 #

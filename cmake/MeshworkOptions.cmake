@@ -81,7 +81,7 @@ if(NOT MESHWORK_WITH_MPI STREQUAL "OFF")
 endif()
 meshwork_resolve(MESHWORK_WITH_MPI MPI MPI_CXX_FOUND)
 
-# Debian ships SimGrid's pkg-config file only (../shared/reference/simgrid-3.32-notes.md).
+# Debian ships SimGrid's pkg-config file only (docs/reference/simgrid-3.32-notes.md).
 if(NOT MESHWORK_WITH_SIMGRID STREQUAL "OFF")
   find_package(PkgConfig QUIET)
   if(PkgConfig_FOUND)

@@ -33,7 +33,7 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan:
     return g;
   }
   g.busbw_bytes_per_s = std::min(g.nvlink_bytes_per_s, g.nic_bytes_per_s);
-  // A message crosses up to 2 x tiers switch hops and two NICs (~1 us each, published-runs C1).
+  // A message crosses up to 2 x tiers switch hops and two NICs (~1 us each, docs/reference/published-runs.md C1).
   g.latency_s = (2.0 * static_cast<double>(c.topology.tiers) * c.topology.link_latency_us + 2.0) * 1e-6;
   return g;
 }
@@ -140,8 +140,8 @@ double collective_s(const GroupNetwork& g, Collective c, double bytes, Collectiv
   if (a == CollectiveAlgorithm::ring && g.crosses_nodes && c != Collective::all_to_all && c != Collective::ring_exchange) {
     // A ring between nodes with k members per node: NCCL's channels start on every member,
     // so each member's own NIC carries 1/k of the ring's traffic and the node's NICs work
-    // together (nccl-tests: B200 4 nodes x 8, 381.8 GB/s busbw on 8 x 400G, published-runs
-    // C2); NVLink caps the node's ring.
+    // together (nccl-tests: B200 4 nodes x 8, 381.8 GB/s busbw on 8 x 400G,
+    // docs/reference/published-runs.md C2); NVLink caps the node's ring.
     rate = std::min(g.nic_bytes_per_s, g.nvlink_bytes_per_s / k);
   }
   if (c == Collective::ring_exchange) rate = g.busbw_bytes_per_s;

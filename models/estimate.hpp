@@ -1,5 +1,5 @@
 #pragma once
-// The closed-form estimate of a plan's training step (DESIGN.md, "Fidelity and speed"):
+// The closed-form estimate of a plan's training step (docs/DESIGN.md, "Fidelity and speed"):
 // per-stage compute from the op table on a roofline with achievable efficiencies, exposed
 // communication by Megatron's overlap rules, the pipeline bubble of the schedule and the
 // optimizer step; MFU, HFU, throughput, memory per stage, power. Microseconds per plan.

@@ -19,7 +19,7 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
   if (starts_with(name, "a100")) {
     hw.generation = "ampere";
     // In training, GEMMs reach less than the best isolated matmul (271.2 of 312 TFLOP/s,
-    // published-runs C3): 0.68 of peak, calibrated once on Ampere against NAR21 Table 1 and
+    // docs/reference/published-runs.md C3): 0.68 of peak, calibrated once on Ampere against NAR21 Table 1 and
     // KOR22 Tables 3-4 (a 22B layer's forward in 7.7 ms) with every other constant fixed; see
     // bench/RESULTS.md. Small GEMMs lose half their efficiency near 1e8 multiply-adds.
     hw.gemm_max_efficiency = kInTrainingGemmFraction * 271.2 / 312;
@@ -36,7 +36,7 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.host_watts_per_node = 6500 * 0.94 - 8 * 400;
   } else if (starts_with(name, "h100") || starts_with(name, "h200") || starts_with(name, "h800")) {
     hw.generation = "hopper";
-    // Best measured BF16 matmul 794.5 of 989 TFLOP/s (published-runs C3, STAS), times the
+    // Best measured BF16 matmul 794.5 of 989 TFLOP/s (docs/reference/published-runs.md C3, STAS), times the
     // in-training fraction found on Ampere (no Hopper run is in the calibration set).
     hw.gemm_max_efficiency = kInTrainingGemmFraction * 794.5 / 989;
     hw.gemm_half_macs = 1e8 * 989 / 312;  // the same SM occupancy as Ampere, scaled by throughput
@@ -55,17 +55,17 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.host_watts_per_node = 700 + 320 + 500 + 400 + 200 + 1100;
   } else if (starts_with(name, "b200")) {
     hw.generation = "blackwell";
-    // Best measured BF16 matmul 1,745 of 2,250 TFLOP/s (published-runs C3, STAS), times the
+    // Best measured BF16 matmul 1,745 of 2,250 TFLOP/s (docs/reference/published-runs.md C3, STAS), times the
     // in-training fraction found on Ampere.
     hw.gemm_max_efficiency = kInTrainingGemmFraction * 1745.0 / 2250;
     hw.gemm_half_macs = 1e8 * 2250 / 312;
     hw.memory_efficiency = 0.85;
     hw.kernel_overhead_s = 0;
-    // 8xB200 ring all-reduce ~680 GB/s busbw of 900 (published-runs C2, STAS).
+    // 8xB200 ring all-reduce ~680 GB/s busbw of 900 (docs/reference/published-runs.md C2, STAS).
     hw.nvlink_efficiency = 680.0 / 900;
     hw.nic_efficiency = 47.0 / 50;
     // 8xB200 NVLS all-reduce 838.0 GB/s busbw = algbw x 2(n-1)/n, so algbw 478.9 of 900
-    // (published-runs C2, STAS).
+    // (docs/reference/published-runs.md C2, STAS).
     hw.nvls_efficiency = 838.0 / 1.75 / 900;
     // DGX B200: 14.3 kW maximum (NVIDIA DGX B200 datasheet) with 8 x 1,000 W GPUs.
     hw.host_watts_per_node = 14300 * 0.94 - 8 * 1000;

@@ -1,5 +1,5 @@
 #pragma once
-// The Program (../shared/DESIGN.md): a plan lowered to what every rank does, in order. The
+// The Program (docs/DESIGN.md): a plan lowered to what every rank does, in order. The
 // simulator times it and the executor runs it, instruction for instruction, so that predicted
 // and measured can be compared op by op.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// The plan: plain value types for every section of a plan file (DESIGN.md, "The plan file").
+// The plan: plain value types for every section of a plan file (docs/DESIGN.md, "The plan file").
 // No engine header is reachable from here. Field names follow Megatron-core; what each field
 // means, its unit, default and aliases are described once, in schema.hpp.
 //

@@ -29,7 +29,7 @@ std::vector<GpuPreset> make_gpu_presets() {
        "NVIDIA A100 datasheet (2021), SXM4 80GB"},
       // NVIDIA H100 Tensor Core GPU datasheet, SXM5: BF16/FP16 989, FP8 1,979, TF32 495,
       // FP32 67 TFLOP/s dense; 3.35 TB/s HBM3; NVLink 4 900 GB/s both ways; 700 W.
-      // 989 = 1830 MHz x 528 tensor cores x 1024 FLOP/clk (published-runs C3).
+      // 989 = 1830 MHz x 528 tensor cores x 1024 FLOP/clk (docs/reference/published-runs.md C3).
       {"h100-sxm", gpu("h100-sxm", {989, 989, 1979, 495, 67}, 81559 * kMiB, 3350, 450, 700),
        "NVIDIA H100 datasheet, SXM5 80GB"},
       // NVIDIA H200 datasheet, SXM: compute as H100; 141 GB HBM3e at 4.8 TB/s; 700 W.
@@ -40,7 +40,7 @@ std::vector<GpuPreset> make_gpu_presets() {
       {"h800-sxm", gpu("h800-sxm", {989, 989, 1979, 495, 67}, 81559 * kMiB, 3350, 200, 700),
        "NVIDIA H800 product brief; DeepSeek-V3 report §3.2.2"},
       // HGX B200 (1,000 W): BF16 2,250, FP8 4,500 TFLOP/s dense; 180 GB HBM3e at 8 TB/s;
-      // NVLink 5 1.8 TB/s both ways (published-runs C3: LOCK-B200, STAS). TF32 1,100, FP32 75
+      // NVLink 5 1.8 TB/s both ways (docs/reference/published-runs.md C3: LOCK-B200, STAS). TF32 1,100, FP32 75
       // per GPU from the HGX B200 datasheet's 8-GPU totals.
       {"b200", gpu("b200", {2250, 2250, 4500, 1100, 75}, 183359 * kMiB, 8000, 900, 1000),
        "NVIDIA HGX B200 datasheet; glennklockwood.com B200 notes"},

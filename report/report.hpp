@@ -1,5 +1,5 @@
 #pragma once
-// The output IR (DESIGN.md, "The report"): one schema for estimated, simulated and measured
+// The output IR (docs/DESIGN.md, "The report"): one schema for estimated, simulated and measured
 // figures. Plain values; the writers are in report_io.hpp.
 
 #include <cstdint>

@@ -164,7 +164,7 @@ class Simulation {
     char* argv[] = {name, quiet, alone, hush, nullptr};
     sg4::Engine engine(&argc, argv);
     // The network model, set explicitly: CM02 without cross-traffic or TCP windows matches
-    // the exact ring formulas (simgrid-3.32-notes.md, "Network model"). Links carry no
+    // the exact ring formulas (docs/reference/simgrid-3.32-notes.md, "Network model"). Links carry no
     // latency in SimGrid (CM02 would share a link in inverse proportion to each flow's
     // latency, as TCP does; InfiniBand's credits share it evenly): each transfer's route
     // latency is added when its flow completes.

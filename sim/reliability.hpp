@@ -133,7 +133,7 @@ Summary run(const Inputs& in, std::int64_t trials, std::uint64_t seed, const std
 // sqrt(2 delta M) [1 + sqrt(delta / 2M) / 3 + (delta / 2M) / 9] - delta for delta < 2M, else M.
 double young_interval_s(double checkpoint_s, double mtbf_s);
 double daly_interval_s(double checkpoint_s, double mtbf_s);
-// Kokolis et al. (arXiv:2410.21680), published-runs.md D10: E[ETTR] ~ (1 - N r_f (u0 +
+// Kokolis et al. (arXiv:2410.21680), docs/reference/published-runs.md D10: E[ETTR] ~ (1 - N r_f (u0 +
 // interval/2)) / (1 + w / interval), N r_f the job's failure rate, u0 the restart overhead,
 // w the checkpoint stall.
 double ettr_closed_form(double failures_per_s, double restart_s, double interval_s, double stall_s);

@@ -17,7 +17,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kHour = 3600, kDay = 86400;
-// The Llama 3 405B fleet (published-runs.md B1; Llama Team 2024, Table 5): 419 unexpected
+// The Llama 3 405B fleet (docs/reference/published-runs.md B1; Llama Team 2024, Table 5): 419 unexpected
 // interruptions in 54 days on 16,384 H100 in 2,048 nodes. The table's percentages (not its
 // counts, which do not add up to them) give the shares, rescaled from their 94.9% total to
 // the 419: per class, interruptions = share / 94.9% x 419; the MTBF of one component is

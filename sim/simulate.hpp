@@ -1,5 +1,5 @@
 #pragma once
-// The discrete-event simulation of one training step (../shared/DESIGN.md, sim/): SimGrid
+// The discrete-event simulation of one training step (docs/DESIGN.md, sim/): SimGrid
 // plays the plan's Program on its fabric. An actor (a TP group in lockstep, or a rank with
 // `fine`) issues its instructions in order, each on its stream: compute timed by
 // models::ComputeTimer (times a straggler's slowdown), collectives as one flow per ring edge
@@ -46,7 +46,7 @@ struct SimulateOptions {
   bool fine = false;
   // Each collective as its ring's 2(n-1) (or n-1) steps, every step a message of S/n per ring
   // edge that starts when the previous step has arrived everywhere (the reference the
-  // one-flow-per-edge aggregate is checked against, simgrid-3.32-notes.md). Slower by the
+  // one-flow-per-edge aggregate is checked against, docs/reference/simgrid-3.32-notes.md). Slower by the
   // number of steps.
   bool per_message = false;
   // Play this Program instead of the plan's own lowering (tests time single collectives).

@@ -1,6 +1,6 @@
 #pragma once
 // Routes on demand, without an all-pairs table (at 131,072 GPUs one would not fit; see
-// ../shared/reference/simgrid-3.32-notes.md). Every fabric the builders make is layered
+// docs/reference/simgrid-3.32-notes.md). Every fabric the builders make is layered
 // (GPU, then NVSwitch or NIC, leaf, spine, core: tier_of()), and every shortest path between
 // two GPUs climbs to a turning switch and comes down (up*/down*, as in fat-tree routing since
 // Leiserson 1985). So the shortest paths between two GPUs are found where their up-cones

@@ -3,7 +3,7 @@
 // fluid limit of per-packet spraying or adaptive routing), or hashed onto one of them per flow
 // (what ECMP switches do). Either way the per-link, per-direction load of a set of flows is
 // what the simulator and the analysis need; SimGrid's built-in fat-tree routing picks one
-// fixed path and is not non-blocking for permutations (../shared/reference/simgrid-3.32-notes.md).
+// fixed path and is not non-blocking for permutations (docs/reference/simgrid-3.32-notes.md).
 
 #include <cstdint>
 #include <vector>

@@ -1,4 +1,4 @@
-// meshwork-gui [PLAN]: the what-if desk (DESIGN.md, gui/). Opens PLAN when given.
+// meshwork-gui [PLAN]: the what-if desk (docs/DESIGN.md, gui/). Opens PLAN when given.
 #include <QApplication>
 #include <QCommandLineParser>
 #include <cstring>

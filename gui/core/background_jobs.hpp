@@ -1,5 +1,5 @@
 #pragma once
-// Heavy work off the GUI thread (../shared/STYLE.md, as hotspot does): each job runs on
+// Heavy work off the GUI thread (docs/STYLE.md, as hotspot does): each job runs on
 // QtConcurrent's pool and hands plain data back by signal on the GUI thread. Progress arrives
 // queued; cancel() asks the work to stop at its next check.
 

@@ -1,4 +1,4 @@
-// The estimate against published measured runs (../shared/reference/published-runs.md A1, A2),
+// The estimate against published measured runs (docs/reference/published-runs.md A1, A2),
 // with the presets unchanged and one documented default for what a paper does not state
 // (micro-batch 1 in NAR21 Table 1; vpp the smallest chunk count >= 2 dividing a stage's
 // layers). Errors are pinned under their bounds; the full table is in bench/RESULTS.md.

@@ -1,5 +1,5 @@
 // Collective algorithms (models/comm) against published collective bandwidths
-// (../shared/reference/published-runs.md C2) and against their own definitions.
+// (docs/reference/published-runs.md C2) and against their own definitions.
 #include <gtest/gtest.h>
 
 #include "models/comm.hpp"
@@ -41,7 +41,7 @@ TEST(Collectives, NvlsAndRingOnEightH100MatchNcclTests) {
 }
 
 TEST(Collectives, ARingBetweenNodesUsesEveryNicOfTheNode) {
-  // 4 nodes x 8 B200, 8 x 400G each, 16 GiB: 381.8 GB/s busbw (published-runs C2, STAS), the
+  // 4 nodes x 8 B200, 8 x 400G each, 16 GiB: 381.8 GB/s busbw (docs/reference/published-runs.md C2, STAS), the
   // node's eight NICs together; one GPU's own NIC would give an eighth of it.
   const GroupNetwork g = dp_network("gpu: b200, num_gpus: 32, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 400", 32, "ring");
   ASSERT_TRUE(g.crosses_nodes);

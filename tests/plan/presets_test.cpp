@@ -15,7 +15,7 @@ TEST(Presets, GpusHaveSourcesAndPositiveFigures) {
     EXPECT_GT(g.spec.hbm_gbytes_per_s, 0) << g.key;
     EXPECT_GT(g.spec.peak_tflops.fp32, 0) << g.key;
   }
-  // Datasheet peaks against published-runs.md C3.
+  // Datasheet peaks against docs/reference/published-runs.md C3.
   EXPECT_DOUBLE_EQ(find_gpu_preset("a100-sxm-80gb")->spec.peak_tflops.bf16, 312);
   EXPECT_DOUBLE_EQ(find_gpu_preset("h100-sxm")->spec.peak_tflops.bf16, 989);
   EXPECT_DOUBLE_EQ(find_gpu_preset("h200-sxm")->spec.hbm_gbytes_per_s, 4800);

@@ -53,7 +53,7 @@ struct PublishedMesh {
   std::int64_t tp, pp, dp, gpus, gbs;
 };
 
-// NAR21 Table 1 and KOR22 Table 3 (../shared/reference/published-runs.md A1, A2).
+// NAR21 Table 1 and KOR22 Table 3 (docs/reference/published-runs.md A1, A2).
 TEST(Scenarios, PublishedRunsKeepTheirMesh) {
   const PublishedMesh rows[] = {
       {"nar21-1.7b", 1, 1, 32, 32, 512},      {"nar21-3.6b", 2, 1, 32, 64, 512},

@@ -42,7 +42,7 @@ TEST(Reliability, TheMeanTimeToInterruptionIsOneOverTheSummedRates) {
 }
 
 TEST(Reliability, DalysFormulaGivesHisPublishedOptima) {
-  // Daly (2006), restart 10 min, checkpoint 5 min (published-runs.md D9).
+  // Daly (2006), restart 10 min, checkpoint 5 min (docs/reference/published-runs.md D9).
   EXPECT_NEAR(daly_interval_s(5 * kMin, 24 * kHour) / kMin, 117, 1);
   EXPECT_NEAR(daly_interval_s(5 * kMin, 6 * kHour) / kMin, 57, 1);
   EXPECT_NEAR(daly_interval_s(5 * kMin, 15 * kMin) / kMin, 9.1, 0.1);
