@@ -19,6 +19,7 @@ std::string fmt(const char* format, double v) {
 void print_summary(std::ostream& os, const report::Report& r) {
   const auto& b = r.breakdown;
   os << "plan " << (r.plan_name.empty() ? "(unnamed)" : r.plan_name) << ": estimated on " << r.num_gpus << " GPUs\n";
+  os << "  model: " << report::parameters_line(r.parameters) << '\n';
   os << "  elapsed time per iteration (ms): " << fmt("%.1f", r.step_time_s * 1e3)
      << " | throughput per GPU (TFLOP/s/GPU): " << fmt("%.1f", r.model_tflops_per_gpu) << " model, "
      << fmt("%.1f", r.hardware_tflops_per_gpu) << " hardware\n";

@@ -1,6 +1,8 @@
 #include <ostream>
 
 #include "cli/commands.hpp"
+#include "models/params.hpp"
+#include "report/report_io.hpp"
 #include "plan/hf_import.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
@@ -10,15 +12,33 @@ namespace meshwork::cli {
 void add_import_hf_command(CLI::App& app, Io& io) {
   auto* cmd = app.add_subcommand("import-hf", "Print the model section for a Hugging Face config.json");
   auto file = std::make_shared<std::string>();
+  auto seq = std::make_shared<std::int64_t>(0);
   cmd->add_option("CONFIG", *file, "config.json of a Hugging Face model")->required();
-  cmd->footer("A plan can also name the file directly: model: {hf_config: path/to/config.json}");
-  cmd->callback([file, &io] {
+  cmd->add_option("--seq-length", *seq, "Training sequence length to write (a config gives only the longest context it supports)")
+      ->check(CLI::PositiveNumber);
+  cmd->footer("A plan can also name the file directly: model: {hf_config: path/to/config.json}\n"
+              "What the config sets that meshwork does not model is listed as warnings; the parameter counts go to stderr.");
+  cmd->callback([file, seq, &io] {
     plan::Plan p;
     plan::Diagnostics diags;
-    if (!plan::import_hf_config_file(*file, p.model, diags, "config")) {
+    plan::HfImportNotes notes;
+    if (!plan::import_hf_config_file(*file, p.model, diags, "config", &notes)) {
       print_diagnostics(io.err, diags, *file);
       io.exit_code = 1;
       return;
+    }
+    if (*seq > 0) p.model.seq_length = *seq;
+    for (const auto& why : notes.ignored) diags.warning("config", "ignored " + why);
+    const bool no_length = p.model.seq_length == 0;
+    if (no_length) {
+      std::string why = "no training sequence length in the config: the plan must give model.seq_length (or pass --seq-length)";
+      if (notes.max_position_embeddings) {
+        why = "max_position_embeddings " + std::to_string(*notes.max_position_embeddings) +
+              " is the longest context the model supports, not a training length: the plan must give model.seq_length "
+              "(or pass --seq-length)";
+      }
+      diags.warning("config", why);
+      p.model.seq_length = 1;  // only for the model's own rules below; not written
     }
     plan::resolve(p, diags);
     // Only the model's own rules apply: no mesh or cluster is given.
@@ -31,7 +51,9 @@ void add_import_hf_command(CLI::App& app, Io& io) {
       io.exit_code = 1;
       return;
     }
+    io.err << *file << ": " << report::parameters_line(models::parameter_summary(p.model)) << '\n';
     nlohmann::json out = {{"model", plan::to_json(p)["model"]}};
+    if (no_length) out["model"].erase("seq_length");
     io.out << out.dump(2) << '\n';
   });
 }

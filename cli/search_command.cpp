@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <ostream>
 
 #include "cli/commands.hpp"
@@ -21,7 +22,7 @@ void add_search_command(CLI::App& app, Io& io) {
   cmd->add_option("--model", *model, "A model preset (`meshwork presets`) or a Hugging Face config.json")->required();
   cmd->add_option("--cluster", *cluster, "A plan file giving the cluster and training sections (its model is replaced)")->required();
   cmd->add_option("--gpus", *gpus, "GPUs to plan for (default: the cluster plan's num_gpus)");
-  cmd->add_option("--seq-length", *seq, "Training sequence length (default: the model's)");
+  cmd->add_option("--seq-length", *seq, "Training sequence length (default: the preset's; with a Hugging Face config, which gives none, the cluster plan's model.seq_length)");
   cmd->add_option("--top", *top, "Plans to show (default 5)");
   cmd->add_flag("--json", *json, "Print the best plans and their reports as JSON");
   cmd->footer("Searches TP, PP, CP (long sequences), EP (MoE), schedule and virtual stages, micro-batch,\n"
@@ -34,13 +35,26 @@ void add_search_command(CLI::App& app, Io& io) {
       return;
     }
     nlohmann::json base = doc.document->root;
+    // A Hugging Face config names no training length (max_position_embeddings is the longest
+    // context): the cluster plan's model.seq_length stays, unless --seq-length replaces it. A
+    // preset brings its own.
+    std::optional<nlohmann::json> plan_seq;
+    if (base.contains("model") && base["model"].is_object()) {
+      for (const char* key : {"seq_length", "seq_len"}) {
+        if (base["model"].contains(key)) plan_seq = base["model"][key];
+      }
+    }
     const std::filesystem::path model_path = *model;
     if (model_path.extension() == ".json" || std::filesystem::exists(model_path)) {
       base["model"] = {{"hf_config", std::filesystem::absolute(model_path).string()}};
     } else {
       base["model"] = {{"preset", *model}};
     }
-    if (*seq > 0) base["model"]["seq_length"] = *seq;
+    if (*seq > 0) {
+      base["model"]["seq_length"] = *seq;
+    } else if (plan_seq && base["model"].contains("hf_config")) {
+      base["model"]["seq_length"] = *plan_seq;
+    }
     if (*gpus > 0) {
       if (!base.contains("cluster") || !base["cluster"].is_object()) base["cluster"] = nlohmann::json::object();
       base["cluster"].erase("gpus");

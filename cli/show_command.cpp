@@ -3,6 +3,8 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "models/params.hpp"
+#include "report/report_io.hpp"
 #include "plan/derived.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/rank_layout.hpp"
@@ -37,6 +39,7 @@ void print_summary(std::ostream& os, const plan::Plan& p) {
      << m.hidden_size << ", " << m.num_attention_heads << " heads (" << m.num_query_groups << " KV groups, width "
      << m.kv_channels << "), FFN " << m.ffn_hidden_size << ' ' << to_string(m.activation) << ", "
      << to_string(m.normalization) << ", seq " << m.seq_length << ", vocab " << m.vocab_size << '\n';
+  os << "params    " << report::parameters_line(models::parameter_summary(m)) << '\n';
   if (m.is_moe()) {
     os << "moe       " << m.moe.num_moe_experts << " experts, top-" << m.moe.moe_router_topk << ", expert FFN "
        << m.moe.moe_ffn_hidden_size;
@@ -110,6 +113,11 @@ void add_show_command(CLI::App& app, Io& io) {
                         {"tokens_per_step", d.tokens_per_step},
                         {"layers_per_stage", d.layers_per_stage},
                         {"steps_to_train", d.steps_to_train}};
+      const auto params = models::parameter_summary(result.plan.model);
+      out["derived"]["parameters"] = {{"total", params.total},
+                                      {"active", params.active},
+                                      {"embedding", params.embedding},
+                                      {"non_embedding", params.non_embedding()}};
       io.out << out.dump(2) << '\n';
     } else {
       print_summary(io.out, result.plan);

@@ -177,7 +177,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
                   "  MFU %.1f%% | HFU %.1f%% | tokens/s %.4g | bubble fraction %.3f\n",
                   rep.plan_name.c_str(), static_cast<long long>(rep.num_gpus), rep.step_time_s * 1e3, rep.model_tflops_per_gpu,
                   rep.hardware_tflops_per_gpu, rep.mfu * 100, rep.hfu * 100, rep.tokens_per_s, rep.bubble_fraction);
-    io.out << buf;
+    io.out << buf << "  model: " << report::parameters_line(rep.parameters) << '\n';
     std::snprintf(buf, sizeof buf,
                   "  step breakdown (s): compute %.3f, recompute %.3f, TP %.3f, CP %.3f, EP %.3f, DP %.3f, PP %.3f, bubble %.3f, optimizer %.3f, other %.3f\n",
                   b.compute_s, b.recompute_s, b.tp_s, b.cp_s, b.ep_s, b.dp_s, b.pp_s, b.bubble_s, b.optimizer_s, b.stalls_s);

@@ -123,6 +123,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   r.method = report::Method::estimated;
   r.plan_name = p.name;
   r.num_gpus = p.cluster.num_gpus;
+  r.parameters = parameter_summary(p.model);
 
   const HardwareProfile hw = hardware_profile(p.cluster.gpu);
   const double peak = plan::peak_tflops(p.cluster.gpu, p.training.precision) * 1e12;

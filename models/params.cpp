@@ -55,6 +55,11 @@ double mlp_params(const plan::ModelConfig& m, std::int64_t ffn) {
   return p;
 }
 
+report::Parameters parameter_summary(const plan::ModelConfig& m) {
+  const ParamCounts c = count_params(m);
+  return {c.total, c.active, c.embedding + c.position + c.lm_head};
+}
+
 bool is_moe_layer(const plan::ModelConfig& m, std::int64_t index) {
   return m.is_moe() && index >= m.moe.first_k_dense_layers;
 }

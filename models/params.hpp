@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "plan/plan.hpp"
+#include "report/report.hpp"
 
 namespace meshwork::models {
 
@@ -43,6 +44,8 @@ double mlp_matmul_params(const plan::ModelConfig& m, std::int64_t ffn);
 // Parameters of one MLP of width `ffn`: two GEMMs for gelu, three for swiglu.
 double mlp_params(const plan::ModelConfig& m, std::int64_t ffn);
 ParamCounts count_params(const plan::ModelConfig& m);
+// The three figures a Report and `show` print.
+report::Parameters parameter_summary(const plan::ModelConfig& m);
 
 // Is layer `index` (0-based) a MoE layer?
 bool is_moe_layer(const plan::ModelConfig& m, std::int64_t index);

@@ -89,7 +89,7 @@ class HfReader {
 }  // namespace
 
 bool import_hf_config(const nlohmann::json& config, ModelConfig& model, Diagnostics& diags,
-                      std::string_view path) {
+                      std::string_view path, HfImportNotes* notes) {
   if (!config.is_object()) {
     diags.error(std::string(path), "a Hugging Face config must be a JSON object");
     return false;
@@ -114,7 +114,12 @@ bool import_hf_config(const nlohmann::json& config, ModelConfig& model, Diagnost
   // MLA configs (DeepSeek) give the value head width as v_head_dim.
   m.kv_channels = r.integer({"head_dim", "v_head_dim"}).value_or(0);
   m.ffn_hidden_size = r.integer({"intermediate_size", "n_inner", "ffn_dim"}).value_or(0);
-  if (auto v = r.integer({"max_position_embeddings", "n_positions", "seq_length"})) m.seq_length = *v;
+  // max_position_embeddings is how far the positions reach (131,072 for Llama 3.1, which was
+  // pre-trained at 8,192): not a training length. GPT-2's n_positions is the size of its learned
+  // table, the length it trained at.
+  if (auto v = r.integer({"seq_length", "n_positions"})) m.seq_length = *v;
+  HfImportNotes found;
+  found.max_position_embeddings = r.integer({"max_position_embeddings"});
 
   std::optional<std::string> hidden_act = r.string("hidden_act");
   if (!hidden_act) hidden_act = r.string("activation_function");
@@ -167,13 +172,30 @@ bool import_hf_config(const nlohmann::json& config, ModelConfig& model, Diagnost
     }
     m.moe.first_k_dense_layers = r.integer({"first_k_dense_replace"}).value_or(0);
   }
+  // What the model section has no field for. The parameter counts say what each leaves out.
+  if (auto mtp = r.integer({"num_nextn_predict_layers"}); mtp && *mtp > 0) {
+    found.ignored.push_back("num_nextn_predict_layers " + std::to_string(*mtp) +
+                            ": DeepSeek's multi-token-prediction module is not modelled (its parameters, FLOPs and memory are "
+                            "left out: DeepSeek-V3 counts 671B without it, 685B with it)");
+  }
+  if (cfg.contains("layer_types") || (cfg.contains("sliding_window") && !cfg["sliding_window"].is_null() &&
+                                      r.boolean("use_sliding_window").value_or(true))) {
+    found.ignored.push_back("sliding_window / layer_types: sliding-window attention is priced as full causal attention");
+  }
+  if (cfg.contains("quantization_config")) {
+    found.ignored.push_back("quantization_config: the stored checkpoint's quantization; training precision is training.precision");
+  }
+  if (cfg.contains("rope_scaling") && !cfg["rope_scaling"].is_null()) {
+    found.ignored.push_back("rope_scaling: a context extension; it changes no cost");
+  }
   if (!r.ok()) return false;
   model = m;
+  if (notes) *notes = std::move(found);
   return true;
 }
 
 bool import_hf_config_file(const std::filesystem::path& file, ModelConfig& model, Diagnostics& diags,
-                           std::string_view path) {
+                           std::string_view path, HfImportNotes* notes) {
   std::string error;
   auto text = read_text_file(file, kMaxPlanFileBytes, error);
   if (!text) {
@@ -189,7 +211,7 @@ bool import_hf_config_file(const std::filesystem::path& file, ModelConfig& model
     }
     return false;
   }
-  return import_hf_config(doc.document->root, model, diags, path);
+  return import_hf_config(doc.document->root, model, diags, path, notes);
 }
 
 }  // namespace meshwork::plan

@@ -323,7 +323,19 @@ class SectionReader {
     }
     std::filesystem::path file = j->get<std::string>();
     if (file.is_relative()) file = ctx_.base_dir / file;
-    if (!import_hf_config_file(file, member, ctx_.diagnostics, path)) ctx_.unsourced_sections.push_back(path_);
+    HfImportNotes notes;
+    if (!import_hf_config_file(file, member, ctx_.diagnostics, path, &notes)) {
+      ctx_.unsourced_sections.push_back(path_);
+      return;
+    }
+    if (member.seq_length == 0 && !obj_.contains("seq_length") && !obj_.contains("seq_len")) {
+      std::string why = "the config names no training sequence length; give model.seq_length";
+      if (notes.max_position_embeddings) {
+        why = "the config's max_position_embeddings (" + std::to_string(*notes.max_position_embeddings) +
+              ") is the longest context the model supports, not the sequence it trains on; give model.seq_length";
+      }
+      ctx_.diagnostics.warning(path, why);
+    }
   }
 
   // Keys that no field claimed are errors, with the nearest known key as a suggestion.

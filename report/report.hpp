@@ -56,6 +56,16 @@ struct StageMemory {
 enum class MemoryVerdict { fits, tight, does_not_fit };
 std::string_view to_string(MemoryVerdict v);
 
+// The model's parameters (models/params.hpp). Embedding: the input table, learned positions and
+// an untied LM head (a tied head is the input table, counted once). Active: what one token
+// multiplies by, the routed top-k experts instead of all of them.
+struct Parameters {
+  double total = 0;
+  double active = 0;
+  double embedding = 0;
+  [[nodiscard]] double non_embedding() const { return total - embedding; }
+};
+
 struct Power {
   double gpu_watts = 0;          // one GPU, averaged over the step
   double node_watts = 0;         // one node at the wall
@@ -111,6 +121,7 @@ struct Report {
   std::vector<StageMemory> memory;
   bool fits = true;
   Power power;
+  Parameters parameters;
   std::vector<std::string> notes;  // what the model assumed or could not do
   Provenance provenance;
   std::optional<Reliability> reliability;  // when a run was modelled

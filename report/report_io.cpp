@@ -35,6 +35,7 @@ constexpr const char* kDefinitions[][2] = {
     {"memory", "per GPU of each pipeline stage, GiB (2^30 bytes)"},
     {"memory_verdict", "fits: every stage within its GPU's memory with the headroom (cluster.memory_headroom_fraction) left; tight: within it, with less than the headroom left; does_not_fit: some stage needs more than its GPU has"},
     {"tokens_per_s", "global batch x sequence length / step time"},
+    {"parameters", "the model's parameters: embedding counts the input table, learned positions and an untied LM head (a tied head once); non_embedding the rest; active what one token multiplies by (MoE: the top-k routed experts and the shared ones); a DeepSeek multi-token-prediction module is not modelled and not counted"},
     {"op_times", "seconds per step of each op kind on the GPU of the slowest pipeline stage, forward, backward and recomputation of all its micro-batches and layers; they add up to breakdown compute_s + recompute_s; count is the ops of the kind per step"},
     {"reliability", "a whole run by Monte Carlo: goodput (ETTR) is training kept over wall-clock time; means per run over trials, ci95 the half-width of the 95% interval; losses_s by cause add up with the training kept to the wall-clock time"},
 };
@@ -84,6 +85,10 @@ nlohmann::json to_json(const Report& r) {
                            {"capacity_gib", big->capacity_gib},
                            {"headroom_gib", big->headroom_gib}};
   }
+  j["parameters"] = {{"total", r.parameters.total},
+                     {"active", r.parameters.active},
+                     {"embedding", r.parameters.embedding},
+                     {"non_embedding", r.parameters.non_embedding()}};
   j["power"] = {{"gpu_watts", r.power.gpu_watts},
                 {"node_watts", r.power.node_watts},
                 {"cluster_megawatts", r.power.cluster_megawatts},
@@ -171,6 +176,11 @@ Report from_json(const nlohmann::json& j) {
     if (m.contains("tight")) r.memory.back().tight = m.at("tight").get<bool>();
   }
   r.fits = j.at("fits").get<bool>();
+  // Optional: Reports written before parameter counts were added have none.
+  if (j.contains("parameters")) {
+    const auto& n = j.at("parameters");
+    r.parameters = {n.at("total"), n.at("active"), n.at("embedding")};
+  }
   const auto& p = j.at("power");
   r.power = {p.at("gpu_watts"), p.at("node_watts"), p.at("cluster_megawatts"), p.at("joules_per_token")};
   r.notes = j.at("notes").get<std::vector<std::string>>();
@@ -239,6 +249,21 @@ std::string fnv1a_hex(std::string_view text) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+namespace {
+std::string billions(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v >= 100e9 ? "%.1fB" : v >= 1e9 ? "%.2fB" : "%.3gM", v >= 1e9 ? v / 1e9 : v / 1e6);
+  return buf;
+}
+}  // namespace
+
+std::string parameters_line(const Parameters& p) {
+  std::string out = billions(p.total) + " parameters (" + billions(p.non_embedding()) + " non-embedding, " +
+                    billions(p.embedding) + " embedding)";
+  if (p.active < p.total) out += ", " + billions(p.active) + " active per token";
+  return out;
 }
 
 std::string memory_verdict_line(const report::Report& r) {

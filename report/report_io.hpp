@@ -22,6 +22,9 @@ std::string fnv1a_hex(std::string_view text);
 // The memory verdict as every command (and the GUI) shows it, one line: "memory: fits",
 // "fits TIGHTLY" (less than the headroom left) or "DOES NOT FIT", with the fullest stage.
 std::string memory_verdict_line(const Report& r);
+// "8.03B parameters (6.98B non-embedding, 1.05B embedding)", the embedding with an untied LM head,, with ", 12.9B active
+// per token" when experts make the two differ.
+std::string parameters_line(const Parameters& p);
 // A row's verdict in a table: "fits", "tight" or "OOM".
 std::string_view memory_verdict_word(const Report& r);
 

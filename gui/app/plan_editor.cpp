@@ -222,7 +222,11 @@ void PlanEditor::apply_preset(const QString& section, const QString& name) {
 void PlanEditor::import_hf_config(const QString& file) {
   nlohmann::json tree = document_->tree();
   if (!tree.is_object()) tree = nlohmann::json::object();
+  // A config names no training length (max_position_embeddings is the longest context): the
+  // plan keeps the sequence it trains on.
+  const nlohmann::json seq_length = document_->resolved("model.seq_length");
   tree["model"] = nlohmann::json{{"hf_config", std::filesystem::absolute(file.toStdString()).string()}};
+  if (seq_length.is_number_integer() && seq_length.get<std::int64_t>() > 0) tree["model"]["seq_length"] = seq_length;
   document_->reset(std::move(tree));
   refresh();
   emit edited();

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -166,6 +168,75 @@ TEST(Cli, ImportHfPrintsAModelSection) {
   EXPECT_EQ(j["model"]["num_layers"], 32);
   EXPECT_EQ(j["model"]["moe"]["num_moe_experts"], 8);
   EXPECT_EQ(meshwork({"import-hf", "/nonexistent.json"}).code, 1);
+}
+
+// A config's max_position_embeddings is how far the positions reach, not a training length
+// (issue 24: Llama 3.1's 131,072 became seq_length and the plan missed by 1 TB).
+TEST(Cli, HfConfigLeavesTheSequenceLengthToThePlan) {
+  const fs::path dir = fs::temp_directory_path() / ("meshwork-hf-seq-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string config = (kSource / "docs/reference/hf-configs/Llama-3.1-8B.json").string();
+  const std::string rest = "training: {global_batch_size: 64, micro_batch_size: 1}\ncluster: {gpu: h100-sxm, num_gpus: 8}\n";
+  std::ofstream(dir / "without.yaml") << "model: {hf_config: " << config << "}\n" << rest;
+  std::ofstream(dir / "with.yaml") << "model: {hf_config: " << config << ", seq_length: 8192}\n" << rest;
+
+  Outcome r = meshwork({"validate", (dir / "without.yaml").string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("error: model.seq_length: required field is missing"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("max_position_embeddings (131072) is the longest context the model supports"), std::string::npos) << r.err;
+
+  r = meshwork({"show", "--json", (dir / "with.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["model"]["seq_length"], 8192);
+
+  // import-hf writes no seq_length and says why; --seq-length writes one.
+  r = meshwork({"import-hf", config});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(nlohmann::json::parse(r.out)["model"].contains("seq_length"));
+  EXPECT_NE(r.err.find("max_position_embeddings 131072 is the longest context"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("8.03B parameters"), std::string::npos) << r.err;
+  r = meshwork({"import-hf", config, "--seq-length", "8192"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["model"]["seq_length"], 8192);
+
+  // search --model config.json keeps the cluster plan's sequence length.
+  std::ofstream(dir / "cluster.yaml") << "model: {preset: llama3-8b, seq_length: 4096}\n" << rest;
+  r = meshwork({"search", "--model", config, "--cluster", (dir / "cluster.yaml").string(), "--top", "1", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)[0]["plan"]["model"]["seq_length"], 4096) << r.out.substr(0, 400);
+  fs::remove_all(dir);
+}
+
+// Every config of docs/reference/hf-configs imports through the command, phi-4's CRLF included.
+TEST(Cli, ImportHfReadsEveryReferenceConfig) {
+  int configs = 0;
+  for (const auto& entry : fs::directory_iterator(kSource / "docs/reference/hf-configs")) {
+    if (entry.path().extension() != ".json") continue;
+    SCOPED_TRACE(entry.path().filename().string());
+    const Outcome r = meshwork({"import-hf", entry.path().string()});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.err.find(" parameters ("), std::string::npos) << r.err;
+    ++configs;
+  }
+  EXPECT_EQ(configs, 14);
+}
+
+// The first sanity check after an import: show, estimate and their JSON give the counts.
+TEST(Cli, ParameterCountsInShowAndEstimate) {
+  const std::string plan = (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string();
+  Outcome r = meshwork({"show", plan});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("params    174.6B parameters (174.0B non-embedding, 654M embedding)"), std::string::npos) << r.out;
+  r = meshwork({"show", "--json", "--derived", plan});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto shown = nlohmann::json::parse(r.out)["derived"]["parameters"];
+  EXPECT_NEAR(shown["total"].get<double>(), 174.6e9, 0.05e9);
+  EXPECT_DOUBLE_EQ(shown["total"].get<double>(), shown["embedding"].get<double>() + shown["non_embedding"].get<double>());
+  r = meshwork({"estimate", plan, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["parameters"], shown);
+  r = meshwork({"estimate", (kSource / "scenarios/published/kor22-175b.yaml").string()});
+  EXPECT_NE(r.out.find("  model: 174.6B parameters"), std::string::npos) << r.out;
 }
 
 // The README documents every plan field: its reference table is the schema's, verbatim.

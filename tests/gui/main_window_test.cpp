@@ -148,6 +148,8 @@ class MainWindowTest : public QObject {
     QVERIFY(w.document().valid());
     QCOMPARE(w.document().resolved("model.hidden_size").get<int>(), 4096);
     QCOMPARE(w.document().resolved("model.num_query_groups").get<int>(), 8);
+    // The plan's sequence stays: the config's max_position_embeddings is not a training length.
+    QCOMPARE(w.document().resolved("model.seq_length").get<int>(), 2048);
     QCOMPARE(estimated.count(), 1);
     w.plan_editor()->apply_preset("cluster.gpu", "h100-sxm");
     QCOMPARE(QString::fromStdString(w.document().resolved("cluster.gpu.name").get<std::string>()), QString("h100-sxm"));
