@@ -65,13 +65,13 @@ void add_compare_command(CLI::App& app, Io& io) {
                   "Report as JSON (meshwork estimate --json, simulate --json)")
       ->required();
   cmd->add_option("MEASURED", *measured_file,
-                  "Report as JSON (meshwork execute --json) or a Megatron-LM training log")
+                  "Report as JSON (meshwork execute --json) or a Megatron-LM or Megatron-DeepSpeed training log")
       ->required();
   cmd->add_flag("--json", *json, "Print the comparison as JSON");
   cmd->footer(
-      "A Megatron-LM log gives the median elapsed time per iteration after the warm-up (intervals "
-      "holding any of a "
-      "run's first 3 iterations) and the throughput per GPU when logged.\n"
+      "A Megatron-LM or Megatron-DeepSpeed log gives the median elapsed time per iteration after the warm-up\n"
+      "(intervals holding any of a run's first 3 iterations) and the throughput per GPU when logged; its world size,\n"
+      "mesh, batch and sequence, where logged, are checked against the prediction (a warning when they differ).\n"
       "Exit status: 0 compared, 1 an unreadable or malformed input, 2 bad usage.");
   cmd->callback([=, &io] {
     io.exit_code = 1;  // until both inputs are read
@@ -89,6 +89,7 @@ void add_compare_command(CLI::App& app, Io& io) {
 
     report::Report measured;
     std::vector<std::string> lacks;
+    std::vector<std::string> unchecked;
     std::string source = "Report";
     if (looks_like_json(*measured_text)) {
       auto r = parse_report(io, *measured_file, *measured_text);
@@ -107,11 +108,17 @@ void add_compare_command(CLI::App& app, Io& io) {
       if (!log.ok()) return;
       measured = std::move(log.report);
       lacks = std::move(log.lacks);
-      source = "Megatron-LM log";
+      source = std::string(report::to_string(log.format)) + " log";
+      if (!log.shape.world_size) {
+        unchecked.push_back("the log does not give its world size (no \"using world size\" line or arguments dump): "
+                            "check that it is of a " + std::to_string(predicted->num_gpus) + "-GPU run");
+      }
     }
     io.exit_code = 0;
-
     report::Comparison c = report::compare(*predicted, measured, lacks);
+    for (const auto& m : c.mismatches) io.err << *measured_file << ": warning: not the predicted run: " << m << '\n';
+    for (const auto& m : unchecked) io.err << *measured_file << ": warning: " << m << '\n';
+    for (const auto& m : unchecked) c.notes.push_back(m);
     for (const auto& n : measured.notes) c.notes.push_back("measured: " + n);
     if (*json) {
       nlohmann::json j = report::to_json(c);

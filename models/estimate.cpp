@@ -124,6 +124,14 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   r.plan_name = p.name;
   r.num_gpus = p.cluster.num_gpus;
   r.parameters = parameter_summary(p.model);
+  r.shape = {p.training.global_batch_size,
+             p.training.micro_batch_size,
+             p.model.seq_length,
+             p.parallelism.tensor_model_parallel_size,
+             p.parallelism.pipeline_model_parallel_size,
+             p.parallelism.data_parallel_size,
+             p.parallelism.context_parallel_size,
+             p.parallelism.expert_model_parallel_size};
 
   const HardwareProfile hw = hardware_profile(p.cluster.gpu);
   const double peak = plan::peak_tflops(p.cluster.gpu, p.training.precision) * 1e12;

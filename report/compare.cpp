@@ -77,6 +77,27 @@ ComparisonRow row(const std::string& what, RowKind kind, std::optional<double> p
 
 }  // namespace
 
+std::vector<std::string> shape_mismatches(const Report& predicted, const Report& measured) {
+  std::vector<std::string> out;
+  auto check = [&](std::int64_t p, std::int64_t m, const char* what) {
+    if (p > 0 && m > 0 && p != m) {
+      out.push_back("the measured run's " + std::string(what) + " is " + std::to_string(m) + ", the predicted run's " +
+                    std::to_string(p));
+    }
+  };
+  const RunShape &p = predicted.shape, &m = measured.shape;
+  check(predicted.num_gpus, measured.num_gpus, "world size");
+  check(p.global_batch_size, m.global_batch_size, "global batch size");
+  check(p.seq_length, m.seq_length, "sequence length");
+  check(p.micro_batch_size, m.micro_batch_size, "micro-batch size");
+  check(p.tensor, m.tensor, "tensor-parallel size");
+  check(p.pipeline, m.pipeline, "pipeline-parallel size");
+  check(p.data, m.data, "data-parallel size");
+  check(p.context, m.context, "context-parallel size");
+  check(p.expert, m.expert, "expert-parallel size");
+  return out;
+}
+
 Comparison compare(const Report& predicted, const Report& measured,
                    const std::vector<std::string>& measured_lacks) {
   Comparison c;
@@ -145,11 +166,7 @@ Comparison compare(const Report& predicted, const Report& measured,
                       predicted.provenance.plan_hash + " and " + measured.provenance.plan_hash +
                       ")");
   }
-  if (predicted.num_gpus > 0 && measured.num_gpus > 0 && predicted.num_gpus != measured.num_gpus) {
-    c.notes.push_back("the Reports are of different cluster sizes (" +
-                      std::to_string(predicted.num_gpus) + " and " +
-                      std::to_string(measured.num_gpus) + " GPUs)");
-  }
+  c.mismatches = shape_mismatches(predicted, measured);
   if (!lacks(c.predicted_lacks, "op_times") || !lacks(c.measured_lacks, "op_times")) {
     c.notes.push_back(
         "op_times split breakdown.compute_s + recompute_s by op kind: the same seconds, not extra "
@@ -201,6 +218,7 @@ std::string to_text(const Comparison& c) {
   }
   if (!c.predicted_lacks.empty()) os << "  predicted lacks: " << join(c.predicted_lacks) << '\n';
   if (!c.measured_lacks.empty()) os << "  measured lacks: " << join(c.measured_lacks) << '\n';
+  for (const auto& m : c.mismatches) os << "  warning: not the predicted run: " << m << '\n';
   for (const auto& n : c.notes) os << "  note: " << n << '\n';
   return os.str();
 }
@@ -226,6 +244,7 @@ nlohmann::json to_json(const Comparison& c) {
   }
   j["predicted_lacks"] = c.predicted_lacks;
   j["measured_lacks"] = c.measured_lacks;
+  j["mismatches"] = c.mismatches;
   j["notes"] = c.notes;
   j["definitions"] = {
       {"abs_error", "|predicted - measured|, in the figure's unit"},

@@ -41,8 +41,13 @@ struct Comparison {
   std::vector<ComparisonRow> rows;
   std::vector<std::string> predicted_lacks,
       measured_lacks;  // figure names, or "breakdown", "op_times"
+  // Where the two Reports are of different runs ("the measured run's world size is 16, the
+  // predicted run's 1024"): world size, batch, sequence and mesh, where both give them.
+  std::vector<std::string> mismatches;
   std::vector<std::string> notes;
 };
+
+std::vector<std::string> shape_mismatches(const Report& predicted, const Report& measured);
 
 // `measured_lacks` names what the measured Report does not give (a row's name, or its group:
 // "breakdown", "op_times", "tflops_per_gpu"), e.g. a training log's (report/megatron_log.hpp).

@@ -66,6 +66,15 @@ struct Parameters {
   [[nodiscard]] double non_embedding() const { return total - embedding; }
 };
 
+// What a prediction is of: a measured run of another shape is not its measurement (compare
+// checks a log against it).
+struct RunShape {
+  std::int64_t global_batch_size = 0;  // 0: not known
+  std::int64_t micro_batch_size = 0;
+  std::int64_t seq_length = 0;
+  std::int64_t tensor = 0, pipeline = 0, data = 0, context = 0, expert = 0;
+};
+
 struct Power {
   double gpu_watts = 0;          // one GPU, averaged over the step
   double node_watts = 0;         // one node at the wall
@@ -122,6 +131,7 @@ struct Report {
   bool fits = true;
   Power power;
   Parameters parameters;
+  RunShape shape;
   std::vector<std::string> notes;  // what the model assumed or could not do
   Provenance provenance;
   std::optional<Reliability> reliability;  // when a run was modelled

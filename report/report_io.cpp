@@ -35,6 +35,7 @@ constexpr const char* kDefinitions[][2] = {
     {"memory", "per GPU of each pipeline stage, GiB (2^30 bytes)"},
     {"memory_verdict", "fits: every stage within its GPU's memory with the headroom (cluster.memory_headroom_fraction) left; tight: within it, with less than the headroom left; does_not_fit: some stage needs more than its GPU has"},
     {"tokens_per_s", "global batch x sequence length / step time"},
+    {"shape", "what the figures are of: batch, sequence and mesh of the plan (compare warns when a measured run's differ)"},
     {"parameters", "the model's parameters: embedding counts the input table, learned positions and an untied LM head (a tied head once); non_embedding the rest; active what one token multiplies by (MoE: the top-k routed experts and the shared ones); a DeepSeek multi-token-prediction module is not modelled and not counted"},
     {"op_times", "seconds per step of each op kind on the GPU of the slowest pipeline stage, forward, backward and recomputation of all its micro-batches and layers; they add up to breakdown compute_s + recompute_s; count is the ops of the kind per step"},
     {"reliability", "a whole run by Monte Carlo: goodput (ETTR) is training kept over wall-clock time; means per run over trials, ci95 the half-width of the 95% interval; losses_s by cause add up with the training kept to the wall-clock time"},
@@ -89,6 +90,11 @@ nlohmann::json to_json(const Report& r) {
                      {"active", r.parameters.active},
                      {"embedding", r.parameters.embedding},
                      {"non_embedding", r.parameters.non_embedding()}};
+  const RunShape& sh = r.shape;
+  j["shape"] = {{"global_batch_size", sh.global_batch_size}, {"micro_batch_size", sh.micro_batch_size},
+                {"seq_length", sh.seq_length},               {"tensor_model_parallel_size", sh.tensor},
+                {"pipeline_model_parallel_size", sh.pipeline}, {"data_parallel_size", sh.data},
+                {"context_parallel_size", sh.context},       {"expert_model_parallel_size", sh.expert}};
   j["power"] = {{"gpu_watts", r.power.gpu_watts},
                 {"node_watts", r.power.node_watts},
                 {"cluster_megawatts", r.power.cluster_megawatts},
@@ -176,6 +182,14 @@ Report from_json(const nlohmann::json& j) {
     if (m.contains("tight")) r.memory.back().tight = m.at("tight").get<bool>();
   }
   r.fits = j.at("fits").get<bool>();
+  // Optional: Reports written before the run's shape was recorded have none.
+  if (j.contains("shape")) {
+    const auto& sh = j.at("shape");
+    r.shape = {integer(sh.at("global_batch_size")), integer(sh.at("micro_batch_size")), integer(sh.at("seq_length")),
+               integer(sh.at("tensor_model_parallel_size")), integer(sh.at("pipeline_model_parallel_size")),
+               integer(sh.at("data_parallel_size")), integer(sh.at("context_parallel_size")),
+               integer(sh.at("expert_model_parallel_size"))};
+  }
   // Optional: Reports written before parameter counts were added have none.
   if (j.contains("parameters")) {
     const auto& n = j.at("parameters");

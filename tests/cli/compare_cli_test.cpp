@@ -79,6 +79,35 @@ TEST_F(Compare, AMegatronLogGivesStepTimeAndThroughputAndSaysWhatItLacks) {
   EXPECT_NE(r.out.find("3 warm-up interval(s) skipped"), std::string::npos) << r.out;
 }
 
+// Issue 24: a GPT-3 1,024-GPU prediction was compared with a 16-GPU Mixtral log without a word.
+TEST_F(Compare, ALogOfAnotherRunIsNamedAndBothLogFormatsAreRead) {
+  const std::string logs = (kSource / "docs/reference/megatron-logs").string();
+  Outcome r = meshwork({"compare", predicted_, logs + "/megatron-lm-issue756_mixtral-8x7b_16xH100_tp4dp4_turn0.log", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: not the predicted run: the measured run's world size is 16, the predicted run's 1024"),
+            std::string::npos) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("mismatches").size(), 5u);
+
+  // The BLOOM run as predicted, against its Megatron-DeepSpeed log: batch and sequence agree;
+  // the log does not give its world size, and the warning says so.
+  const fs::path bloom = dir_ / "bloom.json";
+  r = meshwork({"estimate", "--json", (kSource / "scenarios/heldout/bloom-176b-a100-384.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ofstream(bloom) << r.out;
+  r = meshwork({"compare", bloom.string(), logs + "/bloom-176b_megatron-deepspeed_384xA100-80G_tp4pp12dp8.log", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("measured_source"), "Megatron-DeepSpeed log");
+  EXPECT_TRUE(j.at("mismatches").empty()) << j.at("mismatches");
+  EXPECT_NE(r.err.find("the log does not give its world size"), std::string::npos) << r.err;
+  EXPECT_NEAR(j.at("rows")[0].at("measured").get<double>(), 106.315, 1e-9);
+  EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
+
+  // Both turns of the issue-756 log read.
+  r = meshwork({"compare", predicted_, logs + "/megatron-lm-issue756_mixtral-8x7b_16xH100_ep8_turn1.log"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 TEST_F(Compare, BadInputsAreNamedAndExitOne) {
   auto fails = [](const std::vector<std::string>& args, const std::string& message) {
     const Outcome r = meshwork(args);
@@ -93,7 +122,7 @@ TEST_F(Compare, BadInputsAreNamedAndExitOne) {
   fails({"compare", log_, predicted_},
         log_ + ": error: not a meshwork Report: PREDICTED is a Report as JSON");
   const std::string no_lines = write("no-lines.log", "starting\nbye\n");
-  fails({"compare", predicted_, no_lines}, no_lines + ": error: no Megatron-LM iteration lines");
+  fails({"compare", predicted_, no_lines}, no_lines + ": error: no Megatron-LM or Megatron-DeepSpeed iteration lines");
   const std::string bad =
       write("bad.log", "x\n iteration 1/ 9 | elapsed time per iteration (ms): soon |\n");
   fails({"compare", predicted_, bad},

@@ -272,8 +272,8 @@ TEST(MegatronLog, OnlyWarmUpIsUsedAndSaidSo) {
 TEST(MegatronLog, MalformedLogsGiveEveryProblemWithItsLine) {
   EXPECT_EQ(parse_megatron_log("").errors,
             (std::vector<std::string>{
-                "no Megatron-LM iteration lines (\" iteration N/ M | ... | elapsed time per "
-                "iteration (ms): T |\")"}));
+                "no Megatron-LM or Megatron-DeepSpeed iteration lines (\" iteration N/ M | ... | elapsed time per "
+                "iteration (ms): T |\", or 'elapsed time per iteration (s)')"}));
   EXPECT_FALSE(
       parse_megatron_log(" validation loss at iteration 10 | lm loss value: 9.9 |\n").ok());
   const MegatronLog log = parse_megatron_log(
@@ -286,9 +286,85 @@ TEST(MegatronLog, MalformedLogsGiveEveryProblemWithItsLine) {
   EXPECT_EQ(log.errors,
             (std::vector<std::string>{
                 "1: 'elapsed time per iteration (ms)' must be a positive number, not 'fast'",
-                "3: an iteration line without 'elapsed time per iteration (ms)'",
+                "3: an iteration line without 'elapsed time per iteration (ms)' (Megatron-LM) or 'elapsed time per "
+                "iteration (s)' (Megatron-DeepSpeed)",
                 "4: 'throughput per GPU (TFLOP/s/GPU)' must be a number >= 0, not 'nan'",
                 "5: 'elapsed time per iteration (ms)' must be a positive number, not 'inf'"}));
+}
+
+std::string reference_log(const char* name) {
+  std::ifstream in(std::filesystem::path(MESHWORK_SOURCE_DIR) / "docs/reference/megatron-logs" / name);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Issue 24: every line of the BLOOM log was refused ("an iteration line without 'elapsed time
+// per iteration (ms)'"). Megatron-DeepSpeed logs seconds, behind a rank prefix, with hardware TFLOPs.
+TEST(MegatronLog, ReadsMegatronDeepSpeedLogs) {
+  const MegatronLog log = parse_megatron_log(reference_log("bloom-176b_megatron-deepspeed_384xA100-80G_tp4pp12dp8.log"));
+  ASSERT_TRUE(log.ok()) << log.errors.front();
+  EXPECT_EQ(log.format, MegatronLogFormat::megatron_deepspeed);
+  ASSERT_EQ(log.intervals.size(), 11u);
+  EXPECT_EQ(log.intervals.front().iteration, 31214);
+  EXPECT_DOUBLE_EQ(log.intervals.front().elapsed_ms, 106460);
+  // The first three iterations are the warm-up; the median of the other eight (106.09, 106.13,
+  // 106.13, 106.30, 106.33, 106.36, 106.44, 107.53 s) is (106.30 + 106.33) / 2.
+  EXPECT_NEAR(log.report.step_time_s, 106.315, 1e-9);
+  EXPECT_NEAR(log.report.hardware_tflops_per_gpu, (147.46 + 147.51) / 2, 1e-9);
+  EXPECT_EQ(log.report.model_tflops_per_gpu, 0);  // not logged: its TFLOPs count recomputation
+  EXPECT_EQ(log.shape.seq_length, 2048);         // 97,829,879,808 tokens over 47,768,496 samples
+  EXPECT_EQ(log.shape.global_batch_size, 2048);
+  EXPECT_FALSE(log.shape.world_size);
+  EXPECT_EQ(log.report.shape.seq_length, 2048);
+  EXPECT_NEAR(log.report.tokens_per_s, (19.260 + 19.266) / 2 * 2048, 1e-6);
+  const std::vector<std::string> lacks = {"mfu", "hfu", "tflops_per_gpu.model", "breakdown", "op_times"};
+  EXPECT_EQ(log.lacks, lacks);
+}
+
+TEST(MegatronLog, ReadsTheRunsShapeFromTheWorldSizeLineAndTheArgumentsDump) {
+  const MegatronLog mixtral = parse_megatron_log(reference_log("megatron-lm-issue756_mixtral-8x7b_16xH100_tp4dp4_turn0.log"));
+  ASSERT_TRUE(mixtral.ok());
+  EXPECT_EQ(mixtral.format, MegatronLogFormat::megatron_lm);
+  EXPECT_EQ(mixtral.shape.world_size, 16);
+  EXPECT_EQ(mixtral.shape.data, 4);
+  EXPECT_EQ(mixtral.shape.context, 1);
+  EXPECT_EQ(mixtral.shape.tensor, 4);
+  EXPECT_EQ(mixtral.shape.pipeline, 1);
+  EXPECT_EQ(mixtral.shape.global_batch_size, 128);
+  EXPECT_EQ(mixtral.report.num_gpus, 16);
+
+  const MegatronLog dumped = parse_megatron_log(
+      "------------------------ arguments ------------------------\n"
+      "  micro_batch_size ................................ 2\n"
+      "  seq_length ...................................... 4096\n"
+      "  tensor_model_parallel_size ...................... 8\n"
+      "  world_size ...................................... 64\n"
+      " iteration 1/ 10 | elapsed time per iteration (ms): 100.0 |\n");
+  ASSERT_TRUE(dumped.ok());
+  EXPECT_EQ(dumped.shape.micro_batch_size, 2);
+  EXPECT_EQ(dumped.shape.seq_length, 4096);
+  EXPECT_EQ(dumped.shape.tensor, 8);
+  EXPECT_EQ(dumped.shape.world_size, 64);
+  EXPECT_FALSE(dumped.shape.pipeline);
+}
+
+TEST(Compare, ReportsOfDifferentRunsAreNamed) {
+  Report a, b;
+  a.num_gpus = 1024;
+  a.shape = {1536, 1, 2048, 8, 8, 16, 1, 1};
+  b.num_gpus = 16;
+  b.shape = {128, 0, 0, 4, 1, 4, 1, 0};  // 0: not known
+  const auto m = shape_mismatches(a, b);
+  const std::vector<std::string> want = {
+      "the measured run's world size is 16, the predicted run's 1024",
+      "the measured run's global batch size is 128, the predicted run's 1536",
+      "the measured run's tensor-parallel size is 4, the predicted run's 8",
+      "the measured run's pipeline-parallel size is 1, the predicted run's 8",
+      "the measured run's data-parallel size is 4, the predicted run's 16"};
+  EXPECT_EQ(m, want);
+  EXPECT_EQ(compare(a, b).mismatches, want);
+  EXPECT_TRUE(shape_mismatches(a, a).empty());
 }
 
 }  // namespace
