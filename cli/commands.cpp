@@ -33,6 +33,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   add_presets_command(app, io);
   add_schema_command(app, io);
   add_import_hf_command(app, io);
+  add_import_megatron_command(app, io);
   add_estimate_command(app, io);
   add_sweep_command(app, io);
   add_search_command(app, io);

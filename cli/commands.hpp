@@ -36,6 +36,7 @@ void add_show_command(CLI::App& app, Io& io);
 void add_presets_command(CLI::App& app, Io& io);
 void add_schema_command(CLI::App& app, Io& io);
 void add_import_hf_command(CLI::App& app, Io& io);
+void add_import_megatron_command(CLI::App& app, Io& io);
 void add_estimate_command(CLI::App& app, Io& io);
 void add_sweep_command(CLI::App& app, Io& io);
 void add_search_command(CLI::App& app, Io& io);

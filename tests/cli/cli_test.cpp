@@ -239,6 +239,52 @@ TEST(Cli, ParameterCountsInShowAndEstimate) {
   EXPECT_NE(r.out.find("  model: 174.6B parameters"), std::string::npos) << r.out;
 }
 
+// import-megatron end to end: a real script to a plan that, with a GPU, shows the script's mesh.
+TEST(Cli, ImportMegatronWritesAPlanThatNeedsOnlyTheCluster) {
+  const fs::path dir = fs::temp_directory_path() / ("meshwork-import-megatron-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string script = (kSource / "tests/data/megatron-import/train_gpt3_175b_distributed.sh").string();
+  Outcome r = meshwork({"import-megatron", script, "--set", "NUM_NODES=16", "--out", (dir / "gpt3.json").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.out.empty());
+  EXPECT_NE(r.err.find("mapped   --num-layers 96 -> model.num_layers"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ignored  --lr 6.0e-5: the learning-rate schedule changes no cost"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("The plan needs its cluster: cluster.gpu"), std::string::npos) << r.err;
+  auto plan = nlohmann::json::parse(read(dir / "gpt3.json"));
+  EXPECT_EQ(meshwork({"validate", (dir / "gpt3.json").string()}).code, 1) << "no GPU yet";
+  plan["cluster"]["gpu"] = "a100-sxm-80gb";
+  std::ofstream(dir / "with-gpu.json") << plan.dump(2);
+  r = meshwork({"show", (dir / "with-gpu.json").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("96 layers, hidden 12288, 96 heads"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("TP 8 x CP 1 x PP 16 x DP 1 = 128 GPUs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("global batch 1536 x micro-batch 1, fp16"), std::string::npos) << r.out;
+
+  r = meshwork({"import-megatron", "--args", "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["model"]["num_layers"], 4);
+  std::ofstream(dir / "no-command.sh") << "echo hello\n";
+  r = meshwork({"import-megatron", (dir / "no-command.sh").string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("no training command"), std::string::npos) << r.err;
+  EXPECT_EQ(meshwork({"import-megatron", "/nonexistent.sh"}).code, 1);
+  EXPECT_EQ(meshwork({"import-megatron"}).code, 2);
+  EXPECT_EQ(meshwork({"import-megatron", script, "--set", "NOEQUALS"}).code, 2);
+  fs::remove_all(dir);
+}
+
+// docs/megatron-flags.md is `import-megatron --flags`: every flag of the pinned arguments.py.
+TEST(Cli, MegatronFlagTableInTheDocsIsCurrent) {
+  const Outcome r = meshwork({"import-megatron", "--flags"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path doc = kSource / "docs/megatron-flags.md";
+  const std::string text = read(doc);
+  const std::size_t table = text.find("| flag |");
+  ASSERT_NE(table, std::string::npos);
+  if (std::getenv("MESHWORK_UPDATE_GOLDEN")) std::ofstream(doc) << text.substr(0, table) << r.out;
+  EXPECT_EQ(read(doc).substr(table), r.out) << "update with MESHWORK_UPDATE_GOLDEN=1 if intended";
+}
+
 // The README documents every plan field: its reference table is the schema's, verbatim.
 TEST(Cli, ReadmeFieldReferenceMatchesTheSchema) {
   const std::string readme = read(kSource / "README.md");

@@ -1,0 +1,238 @@
+// import-megatron: the static reading of launch scripts, the flag table, and three real scripts
+// of NVIDIA/Megatron-LM's examples/ (tests/data/megatron-import/SOURCES.md) against their values.
+#include "plan/megatron_import.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "plan/derived.hpp"
+#include "plan/plan_io.hpp"
+#include "plan/shell_script.hpp"
+
+namespace meshwork::plan {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kData = fs::path(MESHWORK_SOURCE_DIR) / "tests/data/megatron-import";
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool mentions(const std::vector<std::string>& lines, std::string_view what) {
+  for (const auto& l : lines) {
+    if (l.find(what) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(ShellScript, VariablesDefaultsArithmeticAndArrays) {
+  const auto r = read_shell_script(
+      "#!/bin/bash\n"
+      "NUM_LAYERS=32  # a comment\n"
+      "export TP=${TP:-4}\n"
+      "NODES=${1:-2}\n"
+      "WORLD=$(( 8 * $NODES ))\n"
+      "HALF=$((NUM_LAYERS / 2))\n"
+      "ARGS=(\n"
+      "  --num-layers $NUM_LAYERS   # inline comment\n"
+      "  --tensor-model-parallel-size ${TP}\n"
+      ")\n"
+      "ARGS+=(\"--seq-length 4096\")\n"
+      "QUOTED=(\"a b\" c)\n"
+      "torchrun --nproc_per_node 8 --nnodes $NODES pretrain_gpt.py ${ARGS[@]} \\\n"
+      "    --hidden-size 4096 \"${QUOTED[@]}\" --x \"$WORLD\" --y $HALF\n");
+  ASSERT_EQ(r.commands.size(), 1u);
+  const std::vector<std::string> want = {"torchrun", "--nproc_per_node", "8", "--nnodes", "2", "pretrain_gpt.py",
+                                         "--num-layers", "32", "--tensor-model-parallel-size", "4", "--seq-length", "4096",
+                                         "--hidden-size", "4096", "a b", "c", "--x", "16", "--y", "16"};
+  EXPECT_EQ(r.commands[0].words, want);
+  EXPECT_EQ(r.commands[0].line, 13);
+  EXPECT_TRUE(mentions(r.unknowns, "$1") || mentions(r.unknowns, "${1}")) << "positional parameters are named";
+}
+
+TEST(ShellScript, ConditionsOnKnownValuesAndWhatCannotBeKnown) {
+  const auto r = read_shell_script(
+      "DTYPE=\"fp8\"\n"
+      "EXTRA=()\n"
+      "if [[ \"$DTYPE\" == \"fp8\" ]]; then\n"
+      "  EXTRA+=(--fp8-format hybrid)\n"
+      "elif [ \"$DTYPE\" = bf16 ]; then\n"
+      "  EXTRA+=(--bf16)\n"
+      "else\n"
+      "  EXTRA+=(--fp16)\n"
+      "fi\n"
+      "if [ -n \"${WANDB_API_KEY}\" ]; then EXTRA+=(--wandb); fi\n"
+      "if [ ! -f x.py ]; then exit 1; fi\n"
+      "HOST=$(hostname)\n"
+      "for i in 1 2; do echo $i; done\n"
+      "python train.py ${EXTRA[@]} --name $HOST\n",
+      {{"UNUSED", "1"}});
+  ASSERT_EQ(r.commands.size(), 1u);
+  const std::vector<std::string> want = {"python", "train.py", "--fp8-format", "hybrid", "--name", "$(hostname)"};
+  EXPECT_EQ(r.commands[0].words, want);
+  EXPECT_TRUE(mentions(r.unknowns, "$(hostname) is a command substitution"));
+  EXPECT_TRUE(mentions(r.unknowns, "WANDB_API_KEY"));
+  EXPECT_TRUE(mentions(r.unknowns, "cannot be decided statically"));
+  EXPECT_TRUE(mentions(r.unknowns, "`for` loop"));
+  // A value given from outside takes the environment's place.
+  const auto given = read_shell_script("python t.py --nnodes ${NODES}\n", {{"NODES", "16"}});
+  EXPECT_EQ(given.commands[0].words.back(), "16");
+}
+
+// Every flag of the pinned arguments.py is classified: mapped to a field, or ignored with a reason.
+TEST(MegatronImport, EveryFlagOfThePinnedArgumentsIsClassified) {
+  std::istringstream lines(read(kData / "arguments-flags.txt"));
+  std::string line;
+  std::set<std::string> listed;
+  int mapped = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string flag = line.substr(0, line.find(' '));
+    listed.insert(flag);
+    const auto c = classify_megatron_flag(flag);
+    ASSERT_TRUE(c) << flag << " is in arguments.py but not in plan/megatron_flags.inc";
+    if (c->mapped) {
+      ++mapped;
+      EXPECT_FALSE(c->field.empty()) << flag;
+    } else {
+      EXPECT_GT(c->reason.size(), 5u) << flag;
+    }
+  }
+  EXPECT_EQ(listed.size(), megatron_flags().size()) << "the compiled table and the pinned list differ";
+  EXPECT_GE(listed.size(), 560u);
+  EXPECT_GE(mapped, 60);
+  EXPECT_FALSE(classify_megatron_flag("--not-a-megatron-flag"));
+}
+
+// The import as a plan: with a GPU it loads and resolves.
+Plan load(const MegatronImport& r) {
+  nlohmann::json tree = r.plan;
+  tree["cluster"]["gpu"] = "h100-sxm";
+  const auto loaded = load_plan_json(tree);
+  std::string problems;
+  for (const auto& d : loaded.diagnostics.items()) problems += format(d) + "\n";
+  EXPECT_TRUE(loaded.ok()) << problems << tree.dump(2);
+  return loaded.plan;
+}
+
+TEST(MegatronImport, Gpt3_175bExampleScript) {
+  MegatronImport r = import_megatron_script(read(kData / "train_gpt3_175b_distributed.sh"), "gpt3");
+  ASSERT_TRUE(r.ok());
+  // NUM_NODES=1 in the script: 8 GPUs cannot hold TP 8 x PP 16, and the import says so.
+  EXPECT_FALSE(r.plan["cluster"].contains("num_gpus"));
+  EXPECT_NE(r.diagnostics.find("cluster.num_gpus"), nullptr);
+  r = import_megatron_script(read(kData / "train_gpt3_175b_distributed.sh"), "gpt3", {{"NUM_NODES", "16"}});
+  ASSERT_TRUE(r.ok());
+  const Plan p = load(r);
+  EXPECT_EQ(p.model.num_layers, 96);
+  EXPECT_EQ(p.model.hidden_size, 12288);
+  EXPECT_EQ(p.model.num_attention_heads, 96);
+  EXPECT_EQ(p.model.num_query_groups, 96);
+  EXPECT_EQ(p.model.ffn_hidden_size, 4 * 12288);  // Megatron's default 4h
+  EXPECT_EQ(p.model.seq_length, 2048);
+  EXPECT_EQ(p.model.vocab_size, 51200);  // GPT-2's 50,257 padded to a multiple of 128 x TP 8
+  EXPECT_EQ(p.model.activation, Activation::gelu);
+  EXPECT_EQ(p.model.normalization, Normalization::layernorm);
+  EXPECT_EQ(p.model.position_embedding_type, PositionEmbedding::learned_absolute);
+  EXPECT_FALSE(p.model.untie_embeddings_and_output_weights);
+  EXPECT_DOUBLE_EQ(p.model.hidden_dropout, 0.1);
+  EXPECT_EQ(p.training.micro_batch_size, 1);
+  EXPECT_EQ(p.training.global_batch_size, 1536);
+  EXPECT_EQ(p.training.precision, Precision::fp16);
+  EXPECT_EQ(p.training.recompute, Recompute::none);
+  EXPECT_DOUBLE_EQ(p.training.tokens, 500000.0 * 1536 * 2048);
+  EXPECT_EQ(p.parallelism.tensor_model_parallel_size, 8);
+  EXPECT_EQ(p.parallelism.pipeline_model_parallel_size, 16);
+  EXPECT_EQ(p.cluster.num_gpus, 128);
+  EXPECT_EQ(derive(p).data_parallel_size, 1);
+  EXPECT_TRUE(mentions(r.ignored, "--rampup-batch-size 16 16 5859375: a batch-size ramp-up"));
+  EXPECT_TRUE(mentions(r.ignored, "--lr 6.0e-5: the learning-rate schedule changes no cost"));
+  EXPECT_TRUE(mentions(r.unknowns, "$1: the script's arguments are not known"));
+}
+
+TEST(MegatronImport, Llama3_8bFp8ExampleScript) {
+  const MegatronImport r = import_megatron_script(read(kData / "train_llama3_8b_h100_fp8.sh"), "llama3-8b");
+  ASSERT_TRUE(r.ok());
+  const Plan p = load(r);
+  EXPECT_EQ(p.model.num_layers, 32);  // NUM_LAYERS=32 ... --num-layers $NUM_LAYERS
+  EXPECT_EQ(p.model.hidden_size, 4096);
+  EXPECT_EQ(p.model.ffn_hidden_size, 14336);
+  EXPECT_EQ(p.model.num_attention_heads, 32);
+  EXPECT_EQ(p.model.num_query_groups, 8);
+  EXPECT_EQ(p.model.kv_channels, 128);
+  EXPECT_EQ(p.model.seq_length, 8192);
+  EXPECT_EQ(p.model.vocab_size, 128256);  // the MOCK branch: TOKENIZER_ARG=${3:-"MOCK"}
+  EXPECT_EQ(p.model.activation, Activation::swiglu);
+  // This version of the script sets no --normalization: Megatron's LayerNorm (later versions add RMSNorm).
+  EXPECT_EQ(p.model.normalization, Normalization::layernorm);
+  EXPECT_EQ(p.model.position_embedding_type, PositionEmbedding::rope);
+  EXPECT_TRUE(p.model.untie_embeddings_and_output_weights);
+  EXPECT_FALSE(p.model.add_bias_linear);
+  EXPECT_DOUBLE_EQ(p.model.attention_dropout, 0.0);
+  EXPECT_EQ(p.training.precision, Precision::fp8);  // DTYPE="fp8" and its if-branch
+  EXPECT_EQ(p.training.global_batch_size, 128);
+  EXPECT_DOUBLE_EQ(p.training.tokens, 1953125000.0 * 8192);  // --train-samples x seq
+  EXPECT_EQ(p.parallelism.tensor_model_parallel_size, 1);
+  EXPECT_FALSE(p.parallelism.sequence_parallel);  // Megatron turns SP off with TP 1
+  EXPECT_EQ(p.parallelism.zero_stage, 1);         // --use-distributed-optimizer (TRAINING_ARGS+=DDP_ARGS)
+  EXPECT_TRUE(p.parallelism.overlap.grad_reduce);
+  EXPECT_TRUE(p.parallelism.overlap.param_gather);
+  EXPECT_EQ(p.cluster.num_gpus, 8);
+  EXPECT_TRUE(mentions(r.mapped, "--fp8-format hybrid -> training.precision"));
+  EXPECT_TRUE(mentions(r.unknowns, "[ ! -f \"$PRETRAIN_SCRIPT_PATH\" ]"));
+}
+
+TEST(MegatronImport, Mixtral8x7bExampleScript) {
+  const MegatronImport r = import_megatron_script(read(kData / "train_mixtral_8x7b_distributed.sh"), "mixtral", {{"SLURM_NNODES", "4"}});
+  ASSERT_TRUE(r.ok());
+  const Plan p = load(r);
+  EXPECT_EQ(p.model.num_layers, 32);
+  EXPECT_EQ(p.model.seq_length, 4096);
+  EXPECT_EQ(p.model.vocab_size, 32000);  // Llama2Tokenizer
+  EXPECT_EQ(p.model.normalization, Normalization::rmsnorm);
+  EXPECT_EQ(p.model.position_embedding_type, PositionEmbedding::rope);
+  ASSERT_TRUE(p.model.is_moe());
+  EXPECT_EQ(p.model.moe.num_moe_experts, 8);
+  EXPECT_EQ(p.model.moe.moe_router_topk, 2);
+  EXPECT_EQ(p.model.moe.moe_ffn_hidden_size, 14336);
+  EXPECT_EQ(p.training.global_batch_size, 256);
+  EXPECT_EQ(p.training.precision, Precision::bf16);
+  EXPECT_EQ(p.parallelism.pipeline_model_parallel_size, 4);
+  EXPECT_EQ(p.parallelism.expert_model_parallel_size, 8);
+  EXPECT_EQ(p.parallelism.zero_stage, 1);
+  EXPECT_EQ(p.cluster.num_gpus, 32);  // --nnodes ${SLURM_NNODES:-"1"} given as 4
+  EXPECT_EQ(derive(p).data_parallel_size, 8);
+  EXPECT_TRUE(mentions(r.ignored, "--moe-grouped-gemm: expert GEMMs are priced as dense GEMMs"));
+}
+
+TEST(MegatronImport, ArgumentsAloneAndMegatronDefaults) {
+  const auto r = import_megatron_args({"--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16", "--swiglu",
+                                       "--seq-length=4096", "--num-layers-per-virtual-pipeline-stage", "3",
+                                       "--pipeline-model-parallel-size", "4", "--recompute-activations", "--vocab-size", "50000",
+                                       "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads", "--bogus", "1"});
+  ASSERT_TRUE(r.ok());
+  const auto& m = r.plan["model"];
+  EXPECT_EQ(m["ffn_hidden_size"], 5440);  // int(4h x 2/3 / 64) x 64
+  EXPECT_EQ(m["vocab_size"], 50048);      // padded to a multiple of 128
+  EXPECT_EQ(m["seq_length"], 4096);
+  EXPECT_EQ(r.plan["parallelism"]["virtual_pipeline_model_parallel_size"], 2);  // 24 / 4 / 3
+  EXPECT_EQ(r.plan["parallelism"]["pipeline_schedule"], "interleaved");
+  EXPECT_EQ(r.plan["parallelism"]["overlap"]["p2p"], true);
+  EXPECT_EQ(r.plan["parallelism"]["zero_stage"], 2);
+  EXPECT_EQ(r.plan["training"]["recompute"], "selective");
+  EXPECT_EQ(r.plan["training"]["precision"], "fp32");  // no --bf16 / --fp16
+  EXPECT_TRUE(mentions(r.unknowns, "--bogus: not a flag of Megatron-LM's arguments.py"));
+  // A value that must be a number.
+  EXPECT_FALSE(import_megatron_args({"--num-layers", "many"}).ok());
+}
+
+}  // namespace
+}  // namespace meshwork::plan
