@@ -1,10 +1,12 @@
 #include "cli/commands.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <ostream>
 
 #include "meshwork/version.hpp"
 #include "plan/plan_io.hpp"
+#include "plan/reader.hpp"
 
 namespace meshwork::cli {
 
@@ -47,6 +49,16 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
 #endif
   add_compare_command(app, io);
 
+  // A mistyped command: name the nearest one ("meshwork estimat").
+  std::vector<std::string> names;
+  for (const auto* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  if (!args.empty() && !args.front().empty() && args.front()[0] != '-' &&
+      std::find(names.begin(), names.end(), args.front()) == names.end()) {
+    const std::string best = plan::nearest(args.front(), names);
+    err << "meshwork: unknown command \"" << args.front() << "\"" << (best.empty() ? std::string() : "; did you mean \"" + best + "\"?")
+        << "\n(run `meshwork --help` for the commands)\n";
+    return 2;
+  }
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them in reverse
   try {
     app.parse(reversed);

@@ -4,6 +4,7 @@
 // reliability section `meshwork simulate --horizon` adds to its Report.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <ostream>
@@ -165,6 +166,12 @@ void add_reliability_command(CLI::App& app, Io& io) {
       io.exit_code = 1;
       return;
     }
+    // Without failure rates nothing interrupts the run: 100% goodput by construction.
+    const bool no_failure_model = !std::isfinite(d.mtti_s) || d.mtti_s <= 0;
+    const std::string no_failures_note =
+        "no failure rates in the plan: nothing interrupts the run, so goodput is 100% and the checkpoint interval "
+        "has nothing to balance; add failures: {preset: llama3} (the Llama 3 405B fleet's rates) or failures.mtbf_hours";
+    if (no_failure_model) io.err << *file << ": warning: " << no_failures_note << '\n';
     const bool tty = ::isatty(STDERR_FILENO) != 0;
     auto progress = [&io, tty](const char* what) {
       return std::function<void(double)>([&io, tty, what](double f) {
@@ -202,6 +209,7 @@ void add_reliability_command(CLI::App& app, Io& io) {
       }
     }
     rep.reliability = r;
+    if (no_failure_model) rep.notes.push_back(no_failures_note);
     if (*json) {
       io.out << report::to_json(rep).dump(2) << '\n';
       return;
@@ -211,6 +219,7 @@ void add_reliability_command(CLI::App& app, Io& io) {
                   rep.method == report::Method::simulated ? "simulated" : "estimated");
     io.out << buf;
     print_reliability(io.out, r, daly);
+    if (no_failure_model) io.out << "  note: " << no_failures_note << '\n';
   });
 }
 

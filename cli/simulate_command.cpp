@@ -126,6 +126,14 @@ void add_simulate_command(CLI::App& app, Io& io) {
       io.err << *file << ": error: " << r.error << '\n';
       io.exit_code = 1;
     }
+    if (options.failure && options.failure->at_s >= r.report->step_time_s) {
+      char line[300];
+      std::snprintf(line, sizeof line, "--fail %s: the step ends at %.4g s, before the failure at %.4g s: a failure inside the step must come before its end",
+                    fail->c_str(), r.report->step_time_s, options.failure->at_s);
+      io.err << "meshwork simulate: " << line << '\n';
+      io.exit_code = 2;
+      return;
+    }
     report::Report rep = *r.report;
     rep.memory = memory.memory;
     rep.fits = memory.fits;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <regex>
 
 #include "plan/shell_script.hpp"
 
@@ -346,6 +345,22 @@ class Mapper {
   MegatronImport& out_;
 };
 
+// K of Megatron's --moe-layer-freq "([0]*K+[1]*N)": K dense layers, then N MoE layers.
+std::optional<std::int64_t> dense_layers_first(std::string_view text) {
+  std::string s;
+  for (char c : text) {
+    if (c != ' ' && c != '(' && c != ')') s += c;
+  }
+  const std::string dense = "[0]*", sparse = "+[1]*";
+  if (s.rfind(dense, 0) != 0) return std::nullopt;
+  const std::size_t plus = s.find(sparse);
+  if (plus == std::string::npos) return std::nullopt;
+  const std::string k = s.substr(dense.size(), plus - dense.size()), n = s.substr(plus + sparse.size());
+  auto all_digits = [](const std::string& x) { return !x.empty() && std::all_of(x.begin(), x.end(), [](char c) { return c >= '0' && c <= '9'; }); };
+  if (!all_digits(k) || !all_digits(n) || k.size() > 6) return std::nullopt;
+  return std::stoll(k);
+}
+
 // Megatron's _vocab_size_with_padding: up to a multiple of make_vocab_size_divisible_by x TP.
 std::int64_t padded_vocab(std::int64_t vocab, std::int64_t divisible_by, std::int64_t tp) {
   const std::int64_t multiple = std::max<std::int64_t>(1, divisible_by * tp);
@@ -450,11 +465,9 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
     if (auto c = num.real(a, "--moe-expert-capacity-factor")) moe["capacity_factor"] = *c;
     if (auto freq = a.value("--moe-layer-freq")) {
       // 1: every layer; "([0]*K+[1]*N)": K dense layers first (DeepSeek-V3's launch).
-      static const std::regex dense_first(R"(^\(?\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*(\d+)\)?$)");
-      std::smatch m;
       if (*freq == "1") {
-      } else if (std::regex_match(*freq, m, dense_first)) {
-        moe["first_k_dense_layers"] = std::stoll(m[1].str());
+      } else if (const auto dense = dense_layers_first(*freq)) {
+        moe["first_k_dense_layers"] = *dense;
       } else {
         out.unknowns.push_back("--moe-layer-freq " + *freq + ": only 1 and ([0]*K+[1]*N) (dense layers first) are modelled");
       }

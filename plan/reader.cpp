@@ -5,6 +5,7 @@
 #include <set>
 #include <vector>
 
+#include "plan/field_catalogue.hpp"
 #include "plan/hf_import.hpp"
 #include "plan/presets.hpp"
 #include "plan/schema.hpp"
@@ -98,6 +99,19 @@ bool read_value(const json& j, double& out, const Where& w) {
     out = *q.value;
     return true;
   }
+  // Oversubscription as people write it: "2:1" (down-links to up-links).
+  if (j.is_string() && std::string_view(w.info.key).find("oversubscription") != std::string_view::npos) {
+    const std::string text = j.get<std::string>();
+    const std::size_t colon = text.find(':');
+    const auto down = parse_number(std::string_view(text).substr(0, colon));
+    const auto up = colon == std::string::npos ? std::nullopt : parse_number(std::string_view(text).substr(colon + 1));
+    if (down && up && *up > 0) {
+      out = *down / *up;
+      return true;
+    }
+    w.error("expected a ratio such as 2 or \"2:1\" (down-links to up-links), got " + describe_json(j));
+    return false;
+  }
   std::string want = "expected a number";
   if (w.info.unit != Unit::none && !symbol(w.info.unit).empty()) {
     want += " (in " + std::string(symbol(w.info.unit)) + ") or a quantity such as " + std::string(examples(w.info.unit));
@@ -129,17 +143,32 @@ bool read_value(const json& j, std::string& out, const Where& w) {
   return false;
 }
 
+// Other names people give the precisions (PyTorch's dtypes, Megatron's flags).
+constexpr std::pair<std::string_view, std::string_view> kEnumSpellings[] = {
+    {"bfloat16", "bf16"}, {"float16", "fp16"}, {"half", "fp16"}, {"float32", "fp32"}, {"float", "fp32"},
+    {"float8", "fp8"},    {"e4m3", "fp8"},     {"hybrid", "fp8"}, {"rms_norm", "rmsnorm"}, {"layer_norm", "layernorm"},
+};
+
 template <class E>
   requires std::is_enum_v<E>
 bool read_value(const json& j, E& out, const Where& w) {
+  std::string hint;
   if (j.is_string()) {
-    if (auto v = enum_from_string<E>(j.get<std::string>())) {
+    const std::string text = j.get<std::string>();
+    if (auto v = enum_from_string<E>(text)) {
       out = *v;
       return true;
     }
+    std::vector<std::string> names;
+    for (const auto& [v, name] : EnumNames<E>::values) names.emplace_back(name);
+    for (const auto& [spelling, name] : kEnumSpellings) {
+      if (enum_name_equal(spelling, text) && enum_from_string<E>(name)) hint = std::string(name);
+    }
+    if (hint.empty()) hint = nearest(text, names);
   }
   // 1f1b written unquoted in YAML is still a string; a number here is a mistake.
-  w.error("expected one of " + enum_choices<E>() + ", got " + describe_json(j));
+  w.error("expected one of " + enum_choices<E>() + ", got " + describe_json(j) +
+          (hint.empty() ? std::string() : "; did you mean \"" + hint + "\"?"));
   return false;
 }
 
@@ -187,10 +216,19 @@ bool read_value(const json& j, CheckpointInterval& out, const Where& w) {
 
 // --- sections -----------------------------------------------------------------------------
 
+// "; did you mean "h100-sxm"?" for a preset name that is near one, or that starts one.
+template <class Presets>
+std::string preset_hint(std::string_view name, const Presets& presets) {
+  std::vector<std::string> keys;
+  for (const auto& p : presets) keys.emplace_back(p.key);
+  const std::string best = nearest(name, keys);
+  return best.empty() ? std::string() : "; did you mean \"" + best + "\"?";
+}
+
 bool apply_preset(std::string_view name, GpuSpec& gpu, std::string& error) {
   const GpuPreset* p = find_gpu_preset(name);
   if (!p) {
-    error = "unknown GPU preset \"" + std::string(name) + "\" (`meshwork presets` lists them)";
+    error = "unknown GPU preset \"" + std::string(name) + "\" (`meshwork presets` lists them)" + preset_hint(name, gpu_presets());
     return false;
   }
   gpu = p->spec;
@@ -200,7 +238,7 @@ bool apply_preset(std::string_view name, GpuSpec& gpu, std::string& error) {
 bool apply_preset(std::string_view name, ModelConfig& model, std::string& error) {
   const ModelPreset* p = find_model_preset(name);
   if (!p) {
-    error = "unknown model preset \"" + std::string(name) + "\" (`meshwork presets` lists them)";
+    error = "unknown model preset \"" + std::string(name) + "\" (`meshwork presets` lists them)" + preset_hint(name, model_presets());
     return false;
   }
   model = p->model;
@@ -338,6 +376,24 @@ class SectionReader {
     }
   }
 
+  // A field of that key (or alias) in another section: "cluster.gpu.hbm_gib".
+  std::string field_elsewhere(const std::string& key) const {
+    for (const auto& f : field_catalogue().fields) {
+      if (f.section == path_) continue;
+      bool match = f.key == key;
+      std::string_view aliases = f.aliases;
+      while (!match && !aliases.empty()) {
+        const std::size_t comma = aliases.find(',');
+        std::string_view a = aliases.substr(0, comma);
+        while (!a.empty() && a.front() == ' ') a.remove_prefix(1);
+        match = a == key;
+        aliases = comma == std::string_view::npos ? std::string_view() : aliases.substr(comma + 1);
+      }
+      if (match) return f.path;
+    }
+    return {};
+  }
+
   // Keys that no field claimed are errors, with the nearest known key as a suggestion.
   void finish() {
     for (const auto& [key, value] : obj_.items()) {
@@ -352,7 +408,11 @@ class SectionReader {
           best = known;
         }
       }
-      if (!best.empty()) message += "; did you mean \"" + best + "\"?";
+      if (!best.empty()) {
+        message += "; did you mean \"" + best + "\"?";
+      } else if (const std::string elsewhere = field_elsewhere(key); !elsewhere.empty()) {
+        message += "; did you mean " + elsewhere + "? (the field belongs there)";
+      }
       ctx_.diagnostics.error(join_path(path_, key), message);
       ctx_.written_paths.emplace(join_path(path_, key), join_path(written_, key));
     }
@@ -399,6 +459,20 @@ class SectionReader {
 };
 
 }  // namespace
+
+std::string nearest(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_distance = std::max<std::size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    // A prefix of one name ("h100" of "h100-sxm") is as good as a near miss.
+    const std::size_t d = c.rfind(std::string(word), 0) == 0 && !word.empty() ? 1 : edit_distance(word, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best;
+}
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <map>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -34,5 +35,8 @@ void read_plan(const nlohmann::json& root, Plan& plan, ReadContext& ctx);
 
 // Edit distance, for "did you mean" on unknown keys.
 std::size_t edit_distance(std::string_view a, std::string_view b);
+// The candidate nearest to `word` (a prefix of it counts as near), or "" when none is close
+// enough to suggest: "did you mean ...?".
+std::string nearest(std::string_view word, const std::vector<std::string>& candidates);
 
 }  // namespace meshwork::plan

@@ -140,6 +140,10 @@ ParsedQuantity parse_quantity(std::string_view text, Unit target) {
   }
   const std::string_view unit = trim(std::string_view(end, static_cast<std::size_t>(s.data() + s.size() - end)));
 
+  // Network ports are named by their bit rate alone: "400G" (400GbE, NDR), "800G", "1.6T".
+  if (target == Unit::gbps && (unit == "G" || unit == "T" || unit == "Gb" || unit == "Gbit" || unit == "Gbit/s" || unit == "GbE")) {
+    return {number * (unit == "T" ? 1e3 : 1.0), {}};
+  }
   if (want.dim != Dimension::none) {
     for (const auto& sym : kSymbols) {
       if (sym.dim != want.dim || sym.text != unit) continue;

@@ -1,8 +1,8 @@
 #include "plan/validate.hpp"
 
 #include <algorithm>
-
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <set>
 #include <string>
@@ -15,6 +15,11 @@ namespace meshwork::plan {
 namespace {
 
 std::string str(std::int64_t v) { return std::to_string(v); }
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 
 class Validator {
  public:
@@ -73,8 +78,8 @@ class Validator {
       return false;
     }
     if (p_.data_parallel_size == 0) {
-      d_.error("cluster.num_gpus", str(c_.num_gpus) + " GPUs do not divide into " + mp_text + " = " + str(*mp) +
-                                       " model-parallel groups");
+      d_.error("cluster.num_gpus", str(c_.num_gpus) + " GPUs do not divide into model-parallel groups of " + mp_text + " = " +
+                                       str(*mp) + " GPUs each");
       return false;
     }
     const auto world = checked_mul(*mp, p_.data_parallel_size);
@@ -254,6 +259,12 @@ class Validator {
     // SHARP"): no switch, no NVLS.
     if (c_.collective_algorithm == CollectiveAlgorithm::nvls && c_.gpus_per_node > 1 && c_.intra_node.kind != IntraNodeKind::nvswitch) {
       d_.error("cluster.collective_algorithm", "nvls reduces inside an NVSwitch: cluster.intra_node.kind is " + std::string(to_string(c_.intra_node.kind)));
+    }
+    // The fastest NIC shipping is 800 Gb/s (NVIDIA ConnectX-8 SuperNIC datasheet, 2024); a figure
+    // well past it is most often GB/s written for Gb/s ("400GB/s" is 3,200 Gb/s).
+    if (c_.nic_bandwidth_gbps > 1600) {
+      d_.warning("cluster.nic_bandwidth_gbps", num(c_.nic_bandwidth_gbps) + " Gb/s per NIC is more than any NIC gives (800 Gb/s is the "
+                                               "fastest shipping); network rates are bits: \"400G\" or \"400Gb/s\" is 400, \"400GB/s\" is 3,200");
     }
     if (c_.num_nodes() > 1 && c_.nics_per_node == 0) {
       d_.error("cluster.nics_per_node", "a job on " + str(c_.num_nodes()) + " nodes needs NICs");

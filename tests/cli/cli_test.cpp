@@ -285,6 +285,69 @@ TEST(Cli, MegatronFlagTableInTheDocsIsCurrent) {
   EXPECT_EQ(read(doc).substr(table), r.out) << "update with MESHWORK_UPDATE_GOLDEN=1 if intended";
 }
 
+// Issue 24's messages: near misses are named, and ratios and port speeds read as people write them.
+TEST(Cli, MessagesSuggestWhatWasMeant) {
+  const fs::path dir = fs::temp_directory_path() / ("meshwork-messages-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "typos.yaml")
+      << "model: {preset: llama3-8b}\n"
+         "training: {global_batch_size: 64, micro_batch_size: 1, recompute: selctive, precision: bfloat16}\n"
+         "cluster: {gpu: h100, num_gpus: 8, hbm_gib: 80}\n";
+  Outcome r = meshwork({"validate", (dir / "typos.yaml").string()});
+  EXPECT_EQ(r.code, 1);
+  for (const char* want : {"training.recompute: expected one of none | selective | full, got the string \"selctive\"; did you mean \"selective\"?",
+                           "training.precision: expected one of bf16 | fp16 | fp8 | fp32, got the string \"bfloat16\"; did you mean \"bf16\"?",
+                           "cluster.gpu: unknown GPU preset \"h100\" (`meshwork presets` lists them); did you mean \"h100-sxm\"?",
+                           "cluster.hbm_gib: unknown key; did you mean cluster.gpu.hbm_gib? (the field belongs there)"}) {
+    EXPECT_NE(r.err.find(want), std::string::npos) << want << "\n" << r.err;
+  }
+  // The size of one group, said as such (it read "144 model-parallel groups").
+  std::ofstream(dir / "mesh.yaml") << "model: {preset: llama3-8b}\ntraining: {global_batch_size: 60, micro_batch_size: 1}\n"
+                                      "parallelism: {tp: 8}\ncluster: {gpu: h100-sxm, num_gpus: 100}\n";
+  r = meshwork({"validate", (dir / "mesh.yaml").string()});
+  EXPECT_NE(r.err.find("100 GPUs do not divide into model-parallel groups of TP 8 x CP 1 x PP 1 = 8 GPUs each"), std::string::npos) << r.err;
+  r = meshwork({"estimat", "x.yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown command \"estimat\"; did you mean \"estimate\"?"), std::string::npos) << r.err;
+
+  std::ofstream(dir / "units.yaml") << "model: {preset: llama3-8b}\n"
+                                       "training: {global_batch_size: 64, micro_batch_size: 1}\n"
+                                       "cluster: {gpu: h100-sxm, num_gpus: 64, nic_bandwidth_gbps: \"400G\", topology: {oversubscription: \"2:1\"}}\n";
+  r = meshwork({"show", "--json", (dir / "units.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["cluster"]["nic_bandwidth_gbps"], 400.0);
+  EXPECT_EQ(j["cluster"]["topology"]["oversubscription"], 2.0);
+  std::ofstream(dir / "bytes.yaml") << "model: {preset: llama3-8b}\n"
+                                       "training: {global_batch_size: 64, micro_batch_size: 1}\n"
+                                       "cluster: {gpu: h100-sxm, num_gpus: 64, nic_bandwidth_gbps: \"400GB/s\"}\n";
+  r = meshwork({"validate", (dir / "bytes.yaml").string()});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: cluster.nic_bandwidth_gbps: 3200 Gb/s per NIC is more than any NIC gives"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+#ifdef MESHWORK_HAVE_SIMGRID
+// Issue 24: --fail past the end of the step was silently ignored.
+TEST(Cli, AFailureAfterTheStepEndsIsAnError) {
+  const std::string plan = (kSource / "scenarios/cpu/tiny-pp2-2rank.yaml").string();
+  const Outcome r = meshwork({"simulate", plan, "--fail", "gpu1@100s"});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("before the failure at 100 s: a failure inside the step must come before its end"), std::string::npos) << r.err;
+  EXPECT_EQ(meshwork({"simulate", plan, "--fail", "gpu1@0s"}).code, 0);
+}
+#endif
+
+// Issue 24: a run without failure rates printed 100% goodput and said nothing.
+TEST(Cli, ReliabilityWithoutAFailureModelSaysSo) {
+  const Outcome r = meshwork({"reliability", (kSource / "scenarios/cpu/tiny-dp2-2rank.yaml").string(), "--trials", "10", "--horizon", "1d"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: no failure rates in the plan"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("add failures: {preset: llama3}"), std::string::npos) << r.out;
+  const Outcome with = meshwork({"reliability", (kSource / "scenarios/heldout/llama3-405b-h100-16384.yaml").string(), "--trials", "10"});
+  EXPECT_EQ(with.err.find("no failure rates"), std::string::npos) << with.err;
+}
+
 // The README documents every plan field: its reference table is the schema's, verbatim.
 TEST(Cli, ReadmeFieldReferenceMatchesTheSchema) {
   const std::string readme = read(kSource / "README.md");

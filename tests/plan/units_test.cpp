@@ -18,6 +18,18 @@ TEST(Units, NetworkRatesConvertBetweenBitsAndBytes) {
   EXPECT_DOUBLE_EQ(q("200 Gbps", Unit::gbps), 200);
 }
 
+// Issue 24: ports are named by their bit rate alone ("400G", "800G", "1.6T").
+TEST(Units, NetworkPortsAsPeopleNameThem) {
+  EXPECT_DOUBLE_EQ(q("400G", Unit::gbps), 400);
+  EXPECT_DOUBLE_EQ(q("800G", Unit::gbps), 800);
+  EXPECT_DOUBLE_EQ(q("1.6T", Unit::gbps), 1600);
+  EXPECT_DOUBLE_EQ(q("400Gbit/s", Unit::gbps), 400);
+  EXPECT_DOUBLE_EQ(q("400GbE", Unit::gbps), 400);
+  EXPECT_DOUBLE_EQ(q("400GB/s", Unit::gbps), 3200);  // bytes: read as written, validate warns
+  // In a bytes field "400G" is ambiguous and stays an error.
+  EXPECT_FALSE(parse_quantity("400G", Unit::gbytes_per_s).value);
+}
+
 TEST(Units, Durations) {
   EXPECT_DOUBLE_EQ(q("2us", Unit::microseconds), 2);
   EXPECT_DOUBLE_EQ(q("1.5ms", Unit::microseconds), 1500);

@@ -31,7 +31,7 @@ TEST(Validate, MeshProductMustEqualNumGpus) {
 
 TEST(Validate, NumGpusMustDivideIntoModelParallelGroups) {
   auto r = load_yaml(std::string(testing::kBasePlan).replace(std::string(testing::kBasePlan).find("num_gpus: 64"), 12, "num_gpus: 72"));
-  EXPECT_TRUE(has_error(r.diagnostics, "cluster.num_gpus", "do not divide into TP 8 x CP 1 x PP 2 = 16")) << dump(r.diagnostics);
+  EXPECT_TRUE(has_error(r.diagnostics, "cluster.num_gpus", "do not divide into model-parallel groups of TP 8 x CP 1 x PP 2 = 16 GPUs each")) << dump(r.diagnostics);
 }
 
 TEST(Validate, NumGpusOrDpIsRequired) {
