@@ -23,7 +23,7 @@ void print_summary(std::ostream& os, const report::Report& r) {
   os << "  elapsed time per iteration (ms): " << fmt("%.1f", r.step_time_s * 1e3)
      << " | throughput per GPU (TFLOP/s/GPU): " << fmt("%.1f", r.model_tflops_per_gpu) << " model, "
      << fmt("%.1f", r.hardware_tflops_per_gpu) << " hardware\n";
-  os << "  MFU " << fmt("%.1f%%", 100 * r.mfu) << " | HFU " << fmt("%.1f%%", 100 * r.hfu) << " | tokens/s "
+  os << "  MFU " << fmt("%.1f%%", 100 * r.mfu) << " (" << r.mfu_attention << " attention) | HFU " << fmt("%.1f%%", 100 * r.hfu) << " | tokens/s "
      << fmt("%.4g", r.tokens_per_s) << " | bubble fraction " << fmt("%.3f", r.bubble_fraction);
   if (r.time_to_train_s > 0) os << " | time to train " << fmt("%.1f", r.time_to_train_s / 86400) << " days";
   os << "\n  step breakdown (s): compute " << fmt("%.3f", b.compute_s) << ", recompute " << fmt("%.3f", b.recompute_s)
@@ -65,15 +65,14 @@ void add_estimate_command(CLI::App& app, Io& io) {
   cmd->add_option("PLAN", *file, "Plan file (YAML or JSON)")->required();
   cmd->add_flag("--json", *json, "Print the Report as JSON");
   cmd->add_flag("--csv", *csv, "Print the Report as one CSV row with a header");
-  cmd->add_flag("--causal-flops", *causal, "Count only the causal half of attention in model FLOPs (Megatron-LM HEAD)");
+  cmd->add_flag("--causal-flops", *causal, "Count only the causal half of attention in MFU's model FLOPs (Megatron-LM's convention): training.attention_flops: causal");
   cmd->footer("Exit status: 0 when the plan is valid and fits in memory (a tight fit warns), 3 when it does not fit, 1 for a plan with errors.");
   cmd->callback([=, &io] {
     const auto loaded = load_plan_for(io, *file, "estimate");
     if (!loaded) return;
-    const plan::Plan& p = *loaded;
-    models::EstimateOptions options;
-    options.flops.causal_attention = *causal;
-    const report::Report r = models::estimate(p, options);
+    plan::Plan p = *loaded;
+    if (*causal) p.training.attention_flops = plan::AttentionFlops::causal;
+    const report::Report r = models::estimate(p);
     if (*json) {
       io.out << report::to_json(r).dump(2) << '\n';
     } else if (*csv) {

@@ -47,6 +47,8 @@ void add_simulate_command(CLI::App& app, Io& io) {
   cmd->add_option("PLAN", *file, "Plan file (YAML or JSON)")->required();
   cmd->add_flag("--json", *json, "Print the Report as JSON");
   cmd->add_flag("--explain", *explain, "Where the step's time went, largest first");
+  auto causal = std::make_shared<bool>(false);
+  cmd->add_flag("--causal-flops", *causal, "Count only the causal half of attention in MFU's model FLOPs (Megatron-LM's convention): training.attention_flops: causal");
   cmd->add_flag("--free-communication", *free_comm, "Make all communication free (compute and the schedule's bubble only)");
   cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace (JSON) to this file");
   cmd->add_flag("--fine", *fine, "One event per instruction, every collective as flows (slower; the reference)");
@@ -62,8 +64,9 @@ void add_simulate_command(CLI::App& app, Io& io) {
   // For tests: the simulation process dies at its start (abort, kill or bad_alloc). Hidden.
   cmd->add_option("--inject-child-death", *inject_death)->check(CLI::IsMember({"abort", "kill", "bad_alloc"}))->group("");
   cmd->callback([=, &io] {
-    const auto loaded = load_plan_for(io, *file, "simulate");
+    auto loaded = load_plan_for(io, *file, "simulate");
     if (!loaded) return;
+    if (*causal) loaded->training.attention_flops = plan::AttentionFlops::causal;
     const plan::Plan& p = *loaded;
     // The memory verdict first: a plan that does not fit has no step to simulate.
     report::Report memory;
@@ -182,14 +185,23 @@ void add_simulate_command(CLI::App& app, Io& io) {
     std::snprintf(buf, sizeof buf,
                   "plan %s: simulated on %lld GPUs\n"
                   "  elapsed time per iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f model, %.1f hardware\n"
-                  "  MFU %.1f%% | HFU %.1f%% | tokens/s %.4g | bubble fraction %.3f\n",
+                  "  MFU %.1f%% (%s attention) | HFU %.1f%% | tokens/s %.4g | bubble fraction %.3f\n",
                   rep.plan_name.c_str(), static_cast<long long>(rep.num_gpus), rep.step_time_s * 1e3, rep.model_tflops_per_gpu,
-                  rep.hardware_tflops_per_gpu, rep.mfu * 100, rep.hfu * 100, rep.tokens_per_s, rep.bubble_fraction);
+                  rep.hardware_tflops_per_gpu, rep.mfu * 100, rep.mfu_attention.c_str(), rep.hfu * 100, rep.tokens_per_s, rep.bubble_fraction);
     io.out << buf << "  model: " << report::parameters_line(rep.parameters) << '\n';
     std::snprintf(buf, sizeof buf,
                   "  step breakdown (s): compute %.3f, recompute %.3f, TP %.3f, CP %.3f, EP %.3f, DP %.3f, PP %.3f, bubble %.3f, optimizer %.3f, other %.3f\n",
                   b.compute_s, b.recompute_s, b.tp_s, b.cp_s, b.ep_s, b.dp_s, b.pp_s, b.bubble_s, b.optimizer_s, b.stalls_s);
     io.out << buf;
+    // What estimate prints too: memory's verdict is the first line; power at the simulated step.
+    std::snprintf(buf, sizeof buf, "  power: %.0f W per GPU, %.2f kW per node, %.3f MW, %.3g J/token", rep.power.gpu_watts,
+                  rep.power.node_watts / 1e3, rep.power.cluster_megawatts, rep.power.joules_per_token);
+    io.out << buf;
+    if (rep.time_to_train_s > 0) {
+      std::snprintf(buf, sizeof buf, " | time to train %.1f days", rep.time_to_train_s / 86400);
+      io.out << buf;
+    }
+    io.out << '\n';
     if (!r.hottest_links.empty()) {
       io.out << "  hottest links (bytes, utilisation over the step):\n";
       for (std::size_t i = 0; i < std::min<std::size_t>(5, r.hottest_links.size()); ++i) {

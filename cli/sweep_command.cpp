@@ -84,6 +84,11 @@ void add_sweep_command(CLI::App& app, Io& io) {
   cmd->add_option("--json", *json, "Write all rows, ranked, as JSON to this file ('-' for stdout)");
   cmd->add_option("--top", *top, "Rows shown on the terminal (default: the sweep file's top, else 20)");
   cmd->add_option("--slice", *slice_text, "Take slice I/N of the grid (points i with i % N == I)");
+  auto simulate_best = std::make_shared<std::size_t>(0);
+  cmd->add_option("--simulate-best", *simulate_best,
+                  "Estimate every plan, then simulate the closed form's best K and rank those K by simulation at the top (search --method simulated --top K does the same)");
+  auto causal = std::make_shared<bool>(false);
+  cmd->add_flag("--causal-flops", *causal, "Count only the causal half of attention in MFU's model FLOPs (Megatron-LM's convention): training.attention_flops: causal");
   cmd->footer(
       "Exit status: 0, or 3 when no valid plan fits in GPU memory; 1 for a base plan with errors, 2 bad usage.\n"
       "Invalid and out-of-memory plans stay in the output with the reason. Under mpirun, each rank takes a\n"
@@ -96,7 +101,11 @@ void add_sweep_command(CLI::App& app, Io& io) {
       io.exit_code = 1;
       return;
     }
-    const auto& spec = loaded.spec;
+    plan::SweepSpec spec = loaded.spec;
+    if (*causal) {
+      if (!spec.base_tree.contains("training") || !spec.base_tree["training"].is_object()) spec.base_tree["training"] = nlohmann::json::object();
+      spec.base_tree["training"]["attention_flops"] = "causal";
+    }
     models::SweepSlice slice;
     if (!slice_text->empty() && !parse_slice(*slice_text, slice)) {
       io.err << "meshwork sweep: --slice must be I/N with 0 <= I < N, not \"" << *slice_text << "\"\n";
@@ -136,6 +145,37 @@ void add_sweep_command(CLI::App& app, Io& io) {
       if (mpi.rank() != 0) return;
     }
     models::rank_rows(rows, spec.rank_by);
+    if (*simulate_best > 0) {
+#ifdef MESHWORK_HAVE_SIMGRID
+      // The closed form's best K, each simulated; ranked among themselves by the simulation.
+      std::vector<models::SweepRow> best;
+      std::size_t k = 0;
+      while (k < rows.size() && k < *simulate_best && rows[k].status == models::PointStatus::ok) ++k;
+      for (std::size_t i = 0; i < k; ++i) {
+        if (mpi.rank() == 0) bar.update(i, k);
+        models::SweepRow row = rows[i];
+        const auto point = plan::load_plan_json(spec.point(row.index), spec.base.parent_path());
+        const sim::SimulateResult r = sim::simulate(point.plan);
+        if (r.report) {
+          const auto memory = row.report.memory;
+          const bool fits = row.report.fits;
+          row.report = *r.report;
+          row.report.memory = memory;
+          row.report.fits = fits;
+        } else {
+          row.status = models::PointStatus::invalid;
+          row.reason = "simulation: " + r.error;
+        }
+        best.push_back(std::move(row));
+      }
+      models::rank_rows(best, spec.rank_by);
+      std::move(best.begin(), best.end(), rows.begin());
+#else
+      io.err << "meshwork sweep: --simulate-best needs the simulator, and this build has none (SimGrid was not found)\n";
+      io.exit_code = 1;
+      return;
+#endif
+    }
 
     auto emit = [&](const std::string& target, const std::string& content, const char* what) {
       if (target.empty()) return true;
@@ -181,6 +221,8 @@ void add_sweep_command(CLI::App& app, Io& io) {
                     r.report.time_to_train_s / 86400, mem, std::string(memory_verdict_word(r.report)).c_str());
       io.out << line;
     }
+    io.out << "MFU counts " << (*causal || (spec.base_tree.contains("training") && spec.base_tree["training"].value("attention_flops", "full") == "causal") ? "causal" : "full")
+           << " attention FLOPs (training.attention_flops)\n";
   });
 }
 

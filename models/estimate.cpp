@@ -118,6 +118,21 @@ void attach_memory(const plan::Plan& p, report::Report& r) {
   r.notes.emplace_back(buf);
 }
 
+void attach_power(const plan::Plan& p, report::Report& r) {
+  // Power: a GPU draws between idle and TDP in proportion to its busy time; the host's parts
+  // at load; the power supplies' losses on top.
+  const HardwareProfile hw = hardware_profile(p.cluster.gpu);
+  const report::Breakdown& b = r.breakdown;
+  const double busy = r.step_time_s > 0 ? std::clamp((b.compute_s + b.recompute_s) / r.step_time_s, 0.0, 1.0) : 0.0;
+  const double tdp = p.cluster.gpu.tdp_watts;
+  r.power.gpu_watts = tdp * (hw.gpu_idle_fraction + (1 - hw.gpu_idle_fraction) * busy);
+  // The host figure is for an 8-GPU node (DGX/HGX); other node sizes scale it per GPU.
+  const double host = hw.host_watts_per_node * d(p.cluster.gpus_per_node) / 8;
+  r.power.node_watts = (d(p.cluster.gpus_per_node) * r.power.gpu_watts + host) / hw.psu_efficiency;
+  r.power.cluster_megawatts = r.power.node_watts * d(p.cluster.num_nodes()) / 1e6;
+  r.power.joules_per_token = r.tokens_per_s > 0 ? r.power.cluster_megawatts * 1e6 / r.tokens_per_s : 0;
+}
+
 report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   report::Report r;
   r.method = report::Method::estimated;
@@ -480,24 +495,14 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   r.model_tflops_per_gpu = flops.model / r.step_time_s / gpus / 1e12;
   r.hardware_tflops_per_gpu = flops.hardware / r.step_time_s / gpus / 1e12;
   r.mfu = r.model_tflops_per_gpu * 1e12 / peak;
+  r.mfu_attention = options.flops.causal_attention || p.training.attention_flops == plan::AttentionFlops::causal ? "causal" : "full";
   r.hfu = r.hardware_tflops_per_gpu * 1e12 / peak;
   r.tokens_per_s = d(derived.tokens_per_step) / r.step_time_s;
   if (p.training.tokens > 0) r.time_to_train_s = p.training.tokens / r.tokens_per_s;
 
   attach_memory(p, r);
 
-  // Power: a GPU draws between idle and TDP in proportion to its busy time; the host's parts
-  // at load; the power supplies' losses on top.
-  {
-    const double busy = std::clamp((b.compute_s + b.recompute_s) / r.step_time_s, 0.0, 1.0);
-    const double tdp = p.cluster.gpu.tdp_watts;
-    r.power.gpu_watts = tdp * (hw.gpu_idle_fraction + (1 - hw.gpu_idle_fraction) * busy);
-    // The host figure is for an 8-GPU node (DGX/HGX); other node sizes scale it per GPU.
-    const double host = hw.host_watts_per_node * d(p.cluster.gpus_per_node) / 8;
-    r.power.node_watts = (d(p.cluster.gpus_per_node) * r.power.gpu_watts + host) / hw.psu_efficiency;
-    r.power.cluster_megawatts = r.power.node_watts * d(p.cluster.num_nodes()) / 1e6;
-    r.power.joules_per_token = r.power.cluster_megawatts * 1e6 / r.tokens_per_s;
-  }
+  attach_power(p, r);
 
   if (!hw.calibrated) {
     r.notes.push_back("no calibration covers " + p.cluster.gpu.name +

@@ -23,4 +23,8 @@ report::Report estimate(const plan::Plan& plan, const EstimateOptions& options =
 // and a note when the plan does not fit or fits with less than its headroom.
 void attach_memory(const plan::Plan& plan, report::Report& report);
 
+// Power for the report's step (its time and its breakdown's compute): the estimate's and the
+// simulator's Reports each price their own step.
+void attach_power(const plan::Plan& plan, report::Report& report);
+
 }  // namespace meshwork::models

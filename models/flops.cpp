@@ -41,7 +41,9 @@ LayerFlops moe_layer_flops(const plan::ModelConfig& m, const FlopsOptions& opt) 
 
 double logits_flops(const plan::ModelConfig& m) { return 2 * d(m.hidden_size) * d(m.vocab_size); }
 
-StepFlops step_flops(const plan::Plan& plan, const FlopsOptions& opt) {
+StepFlops step_flops(const plan::Plan& plan, const FlopsOptions& given) {
+  FlopsOptions opt = given;
+  opt.causal_attention = opt.causal_attention || plan.training.attention_flops == plan::AttentionFlops::causal;
   const auto& m = plan.model;
   const ParamCounts c = count_params(m);
   const LayerFlops dense = dense_layer_flops(m, opt);

@@ -18,7 +18,8 @@ struct LayerFlops {
 
 struct FlopsOptions {
   // Count only the causal half of Q K^T and attention x V (Megatron-LM HEAD does; the papers
-  // and MFU as published count the full matrix).
+  // and MFU as published count the full matrix). step_flops also takes the plan's
+  // training.attention_flops.
   bool causal_attention = false;
 };
 

@@ -21,7 +21,7 @@ bool power_of_two(std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 }  // namespace
 
 SearchResult search_plans(const nlohmann::json& base, std::size_t top,
-                          const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+                          const std::function<void(std::uint64_t, std::uint64_t)>& progress, const SearchPins& pins) {
   SearchResult result;
   // The model and cluster as resolved from the base, with a trivial mesh, give the bounds.
   nlohmann::json probe = base;
@@ -66,7 +66,17 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
   }
   const std::vector<std::int64_t> mbss = {1, 2, 4};
   const std::vector<const char*> recomputes = {"none", "selective", "full"};
-  const std::vector<std::int64_t> zeros = {0, 1, 2, 3};
+  std::vector<std::int64_t> zeros = {0, 1, 2, 3};
+  // A pinned dimension replaces its list, whatever the search would have tried (the planner's
+  // choice is checked like any other candidate).
+  auto pin = [](std::vector<std::int64_t>& list, std::int64_t value) {
+    if (value > 0) list = {value};
+  };
+  pin(tps, pins.tp);
+  pin(pps, pins.pp);
+  pin(cps, pins.cp);
+  pin(eps, pins.ep);
+  if (pins.zero >= 0) zeros = {pins.zero};
 
   struct Candidate {
     std::int64_t tp, pp, cp, ep, vpp, mbs, zero;
@@ -86,6 +96,10 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
             for (auto v : divisors_up_to(m.num_layers / pp, 8)) {
               if (v > 1 && first_stage(pp) == 0) schedules.push_back({v, "interleaved"});
             }
+          }
+          if (pins.vpp > 0) {
+            std::erase_if(schedules, [&](const auto& s) { return s.first != pins.vpp; });
+            if (schedules.empty() && pins.vpp > 1 && pp > 1) schedules.push_back({pins.vpp, "interleaved"});
           }
           for (const auto& [vpp, schedule] : schedules)
             for (auto mbs : mbss)

@@ -27,8 +27,14 @@ struct SearchResult {
   double capacity_gib = 0;
 };
 
+// Dimensions the planner fixes (`search --tp 8 --pp 16`); the rest are searched.
+struct SearchPins {
+  std::int64_t tp = 0, pp = 0, cp = 0, ep = 0, vpp = 0, zero = -1;  // 0 (zero: -1): searched
+};
+
 // `base` is a plan tree (its parallelism section is replaced by each candidate's).
 SearchResult search_plans(const nlohmann::json& base, std::size_t top,
-                          const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
+                          const std::function<void(std::uint64_t, std::uint64_t)>& progress = {},
+                          const SearchPins& pins = {});
 
 }  // namespace meshwork::models

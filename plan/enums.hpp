@@ -15,6 +15,9 @@ enum class Normalization { layernorm, rmsnorm };
 enum class PositionEmbedding { learned_absolute, rope };
 enum class Precision { bf16, fp16, fp8, fp32 };
 enum class Recompute { none, selective, full };
+// How MFU's model FLOPs count causal attention: the full s x s matrix (the papers: Korthikanti
+// et al. 2022 eq. 7, NAR21) or its causal half (Megatron-LM's throughput since 2024).
+enum class AttentionFlops { full, causal };
 enum class RecomputeMethod { uniform, block };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 enum class GradientCompression { none, onebit, topk };
@@ -53,6 +56,8 @@ MESHWORK_ENUM_NAMES(Precision, std::pair{Precision::bf16, std::string_view("bf16
 MESHWORK_ENUM_NAMES(Recompute, std::pair{Recompute::none, std::string_view("none")},
                     std::pair{Recompute::selective, std::string_view("selective")},
                     std::pair{Recompute::full, std::string_view("full")});
+MESHWORK_ENUM_NAMES(AttentionFlops, std::pair{AttentionFlops::full, std::string_view("full")},
+                    std::pair{AttentionFlops::causal, std::string_view("causal")});
 MESHWORK_ENUM_NAMES(RecomputeMethod, std::pair{RecomputeMethod::uniform, std::string_view("uniform")},
                     std::pair{RecomputeMethod::block, std::string_view("block")});
 MESHWORK_ENUM_NAMES(PipelineSchedule, std::pair{PipelineSchedule::gpipe, std::string_view("gpipe")},

@@ -80,6 +80,7 @@ struct TrainingConfig {
   std::int64_t recompute_num_layers = 1;
   bool flash_attention = true;
   double tokens = 0;  // tokens to train on, for time to train; 0: not given
+  AttentionFlops attention_flops = AttentionFlops::full;  // MFU's convention
 
   bool operator==(const TrainingConfig&) const = default;
 };

@@ -118,6 +118,7 @@ struct Report {
 
   double step_time_s = 0;
   double mfu = 0;
+  std::string mfu_attention = "full";  // how model FLOPs count causal attention: full or causal
   double hfu = 0;
   double model_tflops_per_gpu = 0;
   double hardware_tflops_per_gpu = 0;

@@ -28,7 +28,8 @@ std::string_view to_string(MemoryVerdict v) {
 namespace {
 
 constexpr const char* kDefinitions[][2] = {
-    {"mfu", "model FLOPs per second over the dense peak of the precision used; model FLOPs as Korthikanti et al. 2022 eq. 7 (no recomputation, full attention matrix)"},
+    {"mfu", "model FLOPs per second over the dense peak of the precision used; model FLOPs as Korthikanti et al. 2022 eq. 7 (no recomputation), attention counted as mfu_attention says"},
+    {"mfu_attention", "full: the whole s x s attention matrix, as the papers count it (Korthikanti et al. 2022 eq. 7); causal: its causal half, as Megatron-LM's throughput counts it (training.attention_flops)"},
     {"hfu", "hardware FLOPs per second (recomputation included) over the same peak"},
     {"bubble_fraction", "pipeline idle time over ideal compute time, the papers' convention: (p-1)/m for 1F1B"},
     {"breakdown", "seconds of the step; the parts add up to step_time_s; communication is what is exposed, not hidden under compute"},
@@ -51,6 +52,7 @@ nlohmann::json to_json(const Report& r) {
   j["num_gpus"] = r.num_gpus;
   j["step_time_s"] = r.step_time_s;
   j["mfu"] = r.mfu;
+  j["mfu_attention"] = r.mfu_attention;
   j["hfu"] = r.hfu;
   j["tflops_per_gpu"] = {{"model", r.model_tflops_per_gpu}, {"hardware", r.hardware_tflops_per_gpu}};
   j["tokens_per_s"] = r.tokens_per_s;
@@ -160,6 +162,7 @@ Report from_json(const nlohmann::json& j) {
   r.num_gpus = integer(j.at("num_gpus"));
   r.step_time_s = j.at("step_time_s").get<double>();
   r.mfu = j.at("mfu").get<double>();
+  if (j.contains("mfu_attention")) r.mfu_attention = j.at("mfu_attention").get<std::string>();  // optional: older Reports count full
   r.hfu = j.at("hfu").get<double>();
   r.model_tflops_per_gpu = j.at("tflops_per_gpu").at("model").get<double>();
   r.hardware_tflops_per_gpu = j.at("tflops_per_gpu").at("hardware").get<double>();

@@ -1029,6 +1029,7 @@ class Simulation {
     const double tokens = static_cast<double>(p_.training.global_batch_size) * static_cast<double>(p_.model.seq_length);
     r.tokens_per_s = tokens / makespan_;
     if (p_.training.tokens > 0) r.time_to_train_s = p_.training.tokens / r.tokens_per_s;
+    models::attach_power(p_, r);
     if (options_.free_communication) r.notes.emplace_back("simulated with free communication");
     return r;
   }

@@ -156,8 +156,12 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
   // whole length, so it cannot overlap the next).
   d.min_interval_s = std::max(step_s, in.persistent_tier && in.async ? in.write_s : 0.0);
   const double stall = in.async ? in.snapshot_s : in.write_s;
+  // The run's length: to the token target when the plan sets one, else the horizon. With nothing
+  // to fail, an automatic interval checkpoints once, at the end.
+  const double tokens_per_step_run = static_cast<double>(p.training.global_batch_size) * static_cast<double>(p.model.seq_length);
+  const double run_s = p.training.tokens > 0 && tokens_per_step_run > 0 ? p.training.tokens / tokens_per_step_run * step_s : p.run.horizon_s;
   if (k.interval.automatic) {
-    in.interval_s = std::isfinite(d.mtti_s) ? daly_interval_s(stall, d.mtti_s) : p.run.horizon_s;
+    in.interval_s = std::isfinite(d.mtti_s) ? daly_interval_s(stall, d.mtti_s) : run_s;
     in.interval_s = std::max(in.interval_s, d.min_interval_s);
   } else {
     in.interval_s = k.interval.seconds;
@@ -174,7 +178,7 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
     }
   }
   // The memory tier: Daly's optimum for its snapshot, at least one step and one copy.
-  in.memory_interval_s = std::isfinite(d.mtti_s) ? daly_interval_s(in.snapshot_s, d.mtti_s) : p.run.horizon_s;
+  in.memory_interval_s = std::isfinite(d.mtti_s) ? daly_interval_s(in.snapshot_s, d.mtti_s) : run_s;
   in.memory_interval_s = std::max({in.memory_interval_s, step_s, in.memory_copy_s});
   in.detection_s = f.detection_s;
   in.restart_s = f.restart_s;

@@ -306,6 +306,12 @@ TEST(Cli, MessagesSuggestWhatWasMeant) {
                                       "parallelism: {tp: 8}\ncluster: {gpu: h100-sxm, num_gpus: 100}\n";
   r = meshwork({"validate", (dir / "mesh.yaml").string()});
   EXPECT_NE(r.err.find("100 GPUs do not divide into model-parallel groups of TP 8 x CP 1 x PP 1 = 8 GPUs each"), std::string::npos) << r.err;
+  // Key errors and mesh errors in one pass.
+  std::ofstream(dir / "both.yaml") << "model: {preset: llama3-8b, colour: red}\ntraining: {global_batch_size: 64, micro_batch_size: 1}\n"
+                                      "parallelism: {tp: 3}\ncluster: {gpu: h100-sxm, num_gpus: 96}\n";
+  r = meshwork({"validate", (dir / "both.yaml").string()});
+  EXPECT_NE(r.err.find("model.colour: unknown key"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("parallelism.tensor_model_parallel_size: 3 does not divide num_attention_heads 32"), std::string::npos) << r.err;
   r = meshwork({"estimat", "x.yaml"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("unknown command \"estimat\"; did you mean \"estimate\"?"), std::string::npos) << r.err;
@@ -338,12 +344,50 @@ TEST(Cli, AFailureAfterTheStepEndsIsAnError) {
 }
 #endif
 
+// Issue 24: the MFU convention was a flag of estimate alone; now one plan field, the same flag
+// on every command, and every Report says which it used.
+TEST(Cli, MfuConventionIsOnePlanFieldAndEveryReportSaysWhich) {
+  const std::string plan = (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string();
+  Outcome r = meshwork({"estimate", plan, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto full = nlohmann::json::parse(r.out);
+  EXPECT_EQ(full["mfu_attention"], "full");
+  r = meshwork({"estimate", plan, "--json", "--causal-flops"});
+  const auto causal = nlohmann::json::parse(r.out);
+  EXPECT_EQ(causal["mfu_attention"], "causal");
+  EXPECT_LT(causal["mfu"].get<double>(), full["mfu"].get<double>());
+  EXPECT_EQ(causal["step_time_s"], full["step_time_s"]) << "the convention changes no time";
+
+  // The plan field gives the same figure as the flag.
+  r = meshwork({"show", "--json", plan});
+  auto tree = nlohmann::json::parse(r.out);
+  tree["training"]["attention_flops"] = "causal";
+  const fs::path file = fs::temp_directory_path() / ("meshwork-causal-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(file) << tree.dump();
+  r = meshwork({"estimate", file.string(), "--json"});
+  EXPECT_EQ(nlohmann::json::parse(r.out)["mfu"], causal["mfu"]);
+  r = meshwork({"estimate", file.string()});
+  EXPECT_NE(r.out.find("(causal attention) | HFU"), std::string::npos) << r.out;
+  fs::remove(file);
+#ifdef MESHWORK_HAVE_SIMGRID
+  r = meshwork({"simulate", (kSource / "scenarios/cpu/tiny-pp2-2rank.yaml").string(), "--json", "--causal-flops"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["mfu_attention"], "causal");
+#endif
+}
+
 // Issue 24: a run without failure rates printed 100% goodput and said nothing.
 TEST(Cli, ReliabilityWithoutAFailureModelSaysSo) {
   const Outcome r = meshwork({"reliability", (kSource / "scenarios/cpu/tiny-dp2-2rank.yaml").string(), "--trials", "10", "--horizon", "1d"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("warning: no failure rates in the plan"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("add failures: {preset: llama3}"), std::string::npos) << r.out;
+  // With a token target, the automatic interval is the run's length, not the horizon's (the
+  // default plan: 31 days to train, and a 34-day horizon it used to checkpoint at).
+  const Outcome gpt3 = meshwork({"reliability", (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string(), "--trials", "10", "--json"});
+  ASSERT_EQ(gpt3.code, 0) << gpt3.err;
+  const auto rel = nlohmann::json::parse(gpt3.out)["reliability"];
+  EXPECT_NEAR(rel["checkpoint_interval_s"].get<double>(), rel["time_to_train_s"].get<double>(), 1e-4 * rel["time_to_train_s"].get<double>());
   const Outcome with = meshwork({"reliability", (kSource / "scenarios/heldout/llama3-405b-h100-16384.yaml").string(), "--trials", "10"});
   EXPECT_EQ(with.err.find("no failure rates"), std::string::npos) << with.err;
 }

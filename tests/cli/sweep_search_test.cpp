@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -179,6 +181,7 @@ TEST(Sweep, EachRowCarriesItsVerdictAndNoneFittingExitsThree) {
   EXPECT_EQ(verdicts, 6);
   const Outcome text = meshwork({"sweep", (kSource / "tests/data/sweeps/small.yaml").string()});
   EXPECT_NE(text.out.find("memory (GiB)  verdict"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("Rejected, by reason:\n  "), std::string::npos) << text.out;
   // A grid none of whose plans fits: the estimate's exit rule.
   const fs::path dir = fs::temp_directory_path() / "meshwork-oom-sweep";
   fs::create_directories(dir);
@@ -231,10 +234,63 @@ TEST(Search, FindsAPlanAtLeastAsFastAsThePublishedGpt3Configuration) {
   const Outcome text = meshwork({"search", "--model", "gpt3-175b", "--cluster", cluster.string(), "--top", "3"});
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("memory (GiB)  verdict"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("Rejected, by reason:\n  "), std::string::npos) << text.out;
   const auto rows = lines(text.out);
   ASSERT_GE(rows.size(), 3u);
   const std::string& first = rows[2];
   EXPECT_TRUE(first.ends_with("fits") || first.ends_with("tight")) << first;
+}
+
+// Issue 24: the closed form's best plans ranked by simulation; the order is checked against
+// separate `simulate` runs of each plan, and pinned dimensions hold in every plan.
+TEST(Search, SimulatedMethodRanksByTheSimulatorsStepTime) {
+#ifndef MESHWORK_HAVE_SIMGRID
+  GTEST_SKIP() << "this build has no simulator";
+#else
+  const fs::path cluster = kSource / "scenarios/cpu/tiny-dp2-2rank.yaml";
+  const Outcome r = meshwork({"search", "--model", "tiny", "--cluster", cluster.string(), "--top", "5", "--method", "simulated", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto best = nlohmann::json::parse(r.out);
+  ASSERT_EQ(best.size(), 5u);
+  const fs::path dir = fs::temp_directory_path() / ("meshwork-search-sim-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  double previous = 0;
+  for (std::size_t i = 0; i < best.size(); ++i) {
+    const double ranked = best[i]["simulated"]["step_time_s"].get<double>();
+    EXPECT_GE(ranked, previous) << "plan " << i + 1;
+    previous = ranked;
+    const fs::path plan = dir / ("plan" + std::to_string(i) + ".json");
+    std::ofstream(plan) << best[i]["plan"].dump();
+    const Outcome alone = meshwork({"simulate", plan.string(), "--json"});
+    ASSERT_EQ(alone.code, 0) << alone.err;
+    EXPECT_DOUBLE_EQ(nlohmann::json::parse(alone.out)["step_time_s"].get<double>(), ranked) << "plan " << i + 1;
+  }
+  fs::remove_all(dir);
+  const Outcome text = meshwork({"search", "--model", "tiny", "--cluster", cluster.string(), "--top", "3", "--method", "simulated"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("Ranked by simulated step time"), std::string::npos) << text.out;
+#endif
+}
+
+TEST(Search, PinnedDimensionsCsvAndTheTable) {
+  const fs::path cluster = kSource / "scenarios/gpt3-175b-a100-1024.yaml";
+  Outcome r = meshwork({"search", "--model", "gpt3-175b", "--cluster", cluster.string(), "--top", "4", "--tp", "8", "--pp", "16", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const auto& c : nlohmann::json::parse(r.out)) {
+    EXPECT_EQ(c["plan"]["parallelism"]["tensor_model_parallel_size"], 8);
+    EXPECT_EQ(c["plan"]["parallelism"]["pipeline_model_parallel_size"], 16);
+  }
+  r = meshwork({"search", "--model", "gpt3-175b", "--cluster", cluster.string(), "--top", "2", "--tp", "8", "--csv", "-"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = lines(r.out);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  EXPECT_EQ(rows[0].rfind("rank,tp,pp,cp,ep,dp,sp,schedule,vpp,mbs,recompute,zero,layers_per_stage,", 0), 0u) << rows[0];
+  EXPECT_EQ(rows[1].rfind("1,8,", 0), 0u) << rows[1];
+  // PP 1 shows no schedule; the table has SP, layers per stage and days to train.
+  r = meshwork({"search", "--model", "gpt3-175b", "--cluster", cluster.string(), "--top", "3", "--pp", "1", "--tp", "8", "--zero", "3"});
+  EXPECT_NE(r.out.find("layers/stage"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" days "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("1f1b"), std::string::npos) << r.out;
 }
 
 TEST(Search, NoValidPlanSaysWhy) {
@@ -406,6 +462,28 @@ TEST(Sweep, EveryPointCanBeSimulated) {
   EXPECT_GT(simulated, 0);
   const Outcome bad = meshwork({"sweep", "--method", "guessed", (kSource / "tests/data/sweeps/tiny-simulated.yaml").string()});
   EXPECT_EQ(bad.code, 2);
+}
+
+// The closed form's best two, simulated and ranked by the simulation at the top; the rest
+// stay estimated.
+TEST(Sweep, SimulateBestRanksTheClosedFormsBestBySimulation) {
+  const std::string sweep = (kSource / "tests/data/sweeps/tiny-simulated.yaml").string();
+  const Outcome all = meshwork({"sweep", "--method", "simulated", sweep, "--json", "-"});
+  const Outcome r = meshwork({"sweep", "--simulate-best", "2", sweep, "--json", "-"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out), every = nlohmann::json::parse(all.out);
+  ASSERT_GE(j.size(), 3u);
+  EXPECT_EQ(j[0]["method"], "simulated");
+  EXPECT_EQ(j[1]["method"], "simulated");
+  EXPECT_EQ(j[2]["method"], "estimated");
+  EXPECT_GE(j[0]["mfu"].get<double>(), j[1]["mfu"].get<double>());
+  for (int i = 0; i < 2; ++i) {
+    for (const auto& row : every) {
+      if (row["point"] == j[i]["point"]) {
+        EXPECT_DOUBLE_EQ(row["mfu"].get<double>(), j[i]["mfu"].get<double>()) << row.dump();
+      }
+    }
+  }
 }
 
 }  // namespace
