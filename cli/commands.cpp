@@ -10,6 +10,13 @@
 
 namespace meshwork::cli {
 
+std::string days_text(const report::Report& r) {
+  if (!(r.time_to_train_s > 0)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", r.time_to_train_s / 86400);
+  return buf;
+}
+
 void print_diagnostics(std::ostream& os, const plan::Diagnostics& diags, const std::string& file) {
   for (const auto& d : diags.items()) os << plan::format(d, file) << '\n';
 }

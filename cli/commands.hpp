@@ -65,4 +65,7 @@ std::optional<plan::Plan> load_plan_for(Io& io, const std::string& file, std::st
 using report::memory_verdict_line;
 using report::memory_verdict_word;
 
+// Days to train to the plan's token target, "%.1f"; "-" when the plan sets no target.
+std::string days_text(const report::Report& r);
+
 }  // namespace meshwork::cli

@@ -28,18 +28,9 @@ void add_import_hf_command(CLI::App& app, Io& io) {
       return;
     }
     if (*seq > 0) p.model.seq_length = *seq;
-    for (const auto& why : notes.ignored) diags.warning("config", "ignored " + why);
     const bool no_length = p.model.seq_length == 0;
-    if (no_length) {
-      std::string why = "no training sequence length in the config: the plan must give model.seq_length (or pass --seq-length)";
-      if (notes.max_position_embeddings) {
-        why = "max_position_embeddings " + std::to_string(*notes.max_position_embeddings) +
-              " is the longest context the model supports, not a training length: the plan must give model.seq_length "
-              "(or pass --seq-length)";
-      }
-      diags.warning("config", why);
-      p.model.seq_length = 1;  // only for the model's own rules below; not written
-    }
+    plan::warn_hf_import_notes(notes, no_length, "the plan must give model.seq_length (or pass --seq-length)", diags, "config");
+    if (no_length) p.model.seq_length = 1;  // only for the model's own rules below; not written
     plan::resolve(p, diags);
     // Only the model's own rules apply: no mesh or cluster is given.
     const plan::Diagnostics rules = plan::validate(p);

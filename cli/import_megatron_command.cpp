@@ -73,8 +73,16 @@ void add_import_megatron_command(CLI::App& app, Io& io) {
       source = *script;
     } else {
       const auto reading = plan::read_shell_script("pretrain_gpt.py " + *args, given);
-      r = plan::import_megatron_args(reading.commands.empty() ? std::vector<std::string>{} : reading.commands.front().words);
+      // Arguments pasted over several lines without backslashes (or with ; or |) read as
+      // several commands: they are one argument list, and the reading says so.
+      std::vector<std::string> words;
+      for (const auto& c : reading.commands) words.insert(words.end(), c.words.begin(), c.words.end());
+      r = plan::import_megatron_args(words);
       r.unknowns.insert(r.unknowns.begin(), reading.unknowns.begin(), reading.unknowns.end());
+      if (reading.commands.size() > 1) {
+        r.unknowns.insert(r.unknowns.begin(), "--args holds " + std::to_string(reading.commands.size()) +
+                                                  " commands (line breaks without a backslash, ; or |): read as one argument list");
+      }
     }
     print_diagnostics(io.err, r.diagnostics, source);
     if (!r.ok()) {

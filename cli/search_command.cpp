@@ -95,6 +95,11 @@ void add_search_command(CLI::App& app, Io& io) {
       io.exit_code = 2;
       return;
     }
+    if (pins->vpp > 1 && pins->pp == 1) {
+      io.err << "meshwork search: --vpp " << pins->vpp << " needs pipeline stages: pin --pp above 1, or drop --vpp\n";
+      io.exit_code = 2;
+      return;
+    }
     // The model and cluster must be sound before any mesh is tried.
     nlohmann::json probe = base;
     probe["parallelism"] = nlohmann::json::object();
@@ -225,7 +230,7 @@ void add_search_command(CLI::App& app, Io& io) {
              << par.virtual_pipeline_model_parallel_size << ',' << p.training.micro_batch_size << ',' << plan::to_string(p.training.recompute) << ','
              << par.zero_stage << ",\"" << layers_text(p) << "\"," << r.step_time_s << ',' << r.mfu << ','
              << (simulated[i] ? std::to_string(simulated[i]->step_time_s) : "") << ',' << (simulated[i] ? std::to_string(simulated[i]->mfu) : "")
-             << ',' << shown.time_to_train_s / 86400 << ',' << r.max_memory_gib() << ',' << memory_verdict_word(r) << '\n';
+             << ',' << (shown.time_to_train_s > 0 ? std::to_string(shown.time_to_train_s / 86400) : "") << ',' << r.max_memory_gib() << ',' << memory_verdict_word(r) << '\n';
       }
       if (*csv == "-") {
         io.out << rows.str();
@@ -249,14 +254,14 @@ void add_search_command(CLI::App& app, Io& io) {
       const auto& par = p.parallelism;
       const report::Report& shown = simulated[i] ? *simulated[i] : r;
       char line[400];
-      std::snprintf(line, sizeof line, "%4zu %3lld %3lld %3lld %3lld %5lld  %-3s %-12s %3lld %4lld  %-9s %5lld  %-12s | %8.3f %5.1f%% %8.1f %13.1f  %s",
+      std::snprintf(line, sizeof line, "%4zu %3lld %3lld %3lld %3lld %5lld  %-3s %-12s %3lld %4lld  %-9s %5lld  %-12s | %8.3f %5.1f%% %8s %13.1f  %s",
                     i + 1, static_cast<long long>(par.tensor_model_parallel_size), static_cast<long long>(par.pipeline_model_parallel_size),
                     static_cast<long long>(par.context_parallel_size), static_cast<long long>(par.expert_model_parallel_size),
                     static_cast<long long>(par.data_parallel_size), par.sequence_parallel ? "yes" : "no",
                     par.pipeline_model_parallel_size > 1 ? std::string(plan::to_string(par.pipeline_schedule)).c_str() : "-",
                     static_cast<long long>(par.virtual_pipeline_model_parallel_size), static_cast<long long>(p.training.micro_batch_size),
                     std::string(plan::to_string(p.training.recompute)).c_str(), static_cast<long long>(par.zero_stage), layers_text(p).c_str(),
-                    shown.step_time_s, 100 * shown.mfu, shown.time_to_train_s / 86400, r.max_memory_gib(),
+                    shown.step_time_s, 100 * shown.mfu, days_text(shown).c_str(), r.max_memory_gib(),
                     std::string(memory_verdict_word(r)).c_str());
       io.out << line;
       if (by_simulation) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ostream>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.hpp"
@@ -217,12 +218,19 @@ void add_sweep_command(CLI::App& app, Io& io) {
       io.out << std::to_string(i + 1) << "  ";
       for (const auto& v : r.values) io.out << v << "  ";
       const double mem = r.report.max_memory_gib();
-      std::snprintf(line, sizeof line, "| %8.3f  %5.1f%%  %13.1f  %12.1f  %s\n", r.report.step_time_s, 100 * r.report.mfu,
-                    r.report.time_to_train_s / 86400, mem, std::string(memory_verdict_word(r.report)).c_str());
+      std::snprintf(line, sizeof line, "| %8.3f  %5.1f%%  %13s  %12.1f  %s\n", r.report.step_time_s, 100 * r.report.mfu,
+                    days_text(r.report).c_str(), mem, std::string(memory_verdict_word(r.report)).c_str());
       io.out << line;
     }
-    io.out << "MFU counts " << (*causal || (spec.base_tree.contains("training") && spec.base_tree["training"].value("attention_flops", "full") == "causal") ? "causal" : "full")
-           << " attention FLOPs (training.attention_flops)\n";
+    // The convention each row's Report used (an axis may vary it).
+    std::set<std::string> conventions;
+    for (const auto& r : rows) {
+      if (r.status == models::PointStatus::ok) conventions.insert(r.report.mfu_attention);
+    }
+    if (!conventions.empty()) {
+      io.out << "MFU counts " << (conventions.size() == 1 ? *conventions.begin() + " attention FLOPs" : std::string("full or causal attention FLOPs by row"))
+             << " (training.attention_flops)\n";
+    }
   });
 }
 

@@ -39,7 +39,10 @@ struct HardwareProfile {
   // and receives the buffer once; the switch reduces). 0: the generation has none.
   double nvls_efficiency = 0;
   // Power: idle fraction of TDP; host (CPUs, memory, NICs, switches, fans) per node at load,
-  // watts; power-supply efficiency.
+  // watts; power-supply efficiency. The idle fraction is an assumption (about 70 W of an H100's
+  // 700 W) and is charged for all time not spent computing, communication included, so the GPU
+  // share is a lower bound; node totals are checked against metered H100 nodes
+  // (tests/models/flops_memory_test.cpp). 0.94: an 80 PLUS Titanium supply at half load.
   double gpu_idle_fraction = 0.1;
   double host_watts_per_node = 3000;
   double psu_efficiency = 0.94;

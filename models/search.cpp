@@ -84,12 +84,16 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
     const char* schedule;
   };
   std::vector<Candidate> candidates;
+  std::uint64_t meshes_not_dividing = 0, meshes_without_the_vpp = 0;
   for (auto tp : tps)
     for (auto pp : pps)
       for (auto cp : cps)
         for (auto ep : eps) {
           const std::int64_t mp = tp * pp * cp;
-          if (gpus % mp != 0 || (gpus / mp) % ep != 0) continue;
+          if (gpus % mp != 0 || (gpus / mp) % ep != 0) {
+            ++meshes_not_dividing;
+            continue;
+          }
           std::vector<std::pair<std::int64_t, const char*>> schedules = {{1, pp > 1 ? "1f1b" : "1f1b"}};
           if (pp > 1) {
             schedules.push_back({1, "zero_bubble"});
@@ -100,6 +104,7 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
           if (pins.vpp > 0) {
             std::erase_if(schedules, [&](const auto& s) { return s.first != pins.vpp; });
             if (schedules.empty() && pins.vpp > 1 && pp > 1) schedules.push_back({pins.vpp, "interleaved"});
+            if (schedules.empty()) ++meshes_without_the_vpp;
           }
           for (const auto& [vpp, schedule] : schedules)
             for (auto mbs : mbss)
@@ -108,6 +113,17 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
         }
 
   result.candidates = candidates.size();
+  if (candidates.empty()) {
+    // Nothing to try: say what the pins ruled out.
+    if (meshes_not_dividing > 0) {
+      result.invalid_reasons["TP x PP x CP (and EP) of the pinned sizes do not divide the " + std::to_string(gpus) + " GPUs"] +=
+          meshes_not_dividing;
+    }
+    if (meshes_without_the_vpp > 0) {
+      result.invalid_reasons["--vpp " + std::to_string(pins.vpp) + " needs PP > 1 with layers per stage it divides"] +=
+          meshes_without_the_vpp;
+    }
+  }
   result.capacity_gib = p0.cluster.gpu.hbm_gib;
   EstimateOptions options;
   options.provenance = false;

@@ -214,4 +214,16 @@ bool import_hf_config_file(const std::filesystem::path& file, ModelConfig& model
   return import_hf_config(doc.document->root, model, diags, path, notes);
 }
 
+void warn_hf_import_notes(const HfImportNotes& notes, bool seq_length_missing, std::string_view remedy, Diagnostics& diags,
+                          std::string_view path) {
+  for (const auto& why : notes.ignored) diags.warning(std::string(path), "ignored " + why);
+  if (!seq_length_missing) return;
+  std::string why = "the config names no training sequence length: " + std::string(remedy);
+  if (notes.max_position_embeddings) {
+    why = "the config's max_position_embeddings (" + std::to_string(*notes.max_position_embeddings) +
+          ") is the longest context the model supports, not the sequence it trains on: " + std::string(remedy);
+  }
+  diags.warning(std::string(path), why);
+}
+
 }  // namespace meshwork::plan

@@ -38,4 +38,11 @@ bool import_hf_config(const nlohmann::json& config, ModelConfig& model, Diagnost
 bool import_hf_config_file(const std::filesystem::path& file, ModelConfig& model, Diagnostics& diags,
                            std::string_view path = "model.hf_config", HfImportNotes* notes = nullptr);
 
+// Warns under `path` of what the import left out: each ignored key ("ignored ..."), and, when
+// `seq_length_missing`, that the plan must give model.seq_length (naming the config's
+// max_position_embeddings, which is not it). `remedy` ends that sentence ("give
+// model.seq_length", "pass --seq-length").
+void warn_hf_import_notes(const HfImportNotes& notes, bool seq_length_missing, std::string_view remedy, Diagnostics& diags,
+                          std::string_view path);
+
 }  // namespace meshwork::plan

@@ -321,6 +321,21 @@ class Mapper {
     }
     return n;
   }
+  // A size or count that divides or multiplies others (parallel sizes, padding, launcher
+  // counts): at least 1, and at most 2^20, so that products of three stay exact in 64 bits.
+  std::optional<std::int64_t> positive(const Args& a, std::string_view flag) {
+    const auto v = a.value(flag);
+    if (!v) return std::nullopt;
+    const auto n = integer(a, flag);
+    if (!n) return std::nullopt;
+    if (*n < 1 || *n > kMaxSize) {
+      bad(flag, *v, "a positive integer up to 1048576");
+      return std::nullopt;
+    }
+    return n;
+  }
+  static constexpr std::int64_t kMaxSize = std::int64_t{1} << 20;
+
   std::optional<double> real(const Args& a, std::string_view flag) {
     const auto v = a.value(flag);
     if (!v) return std::nullopt;
@@ -385,8 +400,9 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
                                                   (std::string_view(f) == "--num-layers" ? "num_layers" : std::string_view(f) == "--hidden-size" ? "hidden_size" : "num_attention_heads"));
   }
   if (heads) {
-    const auto groups = a.has("--group-query-attention") ? num.integer(a, "--num-query-groups") : std::nullopt;
-    model["num_query_groups"] = groups.value_or(*heads);
+    // arguments.py: --num-query-groups defaults to 1, so --group-query-attention alone is
+    // multi-query attention; without --group-query-attention every head has its own K and V.
+    model["num_query_groups"] = a.has("--group-query-attention") ? num.positive(a, "--num-query-groups").value_or(1) : *heads;
     if (a.has("--num-query-groups") && !a.has("--group-query-attention")) {
       out.ignored.push_back("--num-query-groups: Megatron uses it only with --group-query-attention; the model keeps one KV group per head");
     }
@@ -401,7 +417,7 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
   if (auto ffn = num.integer(a, "--ffn-hidden-size")) {
     model["ffn_hidden_size"] = *ffn;
   } else if (hidden) {
-    // Megatron: 4h, or for SwiGLU int(4h x 2/3 / 64) x 64 (TransformerConfig.__post_init__).
+    // Megatron: 4h, or for SwiGLU int(4h x 2/3 / 64) x 64 (arguments.py, validate_args).
     model["ffn_hidden_size"] = swiglu ? (*hidden * 4 * 2 / 3) / 64 * 64 : 4 * *hidden;
   }
   const std::string norm = a.value("--normalization").value_or("LayerNorm");
@@ -427,9 +443,9 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
   } else {
     out.diagnostics.warning("--seq-length", "not given: the plan needs model.seq_length");
   }
-  const std::int64_t tp = num.integer(a, "--tensor-model-parallel-size").value_or(1);
-  const std::int64_t divisible = num.integer(a, "--make-vocab-size-divisible-by").value_or(128);
-  std::optional<std::int64_t> vocab = num.integer(a, "--vocab-size");
+  const std::int64_t tp = num.positive(a, "--tensor-model-parallel-size").value_or(1);
+  const std::int64_t divisible = num.positive(a, "--make-vocab-size-divisible-by").value_or(128);
+  std::optional<std::int64_t> vocab = num.positive(a, "--vocab-size");
   const std::string tokenizer = a.value("--tokenizer-type").value_or("");
   if (!vocab) {
     // A vocab file and a merge file are GPT-2's BPE (the only tokenizer that takes merges).
@@ -504,16 +520,16 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
   }
 
   // Parallelism.
-  const std::int64_t pp = num.integer(a, "--pipeline-model-parallel-size").value_or(1);
-  const std::int64_t cp = num.integer(a, "--context-parallel-size").value_or(1);
+  const std::int64_t pp = num.positive(a, "--pipeline-model-parallel-size").value_or(1);
+  const std::int64_t cp = num.positive(a, "--context-parallel-size").value_or(1);
   par["tensor_model_parallel_size"] = tp;
   par["pipeline_model_parallel_size"] = pp;
   par["context_parallel_size"] = cp;
-  par["expert_model_parallel_size"] = num.integer(a, "--expert-model-parallel-size").value_or(1);
+  par["expert_model_parallel_size"] = num.positive(a, "--expert-model-parallel-size").value_or(1);
   std::int64_t vpp = 1;
-  if (auto v = num.integer(a, "--num-virtual-stages-per-pipeline-rank")) {
+  if (auto v = num.positive(a, "--num-virtual-stages-per-pipeline-rank")) {
     vpp = *v;
-  } else if (auto per = num.integer(a, "--num-layers-per-virtual-pipeline-stage"); per && *per > 0 && layers) {
+  } else if (auto per = num.positive(a, "--num-layers-per-virtual-pipeline-stage"); per && layers) {
     vpp = *layers / (pp * *per);  // Megatron: num_layers // pp // layers per virtual stage
   }
   par["virtual_pipeline_model_parallel_size"] = vpp;
@@ -557,6 +573,10 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
     std::int64_t n = 0;
     const bool number = !v.empty() && std::from_chars(v.data(), v.data() + v.size(), n).ec == std::errc() &&
                         std::to_string(n) == v;
+    if (number && (n < 1 || n > Mapper::kMaxSize) && (w == "--nproc_per_node" || w == "--nproc-per-node" || w == "--nnodes")) {
+      out.diagnostics.error(w, "expected a positive integer up to 1048576, got \"" + v + "\"");
+      continue;
+    }
     if (w == "--nproc_per_node" || w == "--nproc-per-node") {
       if (number) per_node = n; else out.unknowns.push_back("the launcher's " + w + " " + v + " could not be expanded statically");
     } else if (w == "--nnodes") {

@@ -104,7 +104,8 @@ bool read_value(const json& j, double& out, const Where& w) {
     const std::string text = j.get<std::string>();
     const std::size_t colon = text.find(':');
     const auto down = parse_number(std::string_view(text).substr(0, colon));
-    const auto up = colon == std::string::npos ? std::nullopt : parse_number(std::string_view(text).substr(colon + 1));
+    // A bare number in quotes ("2") is the ratio itself.
+    const auto up = colon == std::string::npos ? std::optional<double>(1.0) : parse_number(std::string_view(text).substr(colon + 1));
     if (down && up && *up > 0) {
       out = *down / *up;
       return true;
@@ -366,14 +367,8 @@ class SectionReader {
       ctx_.unsourced_sections.push_back(path_);
       return;
     }
-    if (member.seq_length == 0 && !obj_.contains("seq_length") && !obj_.contains("seq_len")) {
-      std::string why = "the config names no training sequence length; give model.seq_length";
-      if (notes.max_position_embeddings) {
-        why = "the config's max_position_embeddings (" + std::to_string(*notes.max_position_embeddings) +
-              ") is the longest context the model supports, not the sequence it trains on; give model.seq_length";
-      }
-      ctx_.diagnostics.warning(path, why);
-    }
+    warn_hf_import_notes(notes, member.seq_length == 0 && !obj_.contains("seq_length") && !obj_.contains("seq_len"),
+                         "give model.seq_length", ctx_.diagnostics, path);
   }
 
   // A field of that key (or alias) in another section: "cluster.gpu.hbm_gib".

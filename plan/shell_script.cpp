@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <functional>
+#include <iterator>
+#include <limits>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -10,7 +12,13 @@
 namespace meshwork::plan {
 namespace {
 
-enum class Tok { word, newline, semi, lparen, rparen, and_op, or_op, pipe, amp };
+enum class Tok { word, newline, semi, lparen, rparen, and_op, or_op, pipe, amp, redirect };
+
+// Bounds on what a hostile or runaway script can make the reader do: nesting followed (of
+// ${...:-${...}}, $(( )) and if), and the size of one variable's value.
+constexpr int kMaxNesting = 64;
+constexpr std::size_t kMaxValueBytes = 64 * 1024;
+constexpr std::size_t kMaxArrayItems = 4096;
 
 struct Token {
   Tok kind = Tok::word;
@@ -41,6 +49,15 @@ std::size_t skip_balanced(std::string_view text, std::size_t i, char open, char 
   return text.size();
 }
 
+// A here-document's delimiter word as the body's last line spells it: quotes removed.
+std::string heredoc_delimiter(std::string_view word) {
+  std::string d;
+  for (char ch : word) {
+    if (ch != '\'' && ch != '"' && ch != '\\') d += ch;
+  }
+  return d;
+}
+
 std::vector<Token> lex(std::string_view text) {
   std::vector<Token> out;
   std::int64_t line = 1;
@@ -48,9 +65,56 @@ std::vector<Token> lex(std::string_view text) {
   auto count_lines = [&](std::size_t from, std::size_t to) {
     for (std::size_t k = from; k < to && k < text.size(); ++k) line += text[k] == '\n';
   };
+  // Here-documents opened on this line (delimiter, whether leading tabs are stripped); their
+  // bodies start after the line's newline and are skipped, not read as script.
+  std::vector<std::pair<std::string, bool>> heredocs;
+  bool want_delimiter = false;
+  bool strip_tabs = false;
+  auto skip_heredoc_bodies = [&] {
+    for (const auto& [delim, tabs] : heredocs) {
+      while (i < text.size()) {
+        std::size_t end = text.find('\n', i);
+        if (end == std::string_view::npos) end = text.size();
+        std::string_view body_line = text.substr(i, end - i);
+        if (!body_line.empty() && body_line.back() == '\r') body_line.remove_suffix(1);
+        if (tabs) {
+          while (!body_line.empty() && body_line.front() == '\t') body_line.remove_prefix(1);
+        }
+        i = std::min(text.size(), end + 1);
+        ++line;
+        if (body_line == delim) break;
+      }
+    }
+    heredocs.clear();
+  };
+  // A redirection operator at text[i]: [digits](<|>|>>|<<|<<-|<<<|<&|>&|>|) or &>, &>>.
+  auto redirection_at = [&](std::size_t at) -> std::size_t {
+    std::size_t j = at;
+    if (text[j] == '&') {
+      if (j + 1 < text.size() && text[j + 1] == '>') return (j + 2 < text.size() && text[j + 2] == '>') ? 3 : 2;
+      return 0;
+    }
+    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+    if (j >= text.size() || (text[j] != '<' && text[j] != '>')) return 0;
+    const char op = text[j++];
+    if (j < text.size() && (text[j] == op || text[j] == '&' || (op == '>' && text[j] == '|'))) {
+      ++j;
+      if (op == '<' && text[j - 1] == '<' && j < text.size() && (text[j] == '-' || text[j] == '<')) ++j;
+    }
+    return j - at;
+  };
   while (i < text.size()) {
     const char c = text[i];
-    if (c == ' ' || c == '\t' || c == '\r') {
+    if (const std::size_t n = redirection_at(i)) {
+      std::string op(text.substr(i, n));
+      i += n;
+      const std::size_t lt = op.find("<<");
+      if (lt != std::string::npos && op.find("<<<") == std::string::npos) {
+        want_delimiter = true;
+        strip_tabs = op.back() == '-';
+      }
+      out.push_back({Tok::redirect, std::move(op), line});
+    } else if (c == ' ' || c == '\t' || c == '\r') {
       ++i;
     } else if (c == '\\' && i + 1 < text.size() && text[i + 1] == '\n') {
       i += 2;  // a line continuation
@@ -60,6 +124,7 @@ std::vector<Token> lex(std::string_view text) {
     } else if (c == '\n') {
       out.push_back({Tok::newline, "", line++});
       ++i;
+      skip_heredoc_bodies();
     } else if (c == ';') {
       out.push_back({Tok::semi, ";", line});
       i += (i + 1 < text.size() && text[i + 1] == ';') ? 2 : 1;
@@ -77,11 +142,7 @@ std::vector<Token> lex(std::string_view text) {
         const char d = text[i];
         if (d == ' ' || d == '\t' || d == '\r' || d == '\n' || d == ';' || d == '&' || d == '|' || d == '(' || d == ')' ||
             d == '<' || d == '>') {
-          if ((d == '<' || d == '>') && word.text.empty()) {
-            word.text += d;  // a redirection: kept as a word of its own
-            ++i;
-          }
-          break;
+          break;  // a separator, or a redirection the next round reads
         }
         std::size_t end = i + 1;
         if (d == '\\') {
@@ -115,7 +176,13 @@ std::vector<Token> lex(std::string_view text) {
         word.text += text.substr(i, end - i);
         i = end;
       }
-      if (!word.text.empty()) out.push_back(std::move(word));
+      if (!word.text.empty()) {
+        if (want_delimiter) {
+          heredocs.emplace_back(heredoc_delimiter(word.text), strip_tabs);
+          want_delimiter = false;
+        }
+        out.push_back(std::move(word));
+      }
     }
   }
   out.push_back({Tok::newline, "", line});
@@ -165,21 +232,43 @@ class Reader {
     if (seen_.insert(entry).second) unknowns_.push_back(entry);
   }
 
+  // Stores `value` as NAME unless it has grown past what a launch script's variable holds
+  // (kMaxValueBytes, kMaxArrayItems): then NAME is dropped and named, so that `A=$A$A` in a
+  // loop-like run of lines cannot eat the machine.
+  void store(const std::string& name, Value value) {
+    std::size_t bytes = 0;
+    for (const auto& item : value.items) bytes += item.size();
+    if (bytes > kMaxValueBytes || value.items.size() > kMaxArrayItems) {
+      vars_.erase(name);
+      unknown(name + " grows past " + std::to_string(kMaxValueBytes / 1024) + " KiB or " + std::to_string(kMaxArrayItems) +
+              " items; treated as unset from here");
+      return;
+    }
+    vars_[name] = std::move(value);
+  }
+
   const Value* lookup(const std::string& name) {
     auto it = vars_.find(name);
     return it == vars_.end() ? nullptr : &it->second;
   }
 
   // An integer expression of $(( )): + - * / % and parentheses over numbers and variables.
+  // Overflow, division by zero and nesting past kMaxNesting make it unknown (bash would wrap).
   std::optional<long long> arithmetic(std::string_view e) {
     std::size_t i = 0;
     bool ok = true;
+    int depth = 0;
     std::function<long long()> sum;
     auto space = [&] {
       while (i < e.size() && std::isspace(static_cast<unsigned char>(e[i]))) ++i;
     };
     std::function<long long()> atom = [&]() -> long long {
       space();
+      if (!ok || depth >= kMaxNesting) {
+        ok = false;
+        return 0;
+      }
+      const Nested nested(depth);
       if (i < e.size() && e[i] == '(') {
         ++i;
         const long long v = sum();
@@ -190,13 +279,18 @@ class Reader {
       if (i < e.size() && (e[i] == '-' || e[i] == '+')) {
         const bool neg = e[i++] == '-';
         const long long v = atom();
-        return neg ? -v : v;
+        long long out = v;
+        if (neg && __builtin_sub_overflow(0LL, v, &out)) ok = false;
+        return ok ? out : 0;
       }
       if (i < e.size() && e[i] == '$') ++i;
       if (i < e.size() && std::isdigit(static_cast<unsigned char>(e[i]))) {
         long long v = 0;
-        while (i < e.size() && std::isdigit(static_cast<unsigned char>(e[i]))) v = v * 10 + (e[i++] - '0');
-        return v;
+        while (i < e.size() && std::isdigit(static_cast<unsigned char>(e[i]))) {
+          if (__builtin_mul_overflow(v, 10LL, &v) || __builtin_add_overflow(v, static_cast<long long>(e[i] - '0'), &v)) ok = false;
+          ++i;
+        }
+        return ok ? v : 0;
       }
       bool braced = i < e.size() && e[i] == '{';
       if (braced) ++i;
@@ -228,9 +322,14 @@ class Reader {
         if (i >= e.size() || (e[i] != '*' && e[i] != '/' && e[i] != '%')) return v;
         const char op = e[i++];
         const long long r = atom();
-        if (op == '*') v *= r;
-        else if (r == 0) ok = false;
-        else v = op == '/' ? v / r : v % r;
+        if (!ok) return 0;
+        if (op == '*') {
+          if (__builtin_mul_overflow(v, r, &v)) ok = false;
+        } else if (r == 0 || (r == -1 && v == std::numeric_limits<long long>::min())) {
+          ok = false;
+        } else {
+          v = op == '/' ? v / r : v % r;
+        }
       }
     };
     sum = [&]() -> long long {
@@ -240,7 +339,8 @@ class Reader {
         if (i >= e.size() || (e[i] != '+' && e[i] != '-')) return v;
         const char op = e[i++];
         const long long r = product();
-        v = op == '+' ? v + r : v - r;
+        if (!ok) return 0;
+        if (op == '+' ? __builtin_add_overflow(v, r, &v) : __builtin_sub_overflow(v, r, &v)) ok = false;
       }
     };
     const long long v = sum();
@@ -292,7 +392,7 @@ class Reader {
       if (rest.rfind(":=", 0) == 0) {
         if (!empty) return Value{false, {v->scalar()}};
         Value d = word_value(rest.substr(2));
-        vars_[name] = d;
+        if (!fixed_.count(name)) store(name, d);
         return d;
       }
       if (rest.rfind(":+", 0) == 0) return empty ? Value{false, {""}} : word_value(rest.substr(2));
@@ -300,7 +400,7 @@ class Reader {
       if (rest[0] == '=') {
         if (!unset) return Value{false, {v->scalar()}};
         Value d = word_value(rest.substr(1));
-        vars_[name] = d;
+        if (!fixed_.count(name)) store(name, d);
         return d;
       }
       unknown("${" + std::string(body) + "}: this expansion is not followed; left as written");
@@ -323,6 +423,11 @@ class Reader {
   // Expands `raw` into fields. With `split`, unquoted expansions split on blanks (as bash does
   // for a command's words); without, the result is one string (an assignment's value).
   std::vector<std::string> expand(std::string_view raw, bool split) {
+    if (depth_ >= kMaxNesting) {
+      unknown("expansions nested deeper than " + std::to_string(kMaxNesting) + " levels are not followed; left as written");
+      return {std::string(raw)};
+    }
+    const Nested nested(depth_);
     std::vector<Field> fields(1);
     auto add_text = [&](const std::string& s, bool quoted) {
       fields.back().text += s;
@@ -500,14 +605,24 @@ class Reader {
           }
           ++pos_;  // ')'
           if (active && !fixed_.count(std::get<0>(*a))) {
-            Value& v = vars_[std::get<0>(*a)];
-            if (!std::get<1>(*a)) v.items.clear();
+            Value v;
+            if (std::get<1>(*a)) {
+              if (const Value* old = lookup(std::get<0>(*a))) v = *old;
+            }
             v.array = true;
-            v.items.insert(v.items.end(), items.begin(), items.end());
+            v.items.insert(v.items.end(), std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
+            store(std::get<0>(*a), std::move(v));
           }
           continue;
         }
         words.push_back(&t);
+      } else if (t.kind == Tok::redirect) {
+        // A redirection and its target are not the command's words.
+        if (active && t.text.find("<<") != std::string::npos && t.text.find("<<<") == std::string::npos) {
+          line_ = t.line;
+          unknown("a here-document is not read (its body is skipped)");
+        }
+        if (pos_ + 1 < tokens_.size() && tokens_[pos_ + 1].kind == Tok::word) ++pos_;
       } else if (t.kind == Tok::lparen || t.kind == Tok::rparen) {
         // A subshell or a function's "()": not followed.
         if (active) {
@@ -539,13 +654,15 @@ class Reader {
     if (k == words.size() || declares) {
       for (const auto& [name, append, text] : assigns) {
         if (fixed_.count(name)) continue;  // given from outside: the user's value wins
-        const std::string value = expand_one(text);
-        Value& v = vars_[name];
+        std::string value = expand_one(text);
+        Value v;
+        if (const Value* old = lookup(name)) v = *old;
         if (append && v.array) {
-          v.items.push_back(value);
+          v.items.push_back(std::move(value));
         } else {
-          v = {false, {append ? v.scalar() + value : value}};
+          v = {false, {append ? v.scalar() + value : std::move(value)}};
         }
+        store(name, std::move(v));
       }
       return;
     }
@@ -598,14 +715,19 @@ class Reader {
     return r;
   }
 
-  // The condition of an if/elif, up to `then`: tests joined by && and ||.
-  std::optional<bool> condition() {
+  // The condition of an if/elif, up to `then`: tests joined by && and ||. Not `active` (a
+  // branch not taken, or one after a branch taken): its tokens are passed over, nothing expanded.
+  std::optional<bool> condition(bool active) {
     std::optional<bool> value;
     bool have = false;
     Tok joiner = Tok::and_op;
     std::vector<std::string> words;
     std::string text;
     auto finish = [&] {
+      if (!active) {
+        words.clear();
+        return;
+      }
       const auto t = test(words);
       if (!have) {
         value = t;
@@ -628,12 +750,15 @@ class Reader {
         joiner = t.kind;
       } else if (t.kind == Tok::semi || t.kind == Tok::newline) {
         if (!words.empty()) finish();
+      } else if (t.kind == Tok::redirect) {
+        if (pos_ + 1 < tokens_.size() && tokens_[pos_ + 1].kind == Tok::word) ++pos_;
       } else if (t.kind == Tok::word) {
         words.push_back(t.text);
         text += (text.empty() ? "" : " ") + t.text;
       }
       ++pos_;
     }
+    if (!active) return false;
     if (!value) unknown("the condition `" + text + "` cannot be decided statically; its branch is not taken");
     return value;
   }
@@ -687,7 +812,13 @@ class Reader {
   }
 
   void if_statement(bool active) {
-    const std::optional<bool> cond = condition();
+    if (depth_ >= kMaxNesting) {
+      if (active) unknown("`if` nested deeper than " + std::to_string(kMaxNesting) + " levels is not followed");
+      skip_block("if", "fi");
+      return;
+    }
+    const Nested nested(depth_);
+    const std::optional<bool> cond = condition(active);
     bool undecided = !cond;  // then no later branch is known to run either
     bool branch = active && cond.value_or(false);
     bool taken = branch;
@@ -701,7 +832,7 @@ class Reader {
       }
       if (t.kind == Tok::word && t.text == "elif") {
         ++pos_;
-        const auto c = condition();
+        const auto c = condition(active && !taken && !undecided);
         branch = active && !taken && !undecided && c.value_or(false);
         undecided |= !c;
         taken |= branch;
@@ -717,8 +848,18 @@ class Reader {
     }
   }
 
+  // One level deeper for as long as it lives.
+  struct Nested {
+    explicit Nested(int& depth) : depth_(depth) { ++depth_; }
+    ~Nested() { --depth_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+    int& depth_;
+  };
+
   std::vector<Token> tokens_;
   std::size_t pos_ = 0;
+  int depth_ = 0;  // expansions and ifs being followed, one inside another
   std::int64_t line_ = 1;
   std::map<std::string, Value> vars_;
   std::vector<ShellCommand> commands_;

@@ -260,11 +260,12 @@ class Validator {
     if (c_.collective_algorithm == CollectiveAlgorithm::nvls && c_.gpus_per_node > 1 && c_.intra_node.kind != IntraNodeKind::nvswitch) {
       d_.error("cluster.collective_algorithm", "nvls reduces inside an NVSwitch: cluster.intra_node.kind is " + std::string(to_string(c_.intra_node.kind)));
     }
-    // The fastest NIC shipping is 800 Gb/s (NVIDIA ConnectX-8 SuperNIC datasheet, 2024); a figure
-    // well past it is most often GB/s written for Gb/s ("400GB/s" is 3,200 Gb/s).
+    // The fastest NIC shipping is 800 Gb/s (NVIDIA ConnectX-8 SuperNIC datasheet, 2024), and the
+    // next generation is 1.6 Tb/s (IEEE 802.3dj, 1.6 Tb/s Ethernet): a figure past that is most
+    // often GB/s written for Gb/s ("400GB/s" is 3,200 Gb/s).
     if (c_.nic_bandwidth_gbps > 1600) {
-      d_.warning("cluster.nic_bandwidth_gbps", num(c_.nic_bandwidth_gbps) + " Gb/s per NIC is more than any NIC gives (800 Gb/s is the "
-                                               "fastest shipping); network rates are bits: \"400G\" or \"400Gb/s\" is 400, \"400GB/s\" is 3,200");
+      d_.warning("cluster.nic_bandwidth_gbps", num(c_.nic_bandwidth_gbps) + " Gb/s per NIC is more than any NIC gives (800 Gb/s ships, "
+                                               "1.6 Tb/s is the next generation); network rates are bits: \"400G\" or \"400Gb/s\" is 400, \"400GB/s\" is 3,200");
     }
     if (c_.num_nodes() > 1 && c_.nics_per_node == 0) {
       d_.error("cluster.nics_per_node", "a job on " + str(c_.num_nodes()) + " nodes needs NICs");

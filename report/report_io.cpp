@@ -271,7 +271,8 @@ std::string fnv1a_hex(std::string_view text) {
 namespace {
 std::string billions(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, v >= 100e9 ? "%.1fB" : v >= 1e9 ? "%.2fB" : "%.3gM", v >= 1e9 ? v / 1e9 : v / 1e6);
+  // Below 1e9: three significant figures, but never "1e+03M" (999.5M and up round to 1000M).
+  std::snprintf(buf, sizeof buf, v >= 100e9 ? "%.1fB" : v >= 1e9 ? "%.2fB" : v >= 100e6 ? "%.0fM" : "%.3gM", v >= 1e9 ? v / 1e9 : v / 1e6);
   return buf;
 }
 }  // namespace

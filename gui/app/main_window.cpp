@@ -86,6 +86,13 @@ MainWindow::MainWindow(QWidget* parent)
   status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);  // long messages elide, not widen
   statusBar()->addWidget(status_, 1);
   statusBar()->addPermanentWidget(progress_);
+  goodput_progress_ = new QProgressBar(this);
+  goodput_progress_->setRange(0, 1000);
+  goodput_progress_->setMaximumWidth(220);
+  goodput_progress_->setFormat(tr("goodput sweep %p%"));
+  goodput_progress_->setToolTip(tr("Monte Carlo goodput against the checkpoint interval"));
+  goodput_progress_->hide();
+  statusBar()->addPermanentWidget(goodput_progress_);
 
   connect(editor_, &PlanEditor::edited, this, [this] {
     update_title();
@@ -123,9 +130,13 @@ MainWindow::MainWindow(QWidget* parent)
       goodput_pending_ = true;
       return;
     }
+    goodput_progress_->setValue(0);
+    goodput_progress_->show();
     goodput_->start(document_.loaded().plan, results_->report()->step_time_s, goodput_points_, goodput_trials_);
   });
+  connect(goodput_, &GoodputJob::progress, this, [this](double f) { goodput_progress_->setValue(static_cast<int>(1000 * f)); });
   connect(goodput_, &GoodputJob::finished, this, [this](const GoodputOutcome& g) {
+    goodput_progress_->hide();
     results_->show_goodput(g);
     if (goodput_pending_) {
       goodput_pending_ = false;

@@ -47,6 +47,8 @@ class MainWindow : public QMainWindow {
   [[nodiscard]] double last_estimate_ms() const { return last_estimate_ms_; }
   [[nodiscard]] double last_edit_ms() const { return document_.last_reload_ms() + last_estimate_ms_; }
   [[nodiscard]] bool goodput_running() const { return goodput_->running(); }
+  // The status bar's goodput-sweep progress (shown while the Monte Carlo sweep runs).
+  [[nodiscard]] QProgressBar* goodput_progress() const { return goodput_progress_; }
   // How much Monte Carlo the goodput chart spends: intervals swept and trials per interval.
   void set_goodput_effort(int points, std::int64_t trials) {
     goodput_points_ = points;
@@ -77,6 +79,7 @@ class MainWindow : public QMainWindow {
   GoodputJob* goodput_;
   QTimer* goodput_timer_;
   QProgressBar* progress_;
+  QProgressBar* goodput_progress_;
   QLabel* status_;
   QAction* simulate_action_;
   QAction* cancel_action_;

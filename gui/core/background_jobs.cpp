@@ -163,7 +163,8 @@ void GoodputJob::start(const plan::Plan& plan, double step_s, int points, std::i
     finish(watcher_);
     emit finished(outcome);
   });
-  watcher_->setFuture(QtConcurrent::run([plan, step_s, points, trials]() {
+  QPointer<GoodputJob> self(this);
+  watcher_->setFuture(QtConcurrent::run([plan, step_s, points, trials, self]() {
     GoodputOutcome out;
     try {
       const reliability::Derived d = reliability::inputs_for(plan, step_s);
@@ -187,8 +188,11 @@ void GoodputJob::start(const plan::Plan& plan, double step_s, int points, std::i
       }
       // The CLI's range: from the shortest interval the plan can run, holding its own.
       const reliability::SweepRange range = reliability::sweep_range(d, out.daly_s);
+      auto progress = [self](double f) {
+        if (self) QMetaObject::invokeMethod(self.data(), [self, f] { if (self) emit self->progress(f); }, Qt::QueuedConnection);
+      };
       out.points = reliability::sweep_interval(d.inputs, range.lo_s, range.hi_s, points, trials,
-                                               static_cast<std::uint64_t>(plan.run.seed));
+                                               static_cast<std::uint64_t>(plan.run.seed), progress);
     } catch (const std::exception& e) {
       out.error = e.what();
     }

@@ -91,6 +91,8 @@ class GoodputJob : public QObject {
   void start(const plan::Plan& plan, double step_s, int points = 13, std::int64_t trials = 40);
   [[nodiscard]] bool running() const { return watcher_ != nullptr; }
  signals:
+  // The fraction of the sweep's intervals done, from the worker, queued to this object's thread.
+  void progress(double fraction);
   void finished(const meshwork::gui::GoodputOutcome& outcome);
 
  private:

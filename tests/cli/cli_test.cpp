@@ -189,11 +189,18 @@ TEST(Cli, HfConfigLeavesTheSequenceLengthToThePlan) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["model"]["seq_length"], 8192);
 
+  // A plan that reads a config through model.hf_config hears what the import left out, as
+  // import-hf's reader does.
+  std::ofstream(dir / "mtp.yaml") << "model: {hf_config: " << (kSource / "docs/reference/hf-configs/DeepSeek-V3.json").string()
+                                  << ", seq_length: 4096}\n" << rest;
+  r = meshwork({"validate", (dir / "mtp.yaml").string()});
+  EXPECT_NE(r.err.find("warning: model.hf_config: ignored num_nextn_predict_layers 1"), std::string::npos) << r.err;
+
   // import-hf writes no seq_length and says why; --seq-length writes one.
   r = meshwork({"import-hf", config});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(nlohmann::json::parse(r.out)["model"].contains("seq_length"));
-  EXPECT_NE(r.err.find("max_position_embeddings 131072 is the longest context"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("max_position_embeddings (131072) is the longest context"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("8.03B parameters"), std::string::npos) << r.err;
   r = meshwork({"import-hf", config, "--seq-length", "8192"});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -324,6 +331,13 @@ TEST(Cli, MessagesSuggestWhatWasMeant) {
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["cluster"]["nic_bandwidth_gbps"], 400.0);
   EXPECT_EQ(j["cluster"]["topology"]["oversubscription"], 2.0);
+  // A ratio in quotes without its ":1" is the ratio.
+  std::ofstream(dir / "ratio.yaml") << "model: {preset: llama3-8b}\n"
+                                       "training: {global_batch_size: 64, micro_batch_size: 1}\n"
+                                       "cluster: {gpu: h100-sxm, num_gpus: 64, topology: {oversubscription: \"3\"}}\n";
+  r = meshwork({"show", "--json", (dir / "ratio.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["cluster"]["topology"]["oversubscription"], 3.0);
   std::ofstream(dir / "bytes.yaml") << "model: {preset: llama3-8b}\n"
                                        "training: {global_batch_size: 64, micro_batch_size: 1}\n"
                                        "cluster: {gpu: h100-sxm, num_gpus: 64, nic_bandwidth_gbps: \"400GB/s\"}\n";

@@ -234,7 +234,6 @@ TEST(Search, FindsAPlanAtLeastAsFastAsThePublishedGpt3Configuration) {
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("memory (GiB)  verdict"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("Rejected, by reason:\n  "), std::string::npos) << text.out;
-  EXPECT_NE(text.out.find("Rejected, by reason:\n  "), std::string::npos) << text.out;
   const auto rows = lines(text.out);
   ASSERT_GE(rows.size(), 3u);
   const std::string& first = rows[2];
@@ -291,6 +290,25 @@ TEST(Search, PinnedDimensionsCsvAndTheTable) {
   EXPECT_NE(r.out.find("layers/stage"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" days "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("1f1b"), std::string::npos) << r.out;
+  // Without a token target there is no time to train: "-", not "0.0" days.
+  const fs::path dir = fs::temp_directory_path() / ("meshwork-search-days-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "no-target.yaml") << "model: gpt3-175b\ntraining: {global_batch_size: 1536}\n"
+                                        << "cluster: {gpu: a100-sxm-80gb, num_gpus: 1024}\n";
+  r = meshwork({"search", "--model", "gpt3-175b", "--cluster", (dir / "no-target.yaml").string(), "--top", "2", "--tp", "8", "--pp", "8"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto table = lines(r.out);
+  ASSERT_GE(table.size(), 3u) << r.out;
+  EXPECT_NE(table[2].find("%        -"), std::string::npos) << table[2];
+  EXPECT_EQ(table[2].find(" 0.0 "), std::string::npos) << table[2];
+  // Pins that leave nothing to try say so.
+  r = meshwork({"search", "--model", "gpt3-175b", "--cluster", cluster.string(), "--pp", "1", "--vpp", "2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--vpp 2 needs pipeline stages"), std::string::npos) << r.err;
+  r = meshwork({"search", "--model", "gpt3-175b", "--cluster", cluster.string(), "--tp", "3"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("do not divide the 1024 GPUs"), std::string::npos) << r.err;
+  fs::remove_all(dir);
 }
 
 TEST(Search, NoValidPlanSaysWhy) {
@@ -470,6 +488,7 @@ TEST(Sweep, SimulateBestRanksTheClosedFormsBestBySimulation) {
   const std::string sweep = (kSource / "tests/data/sweeps/tiny-simulated.yaml").string();
   const Outcome all = meshwork({"sweep", "--method", "simulated", sweep, "--json", "-"});
   const Outcome r = meshwork({"sweep", "--simulate-best", "2", sweep, "--json", "-"});
+  ASSERT_EQ(all.code, 0) << all.err;
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out), every = nlohmann::json::parse(all.out);
   ASSERT_GE(j.size(), 3u);
@@ -477,13 +496,16 @@ TEST(Sweep, SimulateBestRanksTheClosedFormsBestBySimulation) {
   EXPECT_EQ(j[1]["method"], "simulated");
   EXPECT_EQ(j[2]["method"], "estimated");
   EXPECT_GE(j[0]["mfu"].get<double>(), j[1]["mfu"].get<double>());
+  int matched = 0;
   for (int i = 0; i < 2; ++i) {
     for (const auto& row : every) {
       if (row["point"] == j[i]["point"]) {
+        ++matched;
         EXPECT_DOUBLE_EQ(row["mfu"].get<double>(), j[i]["mfu"].get<double>()) << row.dump();
       }
     }
   }
+  EXPECT_EQ(matched, 2) << "each re-ranked point is a point of the all-simulated sweep";
 }
 
 }  // namespace

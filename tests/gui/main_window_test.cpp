@@ -6,6 +6,7 @@
 #include <QAbstractItemView>
 #include <QDir>
 #include <QLabel>
+#include <QProgressBar>
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTableView>
@@ -265,12 +266,17 @@ class MainWindowTest : public QObject {
     w.show();
     w.set_goodput_effort(9, 3);  // a few trials: this runs under sanitizers in CI
     QSignalSpy goodput(&w, &MainWindow::goodput_ready);
+    QSignalSpy goodput_progress(w.goodput_progress(), &QProgressBar::valueChanged);
     QVERIFY(w.open_plan(kSource + "/scenarios/heldout/llama3-405b-h100-16384.yaml"));
     w.plan_editor()->select_section("parallelism");
     screenshot(w, 0, "plan-editor");
     QVERIFY(goodput.wait(120000));
     while (w.goodput_running()) QVERIFY(goodput.wait(120000));
     QVERIFY(!w.results()->goodput_chart()->series().isEmpty());
+    // The sweep showed its progress, interval by interval, to the end, and put the bar away.
+    QVERIFY(goodput_progress.count() >= 9);
+    QCOMPARE(goodput_progress.back().front().toInt(), 1000);
+    QVERIFY(w.goodput_progress()->isHidden());
     screenshot(w, 1, "main-window");
   }
 };

@@ -178,8 +178,10 @@ TEST(Estimate, AModelThatDoesNotFitSaysSo) {
   EXPECT_NE(rep.notes.front().find("does not fit"), std::string::npos);
 }
 
-// NVIDIA DGX H100 datasheet: 10.2 kW maximum system power. A node at full load within 10%.
-TEST(Estimate, DgxH100AtFullLoadIsWithinTenPercentOfItsMaximumPower) {
+// NVIDIA DGX H100 datasheet: 10.2 kW maximum system power, a provisioning figure; metered
+// nodes stay below it (8.48 kW at most, Latif et al. 2024). A node at full load stays under
+// the rating, and a training step draws at least 60% of full load.
+TEST(Estimate, DgxH100AtFullLoadStaysUnderItsRatedMaximumPower) {
   auto r = plan::load_plan_text("model: llama3-70b\ntraining: {global_batch_size: 64, recompute: selective}\n"
                                 "parallelism: {tp: 8, pp: 1, sp: true}\ncluster: {gpu: h100-sxm, num_gpus: 8}\n",
                                 plan::Format::yaml);
@@ -188,9 +190,31 @@ TEST(Estimate, DgxH100AtFullLoadIsWithinTenPercentOfItsMaximumPower) {
   // Full load: every GPU at TDP.
   const double full_load_node_watts = (8 * 700 + hardware_profile(r.plan.cluster.gpu).host_watts_per_node) /
                                       hardware_profile(r.plan.cluster.gpu).psu_efficiency;
-  EXPECT_NEAR(full_load_node_watts / 10200, 1.0, 0.10);
+  EXPECT_LE(full_load_node_watts, 10200);
   EXPECT_LE(rep.power.node_watts, full_load_node_watts);
   EXPECT_GT(rep.power.node_watts, 0.6 * full_load_node_watts);
+}
+
+// Measured, not rated: an 8 x H100 HGX node training Llama 2 13B with its GPUs near full
+// utilization peaked at 8.48 kW at the wall (Latif et al. 2024, arXiv:2412.08602, IEEE Access
+// 13:61740), and compute-intensive training averaged 76% of the 10.2 kW rating, 7.75 kW
+// (Newkirk et al. 2025, arXiv:2506.14551). A compute-bound single-node H100 plan must land in
+// that range. The host share is taken from the first figure (models/hardware.cpp); the second,
+// and where between the two a busy plan lands, is what the GPU share (idle to TDP by busy
+// time) answers for.
+TEST(Estimate, ATrainingH100NodeDrawsWhatMeteredNodesDraw) {
+  auto r = plan::load_plan_text("model: {num_layers: 40, hidden_size: 5120, num_attention_heads: 40, ffn_hidden_size: 13824,\n"
+                                "        vocab_size: 32000, seq_length: 4096, activation: swiglu, normalization: rmsnorm,\n"
+                                "        position_embedding_type: rope}\n"
+                                "training: {global_batch_size: 64, micro_batch_size: 1, recompute: selective}\n"
+                                "parallelism: {tp: 1, pp: 1, zero: 3}\ncluster: {gpu: h100-sxm, num_gpus: 8}\n",
+                                plan::Format::yaml);
+  ASSERT_TRUE(r.ok()) << (r.diagnostics.items().empty() ? "" : r.diagnostics.items().front().path + ": " + r.diagnostics.items().front().message);
+  const auto rep = estimate(r.plan);
+  ASSERT_TRUE(rep.fits);
+  EXPECT_GE(rep.power.node_watts, 0.76 * 10200);
+  EXPECT_LE(rep.power.node_watts, 8480);
+  EXPECT_LE(rep.power.gpu_watts, 700);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "plan/hf_import.hpp"
+#include "report/report_io.hpp"
 #include "plan/presets.hpp"
 #include "plan/validate.hpp"
 
@@ -180,3 +181,17 @@ TEST(Params, ImportSaysWhatItLeavesOut) {
 
 }  // namespace
 }  // namespace meshwork::models
+
+namespace meshwork::report {
+namespace {
+
+// The parameters line's units: never "1e+03M" just under a billion.
+TEST(Params, TheParametersLineSpellsCountsAsPeopleDo) {
+  EXPECT_EQ(parameters_line({999.7e6, 999.7e6, 0}).substr(0, 16), "1000M parameters");
+  EXPECT_EQ(parameters_line({124.4e6, 124.4e6, 0}).substr(0, 15), "124M parameters");
+  EXPECT_EQ(parameters_line({12.34e6, 12.34e6, 0}).substr(0, 16), "12.3M parameters");
+  EXPECT_EQ(parameters_line({8.03e9, 8.03e9, 0}).substr(0, 16), "8.03B parameters");
+}
+
+}  // namespace
+}  // namespace meshwork::report

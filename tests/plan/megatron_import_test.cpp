@@ -87,6 +87,86 @@ TEST(ShellScript, ConditionsOnKnownValuesAndWhatCannotBeKnown) {
   EXPECT_EQ(given.commands[0].words.back(), "16");
 }
 
+// Redirections are not arguments, and a here-document's body is not script.
+TEST(ShellScript, RedirectionsAndHereDocumentsAreNotWords) {
+  const auto r = read_shell_script(
+      "TP=2\n"
+      "cat > cfg.yaml <<EOF\n"
+      "TP=4\n"
+      "python not_a_command.py\n"
+      "EOF\n"
+      "cat <<-'END' >/dev/null\n"
+      "\tTP=8\n"
+      "\tEND\n"
+      "torchrun pretrain_gpt.py --tensor-model-parallel-size $TP > log.txt 2>&1 | tee -a out.log\n"
+      "python b.py --x 1 &>all.log\n");
+  ASSERT_EQ(r.commands.size(), 5u);  // cat, cat, torchrun, tee, python
+  EXPECT_EQ(r.commands[0].words, (std::vector<std::string>{"cat"}));
+  EXPECT_EQ(r.commands[2].words, (std::vector<std::string>{"torchrun", "pretrain_gpt.py", "--tensor-model-parallel-size", "2"}));
+  EXPECT_EQ(r.commands[2].line, 9);
+  EXPECT_EQ(r.commands[4].words, (std::vector<std::string>{"python", "b.py", "--x", "1"}));
+  EXPECT_EQ(r.variables.at("TP"), "2");
+  EXPECT_TRUE(mentions(r.unknowns, "here-document"));
+}
+
+// A branch not taken changes nothing, and a value given from outside survives `:=`.
+TEST(ShellScript, BranchesNotTakenHaveNoSideEffects) {
+  const auto r = read_shell_script(
+      "if false; then\n"
+      "  if [ \"${A:=set}\" = x ]; then B=1; fi\n"
+      "elif [ \"${C:=set}\" = \"$UNKNOWN\" ]; then D=1\n"
+      "fi\n"
+      "if true; then E=1; elif [ \"${F:=set}\" = y ]; then G=1; fi\n"
+      ": ${FIXED:=default}\n",
+      {{"FIXED", ""}});
+  EXPECT_EQ(r.variables.count("A"), 0u);
+  EXPECT_EQ(r.variables.count("F"), 0u);
+  EXPECT_EQ(r.variables.at("C"), "set");  // the elif after a false `if` is evaluated
+  EXPECT_EQ(r.variables.at("E"), "1");
+  EXPECT_EQ(r.variables.at("FIXED"), "");
+  EXPECT_FALSE(mentions(r.unknowns, "${F:=set}"));
+}
+
+// Hostile input ends, quickly and without a crash: deep nesting, exponential growth, overflow.
+TEST(ShellScript, HostileScriptsAreBoundedNotFollowed) {
+  std::string deep = "X=$((";
+  for (int i = 0; i < 5000; ++i) deep += "(";
+  deep += "1";
+  for (int i = 0; i < 5000; ++i) deep += ")";
+  deep += "))\nN=$((";
+  for (int i = 0; i < 5000; ++i) deep += "- ";
+  deep += "1))\nD=";
+  for (int i = 0; i < 5000; ++i) deep += "${A:-";
+  deep += "x";
+  for (int i = 0; i < 5000; ++i) deep += "}";
+  deep += "\n";
+  for (int i = 0; i < 5000; ++i) deep += "if true; then\n";
+  deep += "Y=1\n";
+  for (int i = 0; i < 5000; ++i) deep += "fi\n";
+  deep += "python t.py --y $Y\n";
+  const auto d = read_shell_script(deep);
+  EXPECT_EQ(d.variables.count("X"), 1u);
+  EXPECT_TRUE(mentions(d.unknowns, "nested deeper than 64"));
+  EXPECT_TRUE(mentions(d.unknowns, "cannot be evaluated statically"));
+  ASSERT_FALSE(d.commands.empty());
+  EXPECT_EQ(d.commands.back().words.front(), "python");
+
+  std::string grow = "A=x\nB=(x)\n";
+  for (int i = 0; i < 40; ++i) grow += "A=$A$A\nB+=(${B[@]} ${B[@]})\n";
+  const auto g = read_shell_script(grow);
+  EXPECT_TRUE(mentions(g.unknowns, "A grows past 64 KiB"));
+  EXPECT_TRUE(mentions(g.unknowns, "B grows past"));
+
+  const auto o = read_shell_script(
+      "BIG=$((99999999999999999999))\nM=-9223372036854775808\nQ=$((M / -1))\nR=$((9223372036854775807 + 1))\n"
+      "P=$((3037000500 * 3037000500))\nOK=$((7 / 2 + 7 % 2 - -1))\n");
+  EXPECT_TRUE(o.variables.at("BIG").find("$((") == 0);  // left as written
+  EXPECT_TRUE(o.variables.at("Q").find("$((") == 0);
+  EXPECT_TRUE(o.variables.at("R").find("$((") == 0);
+  EXPECT_TRUE(o.variables.at("P").find("$((") == 0);
+  EXPECT_EQ(o.variables.at("OK"), "5");
+}
+
 // Every flag of the pinned arguments.py is classified: mapped to a field, or ignored with a reason.
 TEST(MegatronImport, EveryFlagOfThePinnedArgumentsIsClassified) {
   std::istringstream lines(read(kData / "arguments-flags.txt"));
@@ -232,6 +312,33 @@ TEST(MegatronImport, ArgumentsAloneAndMegatronDefaults) {
   EXPECT_TRUE(mentions(r.unknowns, "--bogus: not a flag of Megatron-LM's arguments.py"));
   // A value that must be a number.
   EXPECT_FALSE(import_megatron_args({"--num-layers", "many"}).ok());
+}
+
+// --group-query-attention alone is one KV group (arguments.py: --num-query-groups default 1).
+TEST(MegatronImport, GroupQueryAttentionAloneIsOneKvGroup) {
+  const std::vector<std::string> base = {"--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "128"};
+  auto with = base;
+  with.push_back("--group-query-attention");
+  EXPECT_EQ(import_megatron_args(with).plan["model"]["num_query_groups"], 1);
+  with.insert(with.end(), {"--num-query-groups", "4"});
+  EXPECT_EQ(import_megatron_args(with).plan["model"]["num_query_groups"], 4);
+  EXPECT_EQ(import_megatron_args(base).plan["model"]["num_query_groups"], 16);
+}
+
+// Sizes that divide others must be positive: an error naming the flag, not a crash.
+TEST(MegatronImport, ZeroParallelSizesAreErrorsNotCrashes) {
+  for (const char* flag : {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                           "--make-vocab-size-divisible-by", "--num-layers-per-virtual-pipeline-stage"}) {
+    const auto r = import_megatron_script(std::string("torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py --num-layers 8 ") +
+                                              "--hidden-size 256 --num-attention-heads 4 --vocab-size 1000 --seq-length 64 " + flag + " 0\n",
+                                          "zero");
+    EXPECT_FALSE(r.ok()) << flag;
+    bool named = false;
+    for (const auto& d : r.diagnostics.items()) named |= d.path == flag && d.message.find("positive integer") != std::string::npos;
+    EXPECT_TRUE(named) << flag;
+  }
+  const auto huge = import_megatron_script("torchrun --nproc_per_node 8 --nnodes 99999999999 pretrain_gpt.py --num-layers 8\n", "huge");
+  EXPECT_FALSE(huge.ok());
 }
 
 }  // namespace
