@@ -37,6 +37,8 @@ struct FlagClass {
 };
 
 const std::vector<MegatronFlag>& megatron_flags();
+// nullptr for a flag that is not in the pinned arguments.py.
+const MegatronFlag* find_megatron_flag(std::string_view name);
 // nullopt for a flag that is not in the pinned arguments.py.
 std::optional<FlagClass> classify_megatron_flag(std::string_view flag);
 

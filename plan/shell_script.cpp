@@ -2,192 +2,30 @@
 
 #include <algorithm>
 #include <cctype>
-#include <functional>
 #include <iterator>
-#include <limits>
 #include <optional>
 #include <set>
 #include <tuple>
 
+#include "plan/shell_arithmetic.hpp"
+#include "plan/shell_lexer.hpp"
+
 namespace meshwork::plan {
 namespace {
 
-enum class Tok { word, newline, semi, lparen, rparen, and_op, or_op, pipe, amp, redirect };
+using shell::is_name_char;
+using shell::is_name_start;
+using shell::lex;
+using shell::shell_arithmetic;
+using shell::skip_balanced;
+using shell::Tok;
+using shell::Token;
 
 // Bounds on what a hostile or runaway script can make the reader do: nesting followed (of
 // ${...:-${...}}, $(( )) and if), and the size of one variable's value.
 constexpr int kMaxNesting = 64;
 constexpr std::size_t kMaxValueBytes = 64 * 1024;
 constexpr std::size_t kMaxArrayItems = 4096;
-
-struct Token {
-  Tok kind = Tok::word;
-  std::string text;  // a word as written: quotes and expansions still in it
-  std::int64_t line = 1;
-};
-
-bool is_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-
-// Where the bracketed run that opens at text[i] ("$(", "${", "$((") closes, quotes respected.
-std::size_t skip_balanced(std::string_view text, std::size_t i, char open, char close) {
-  int depth = 0;
-  for (; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '\\') {
-      ++i;
-    } else if (c == '\'') {
-      const std::size_t end = text.find('\'', i + 1);
-      if (end == std::string_view::npos) return text.size();
-      i = end;
-    } else if (c == open) {
-      ++depth;
-    } else if (c == close && --depth == 0) {
-      return i + 1;
-    }
-  }
-  return text.size();
-}
-
-// A here-document's delimiter word as the body's last line spells it: quotes removed.
-std::string heredoc_delimiter(std::string_view word) {
-  std::string d;
-  for (char ch : word) {
-    if (ch != '\'' && ch != '"' && ch != '\\') d += ch;
-  }
-  return d;
-}
-
-std::vector<Token> lex(std::string_view text) {
-  std::vector<Token> out;
-  std::int64_t line = 1;
-  std::size_t i = 0;
-  auto count_lines = [&](std::size_t from, std::size_t to) {
-    for (std::size_t k = from; k < to && k < text.size(); ++k) line += text[k] == '\n';
-  };
-  // Here-documents opened on this line (delimiter, whether leading tabs are stripped); their
-  // bodies start after the line's newline and are skipped, not read as script.
-  std::vector<std::pair<std::string, bool>> heredocs;
-  bool want_delimiter = false;
-  bool strip_tabs = false;
-  auto skip_heredoc_bodies = [&] {
-    for (const auto& [delim, tabs] : heredocs) {
-      while (i < text.size()) {
-        std::size_t end = text.find('\n', i);
-        if (end == std::string_view::npos) end = text.size();
-        std::string_view body_line = text.substr(i, end - i);
-        if (!body_line.empty() && body_line.back() == '\r') body_line.remove_suffix(1);
-        if (tabs) {
-          while (!body_line.empty() && body_line.front() == '\t') body_line.remove_prefix(1);
-        }
-        i = std::min(text.size(), end + 1);
-        ++line;
-        if (body_line == delim) break;
-      }
-    }
-    heredocs.clear();
-  };
-  // A redirection operator at text[i]: [digits](<|>|>>|<<|<<-|<<<|<&|>&|>|) or &>, &>>.
-  auto redirection_at = [&](std::size_t at) -> std::size_t {
-    std::size_t j = at;
-    if (text[j] == '&') {
-      if (j + 1 < text.size() && text[j + 1] == '>') return (j + 2 < text.size() && text[j + 2] == '>') ? 3 : 2;
-      return 0;
-    }
-    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
-    if (j >= text.size() || (text[j] != '<' && text[j] != '>')) return 0;
-    const char op = text[j++];
-    if (j < text.size() && (text[j] == op || text[j] == '&' || (op == '>' && text[j] == '|'))) {
-      ++j;
-      if (op == '<' && text[j - 1] == '<' && j < text.size() && (text[j] == '-' || text[j] == '<')) ++j;
-    }
-    return j - at;
-  };
-  while (i < text.size()) {
-    const char c = text[i];
-    if (const std::size_t n = redirection_at(i)) {
-      std::string op(text.substr(i, n));
-      i += n;
-      const std::size_t lt = op.find("<<");
-      if (lt != std::string::npos && op.find("<<<") == std::string::npos) {
-        want_delimiter = true;
-        strip_tabs = op.back() == '-';
-      }
-      out.push_back({Tok::redirect, std::move(op), line});
-    } else if (c == ' ' || c == '\t' || c == '\r') {
-      ++i;
-    } else if (c == '\\' && i + 1 < text.size() && text[i + 1] == '\n') {
-      i += 2;  // a line continuation
-      ++line;
-    } else if (c == '#') {
-      while (i < text.size() && text[i] != '\n') ++i;
-    } else if (c == '\n') {
-      out.push_back({Tok::newline, "", line++});
-      ++i;
-      skip_heredoc_bodies();
-    } else if (c == ';') {
-      out.push_back({Tok::semi, ";", line});
-      i += (i + 1 < text.size() && text[i + 1] == ';') ? 2 : 1;
-    } else if (c == '(' || c == ')') {
-      out.push_back({c == '(' ? Tok::lparen : Tok::rparen, std::string(1, c), line});
-      ++i;
-    } else if (c == '&' || c == '|') {
-      const bool twice = i + 1 < text.size() && text[i + 1] == c;
-      out.push_back({twice ? (c == '&' ? Tok::and_op : Tok::or_op) : (c == '&' ? Tok::amp : Tok::pipe),
-                     std::string(twice ? 2 : 1, c), line});
-      i += twice ? 2 : 1;
-    } else {
-      Token word{Tok::word, "", line};
-      while (i < text.size()) {
-        const char d = text[i];
-        if (d == ' ' || d == '\t' || d == '\r' || d == '\n' || d == ';' || d == '&' || d == '|' || d == '(' || d == ')' ||
-            d == '<' || d == '>') {
-          break;  // a separator, or a redirection the next round reads
-        }
-        std::size_t end = i + 1;
-        if (d == '\\') {
-          if (i + 1 < text.size() && text[i + 1] == '\n') {
-            i += 2;
-            ++line;
-            continue;
-          }
-          end = std::min(text.size(), i + 2);
-        } else if (d == '\'') {
-          const std::size_t close = text.find('\'', i + 1);
-          end = close == std::string_view::npos ? text.size() : close + 1;
-        } else if (d == '"') {
-          end = i + 1;
-          while (end < text.size() && text[end] != '"') {
-            if (text[end] == '\\') {
-              ++end;
-            } else if (text[end] == '$' && end + 1 < text.size() && (text[end + 1] == '(' || text[end + 1] == '{')) {
-              end = skip_balanced(text, end + 1, text[end + 1], text[end + 1] == '(' ? ')' : '}') - 1;
-            }
-            ++end;
-          }
-          end = std::min(text.size(), end + 1);
-        } else if (d == '$' && i + 1 < text.size() && (text[i + 1] == '(' || text[i + 1] == '{')) {
-          end = skip_balanced(text, i + 1, text[i + 1], text[i + 1] == '(' ? ')' : '}');
-        } else if (d == '`') {
-          const std::size_t close = text.find('`', i + 1);
-          end = close == std::string_view::npos ? text.size() : close + 1;
-        }
-        count_lines(i, end);
-        word.text += text.substr(i, end - i);
-        i = end;
-      }
-      if (!word.text.empty()) {
-        if (want_delimiter) {
-          heredocs.emplace_back(heredoc_delimiter(word.text), strip_tabs);
-          want_delimiter = false;
-        }
-        out.push_back(std::move(word));
-      }
-    }
-  }
-  out.push_back({Tok::newline, "", line});
-  return out;
-}
 
 struct Value {
   bool array = false;
@@ -252,101 +90,12 @@ class Reader {
     return it == vars_.end() ? nullptr : &it->second;
   }
 
-  // An integer expression of $(( )): + - * / % and parentheses over numbers and variables.
-  // Overflow, division by zero and nesting past kMaxNesting make it unknown (bash would wrap).
   std::optional<long long> arithmetic(std::string_view e) {
-    std::size_t i = 0;
-    bool ok = true;
-    int depth = 0;
-    std::function<long long()> sum;
-    auto space = [&] {
-      while (i < e.size() && std::isspace(static_cast<unsigned char>(e[i]))) ++i;
-    };
-    std::function<long long()> atom = [&]() -> long long {
-      space();
-      if (!ok || depth >= kMaxNesting) {
-        ok = false;
-        return 0;
-      }
-      const Nested nested(depth);
-      if (i < e.size() && e[i] == '(') {
-        ++i;
-        const long long v = sum();
-        space();
-        if (i < e.size() && e[i] == ')') ++i; else ok = false;
-        return v;
-      }
-      if (i < e.size() && (e[i] == '-' || e[i] == '+')) {
-        const bool neg = e[i++] == '-';
-        const long long v = atom();
-        long long out = v;
-        if (neg && __builtin_sub_overflow(0LL, v, &out)) ok = false;
-        return ok ? out : 0;
-      }
-      if (i < e.size() && e[i] == '$') ++i;
-      if (i < e.size() && std::isdigit(static_cast<unsigned char>(e[i]))) {
-        long long v = 0;
-        while (i < e.size() && std::isdigit(static_cast<unsigned char>(e[i]))) {
-          if (__builtin_mul_overflow(v, 10LL, &v) || __builtin_add_overflow(v, static_cast<long long>(e[i] - '0'), &v)) ok = false;
-          ++i;
-        }
-        return ok ? v : 0;
-      }
-      bool braced = i < e.size() && e[i] == '{';
-      if (braced) ++i;
-      std::string name;
-      while (i < e.size() && is_name_char(e[i])) name += e[i++];
-      if (braced) {
-        if (i < e.size() && e[i] == '}') ++i; else ok = false;
-      }
-      const Value* v = name.empty() ? nullptr : lookup(name);
-      if (!v) {
-        ok = false;
-        return 0;
-      }
-      const std::string s = v->scalar();
-      try {
-        std::size_t used = 0;
-        const long long n = std::stoll(s, &used);
-        if (used != s.size()) ok = false;
-        return n;
-      } catch (...) {
-        ok = false;
-        return 0;
-      }
-    };
-    auto product = [&]() -> long long {
-      long long v = atom();
-      for (;;) {
-        space();
-        if (i >= e.size() || (e[i] != '*' && e[i] != '/' && e[i] != '%')) return v;
-        const char op = e[i++];
-        const long long r = atom();
-        if (!ok) return 0;
-        if (op == '*') {
-          if (__builtin_mul_overflow(v, r, &v)) ok = false;
-        } else if (r == 0 || (r == -1 && v == std::numeric_limits<long long>::min())) {
-          ok = false;
-        } else {
-          v = op == '/' ? v / r : v % r;
-        }
-      }
-    };
-    sum = [&]() -> long long {
-      long long v = product();
-      for (;;) {
-        space();
-        if (i >= e.size() || (e[i] != '+' && e[i] != '-')) return v;
-        const char op = e[i++];
-        const long long r = product();
-        if (!ok) return 0;
-        if (op == '+' ? __builtin_add_overflow(v, r, &v) : __builtin_sub_overflow(v, r, &v)) ok = false;
-      }
-    };
-    const long long v = sum();
-    space();
-    if (!ok || i != e.size()) return std::nullopt;
-    return v;
+    return shell_arithmetic(e, [this](const std::string& name) -> std::optional<std::string> {
+      const Value* v = lookup(name);
+      if (!v) return std::nullopt;
+      return v->scalar();
+    });
   }
 
   // The words of one ${...} or $NAME: `items` for an array in [@] form, else one string.
