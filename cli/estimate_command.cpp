@@ -30,23 +30,7 @@ void print_summary(std::ostream& os, const report::Report& r) {
      << ", TP " << fmt("%.3f", b.tp_s) << ", CP " << fmt("%.3f", b.cp_s) << ", EP " << fmt("%.3f", b.ep_s) << ", DP "
      << fmt("%.3f", b.dp_s) << ", PP " << fmt("%.3f", b.pp_s) << ", bubble " << fmt("%.3f", b.bubble_s)
      << ", optimizer " << fmt("%.3f", b.optimizer_s) << '\n';
-  os << "  memory per GPU (GiB): stage  weights  grads  optim  activ  buffers  total / capacity\n";
-  const std::size_t n = r.memory.size();
-  const auto* big = r.largest_stage();
-  for (std::size_t i = 0; i < n; ++i) {
-    // Long pipelines: the first two, the fullest and the last stages tell the story.
-    const auto& m = r.memory[i];
-    const bool shown = n <= 4 || i < 2 || i + 1 == n || &m == big;
-    if (!shown) {
-      if (i == 2 || (i > 2 && &r.memory[i - 1] == big)) os << "                        ...\n";
-      continue;
-    }
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "                        %5lld %8.1f %6.1f %6.1f %6.1f %8.1f %6.1f / %.1f%s\n",
-                  static_cast<long long>(m.stage), m.weights_gib, m.gradients_gib, m.optimizer_gib, m.activations_gib,
-                  m.buffers_gib, m.total_gib, m.capacity_gib, m.fits ? (m.tight ? "  TIGHT" : "") : "  DOES NOT FIT");
-    os << buf;
-  }
+  os << report::memory_table_text(r);
   os << "  power: " << fmt("%.0f", r.power.gpu_watts) << " W per GPU, " << fmt("%.2f", r.power.node_watts / 1e3)
      << " kW per node, " << fmt("%.3f", r.power.cluster_megawatts) << " MW, " << fmt("%.3g", r.power.joules_per_token)
      << " J/token\n";

@@ -192,7 +192,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
     std::snprintf(buf, sizeof buf,
                   "  step breakdown (s): compute %.3f, recompute %.3f, TP %.3f, CP %.3f, EP %.3f, DP %.3f, PP %.3f, bubble %.3f, optimizer %.3f, other %.3f\n",
                   b.compute_s, b.recompute_s, b.tp_s, b.cp_s, b.ep_s, b.dp_s, b.pp_s, b.bubble_s, b.optimizer_s, b.stalls_s);
-    io.out << buf;
+    io.out << buf << report::memory_table_text(rep);
     // What estimate prints too: memory's verdict is the first line; power at the simulated step.
     std::snprintf(buf, sizeof buf, "  power: %.0f W per GPU, %.2f kW per node, %.3f MW, %.3g J/token", rep.power.gpu_watts,
                   rep.power.node_watts / 1e3, rep.power.cluster_megawatts, rep.power.joules_per_token);

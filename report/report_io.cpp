@@ -284,6 +284,26 @@ std::string parameters_line(const Parameters& p) {
   return out;
 }
 
+std::string memory_table_text(const Report& r) {
+  std::string out = "  memory per GPU (GiB): stage  weights  grads  optim  activ  buffers  total / capacity\n";
+  const std::size_t n = r.memory.size();
+  const auto* big = r.largest_stage();
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& m = r.memory[i];
+    const bool shown = n <= 4 || i < 2 || i + 1 == n || &m == big;
+    if (!shown) {
+      if (i == 2 || (i > 2 && &r.memory[i - 1] == big)) out += "                        ...\n";
+      continue;
+    }
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "                        %5lld %8.1f %6.1f %6.1f %6.1f %8.1f %6.1f / %.1f%s\n",
+                  static_cast<long long>(m.stage), m.weights_gib, m.gradients_gib, m.optimizer_gib, m.activations_gib,
+                  m.buffers_gib, m.total_gib, m.capacity_gib, m.fits ? (m.tight ? "  TIGHT" : "") : "  DOES NOT FIT");
+    out += buf;
+  }
+  return out;
+}
+
 std::string memory_verdict_line(const report::Report& r) {
   const auto* big = r.largest_stage();
   if (!big) return "memory: no figure";

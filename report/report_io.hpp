@@ -25,6 +25,9 @@ std::string memory_verdict_line(const Report& r);
 // "8.03B parameters (6.98B non-embedding, 1.05B embedding)", the embedding with an untied LM head,, with ", 12.9B active
 // per token" when experts make the two differ.
 std::string parameters_line(const Parameters& p);
+// The text reports' memory table, one row per pipeline stage (long pipelines: the first two,
+// the fullest and the last), each line indented and ending in a newline.
+std::string memory_table_text(const Report& r);
 // A row's verdict in a table: "fits", "tight" or "OOM".
 std::string_view memory_verdict_word(const Report& r);
 

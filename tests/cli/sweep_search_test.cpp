@@ -423,6 +423,9 @@ TEST(Simulate, AReportWithMethodSimulatedAndTheHottestLinks) {
   const Outcome explained = meshwork({"simulate", "--explain", (kSource / "scenarios/cpu/tiny-dense-cpu.yaml").string()});
   ASSERT_EQ(explained.code, 0) << explained.err;
   EXPECT_NE(explained.out.find("where the step went"), std::string::npos);
+  // The text carries what estimate's does: the memory table and the power (issue 24).
+  EXPECT_NE(explained.out.find("  memory per GPU (GiB): stage  weights"), std::string::npos) << explained.out;
+  EXPECT_NE(explained.out.find("  power: "), std::string::npos) << explained.out;
 }
 
 // A simulation process that dies is one error naming the plan file, the cause found in its
