@@ -6,11 +6,6 @@
 #include "plan/shell_lexer.hpp"
 
 namespace meshwork::plan::shell {
-namespace {
-
-constexpr int kMaxNesting = 64;  // as the reader's other nesting (plan/shell_script.cpp)
-
-}  // namespace
 
 std::optional<long long> shell_arithmetic(std::string_view e, const std::function<std::optional<std::string>(const std::string&)>& value_of) {
   std::size_t i = 0;

@@ -11,6 +11,10 @@
 
 namespace meshwork::plan::shell {
 
+// How deep the reader follows nesting (of ${...:-${...}}, $(( )) and if) before it names the
+// rest as not followed: far past any launch script, far short of the stack.
+inline constexpr int kMaxNesting = 64;
+
 enum class Tok { word, newline, semi, lparen, rparen, and_op, or_op, pipe, amp, redirect };
 
 struct Token {

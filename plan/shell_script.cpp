@@ -21,9 +21,9 @@ using shell::skip_balanced;
 using shell::Tok;
 using shell::Token;
 
-// Bounds on what a hostile or runaway script can make the reader do: nesting followed (of
-// ${...:-${...}}, $(( )) and if), and the size of one variable's value.
-constexpr int kMaxNesting = 64;
+// Bounds on what a hostile or runaway script can make the reader do: nesting followed
+// (shell::kMaxNesting), and the size of one variable's value.
+using shell::kMaxNesting;
 constexpr std::size_t kMaxValueBytes = 64 * 1024;
 constexpr std::size_t kMaxArrayItems = 4096;
 
