@@ -252,8 +252,8 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
       for (Index i = 0; i < tokens; ++i) ids[static_cast<std::size_t>(i)] = (i * 7919) % vocab;
       const double t = slowest_seconds_per_call(world, [&] {
         Mat x = kernels::vocab_parallel_embedding_forward<float>(table, ids, 0);
-        detail::add_positions(x, pos, 0, seq);
-        detail::accumulate_position_grad(pos_grad, dy, 0, seq);
+        detail::add_positions(x, pos, seq);
+        detail::accumulate_position_grad(pos_grad, dy, seq);
         kernels::vocab_parallel_embedding_accumulate_grad<float>(table_grad, dy, ids, 0);
         volatile float keep = x(0, 0);
         (void)keep;

@@ -15,10 +15,12 @@
 #include "exec/mpi_group.hpp"
 #include "exec/resume.hpp"
 #include "exec/trainer.hpp"
+#include "models/program_trace.hpp"
 #include "plan/derived.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
 #include "report/report_io.hpp"
+#include "report/trace.hpp"
 
 #ifdef MESHWORK_HAVE_CUDA
 #include "exec/cuda/execute_cuda.hpp"
@@ -191,13 +193,15 @@ void sync_reference(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int
   ref.load_from_chunks();
 }
 
+// Every rank's instruction timings to rank 0, as the one Trace of report/ (the simulator's
+// shape: a process per rank, a thread per stream, blocks by pass and layers with their ops).
 std::string chrome_trace(Trainer& t, std::int64_t world_size) {
-  // Every rank's events to rank 0, as fixed-width records of 64-bit words.
-  constexpr std::size_t kWords = 5;
+  // Fixed-width records of 64-bit words: index, step, start, end.
+  constexpr std::size_t kWords = 4;
   std::vector<std::uint64_t> mine;
   for (const auto& e : t.events) {
-    mine.insert(mine.end(), {static_cast<std::uint64_t>(e.name), static_cast<std::uint64_t>(e.thread), std::bit_cast<std::uint64_t>(e.start_us),
-                             std::bit_cast<std::uint64_t>(e.duration_us), static_cast<std::uint64_t>(static_cast<std::int64_t>(e.microbatch))});
+    mine.insert(mine.end(), {static_cast<std::uint64_t>(e.index), static_cast<std::uint64_t>(e.step), std::bit_cast<std::uint64_t>(e.start_us),
+                             std::bit_cast<std::uint64_t>(e.end_us)});
   }
   std::vector<std::uint64_t> counts(static_cast<std::size_t>(world_size));
   const std::uint64_t n = t.events.size();
@@ -206,19 +210,18 @@ std::string chrome_trace(Trainer& t, std::int64_t world_size) {
   mine.resize(most * kWords, 0);
   std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(world_size));
   t.groups().world->all_gather(mine, all);
-  nlohmann::json events = nlohmann::json::array();
-  const char* threads[] = {"compute", "dp"};
+  const models::Program& program = t.program();
+  const auto layout = plan::RankLayout::from_plan(t.plan().parallelism);
+  report::Trace trace;
   for (std::int64_t r = 0; r < world_size; ++r) {
-    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}});
-    for (int th = 0; th < 2; ++th) events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", th}, {"args", {{"name", threads[th]}}}});
+    std::vector<models::InstrTiming> events;
     for (std::size_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i) {
       const std::uint64_t* w = &all[(static_cast<std::size_t>(r) * most + i) * kWords];
-      nlohmann::json e = {{"ph", "X"}, {"name", kTraceNames.at(w[0])}, {"pid", r}, {"tid", w[1]}, {"ts", std::bit_cast<double>(w[2])}, {"dur", std::bit_cast<double>(w[3])}};
-      if (static_cast<std::int64_t>(w[4]) >= 0) e["args"] = {{"microbatch", static_cast<std::int64_t>(w[4])}};
-      events.push_back(std::move(e));
+      events.push_back({static_cast<std::int32_t>(w[0]), static_cast<std::int32_t>(w[1]), std::bit_cast<double>(w[2]), std::bit_cast<double>(w[3])});
     }
+    models::append_rank_trace(program, program.classes.at(static_cast<std::size_t>(layout.coord(r).pp)), r, events, true, trace);
   }
-  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  return report::chrome_trace_json(trace);
 }
 
 report::Report cpu_report(const plan::Plan& plan, const std::vector<StepRecord>& steps, const OpSeconds& ops, const Groups& g, std::size_t counted_steps) {
@@ -236,6 +239,7 @@ report::Report cpu_report(const plan::Plan& plan, const std::vector<StepRecord>&
   r.notes.push_back("measured on the CPU backend (Eigen, Open MPI), rank 0's view; fp32 whatever the plan's precision");
   r.notes.push_back("bubble: time in pipeline receives, waiting for the neighbour stage (its transfer included)");
   if (plan.model.position_embedding_type == plan::PositionEmbedding::rope) r.notes.push_back("learned absolute positions stand in for RoPE");
+  r.notes.push_back("DP: the gradients are reduced at the optimizer instruction, one call per group, not bucket by bucket as the Program lists them");
   return r;
 }
 

@@ -5,25 +5,36 @@
 // K, V and first MLP layer, row-parallel output projections, vocabulary-parallel embedding and
 // cross-entropy) and optionally over the sequence between them (Korthikanti et al. 2022 §4.2).
 // Real maths on the CPU reference operators of kernels/, fp32.
+//
+// The chunk speaks the Program's vocabulary (models/op_table, models/program.hpp): the Trainer
+// hands it one compute instruction at a time (`run`: "input_norm", "qkv", "attention", ... in
+// their forward, input-gradient, weight-gradient or recomputation phase) and one TP or EP
+// collective at a time (`tp_collective`, `ep_collective`), in the order the Program lists them.
+// The tensor flowing between ops (an activation forward, its gradient backward) and the
+// residual stream are the micro-batch's registers; the weight-gradient ops read what their
+// input-gradient op left, so a zero-bubble schedule runs them where it puts them.
 
 #include <array>
 #include <map>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "exec/group.hpp"
 #include "exec/params.hpp"
+#include "models/op_table.hpp"
+#include "models/program.hpp"
 #include "plan/plan.hpp"
 
 namespace meshwork::exec {
 
-// Where compute time goes, by the op kinds of models/op_table.
-enum class OpClass : std::uint8_t { gemm, attention, norm, elementwise, embedding, loss, optimizer };
-inline constexpr std::array kOpClassNames = {"gemm", "attention", "norm", "elementwise", "embedding", "loss", "optimizer"};
+// Where compute time goes, by the op kinds of models/op_table (models::to_string names them).
+inline constexpr std::size_t kOpKinds = 7;  // models::OpKind's enumerators
 struct OpSeconds {
-  std::array<double, kOpClassNames.size()> seconds{};
-  double& operator[](OpClass c) { return seconds[static_cast<std::size_t>(c)]; }
+  std::array<double, kOpKinds> seconds{};
+  double& operator[](models::OpKind k) { return seconds.at(static_cast<std::size_t>(k)); }
+  double operator[](models::OpKind k) const { return seconds.at(static_cast<std::size_t>(k)); }
 };
 
 struct TensorParallel {
@@ -40,23 +51,43 @@ struct Batch {
 class GptChunk {
  public:
   // Layers [first_layer, first_layer + layers) of model `m`; `embedding` and `head` when this
-  // chunk holds them; `tied_copy` when the head uses its own copy of the word embedding (the
-  // last pipeline stage, as Megatron keeps one, kept equal by an all-reduce of its gradient).
+  // chunk holds them (a head without the embedding keeps its own copy of a tied word embedding,
+  // as Megatron's last stage does, kept equal by an all-reduce of its gradient).
   // `ep`: the expert-parallel group of an MoE model (nullptr: every expert on this rank); the
   // chunk holds the experts its EP rank owns (expert_owner) and dispatches tokens to the others.
   GptChunk(const plan::ModelConfig& m, std::int64_t first_layer, std::int64_t layers, bool embedding, bool head, std::uint64_t seed,
-           TensorParallel tp, OpSeconds* timing, Group* ep = nullptr);
+           TensorParallel tp, Group* ep = nullptr);
   ~GptChunk();
   GptChunk(const GptChunk&) = delete;
   GptChunk& operator=(const GptChunk&) = delete;
 
-  // Forward of micro-batch `mb`: from the batch (first chunk) or the previous chunk's output
-  // `x`; returns the output, or for the head chunk an empty matrix (the loss is kept).
+  // Micro-batch `mb`'s forward starts: its tokens (read by the embedding and the loss) and the
+  // previous chunk's output `x` (empty for the first chunk); the loss's gradient is scaled by
+  // `loss_scale`.
+  void begin_forward(int mb, const Batch& batch, Mat x, double loss_scale);
+  // Its backward starts from the gradient of the chunk's output (empty for the head chunk).
+  void begin_backward(int mb, Mat dy);
+  // The tensor flowing out of the last op run on `mb`: the chunk's output after its forward,
+  // the gradient of its input after its backward (empty on the head and the first chunk).
+  [[nodiscard]] Mat& flowing(int mb);
+  // Drops micro-batch `mb`'s activations once its backward, weight gradients included, is done.
+  void end_backward(int mb);
+
+  // One compute instruction of the Program: op `op` of the op table in `phase`, of global layer
+  // `layer` (-1 outside the layers) on micro-batch `mb`. Unknown ops are a std::logic_error.
+  void run(std::string_view op, models::OpPhase phase, std::int64_t layer, int mb);
+  // A TP collective of the Program on the flowing tensor (the recomputation's own in that phase):
+  // all-gather of the sequence, reduce-scatter or all-reduce of a partial sum.
+  void tp_collective(models::Collective c, models::OpPhase phase, int mb);
+  // An MoE layer's dispatch or combine all-to-all (`what` "ep_dispatch" or "ep_combine") in the
+  // forward (or recomputation) or the backward.
+  void ep_collective(std::string_view what, models::OpPhase phase, std::int64_t layer, int mb);
+
+  // The whole forward and backward of micro-batch `mb` on one rank (TP 1): the op table's ops in
+  // the order the Program lowers them, for the single-rank references of the CUDA checks.
   Mat forward(int mb, const Batch& batch, Mat x, double loss_scale);
-  // Backward of micro-batch `mb` given the gradient of its output (nothing for the head
-  // chunk); accumulates parameter gradients and returns the input's gradient (empty for the
-  // first chunk).
   Mat backward(int mb, Mat dy);
+
   // The micro-batch losses so far (head chunk), unscaled means over their tokens.
   [[nodiscard]] double loss_sum() const { return loss_sum_; }
   void reset_loss() { loss_sum_ = 0; }
@@ -70,33 +101,27 @@ class GptChunk {
   struct MoeCache;
   struct LayerCache;
   struct Cache;
-  Mat layer_forward(std::int64_t l, const Mat& x, LayerCache& c);
-  Mat layer_backward(std::int64_t l, const Mat& dy, const LayerCache& c);
-  // An MoE layer's MLP on its normalised input y: the output and, backward, y's gradient.
-  Mat moe_forward(std::int64_t l, const Mat& y, MoeCache& c);
-  Mat moe_backward(std::int64_t l, const Mat& dy, const Mat& y, const MoeCache& c);
-  // Local experts' MLPs on their received rows (forward caches; backward accumulates grads).
-  Mat experts_forward(std::int64_t l, const Mat& rows, MoeCache& c);
-  Mat experts_backward(std::int64_t l, const Mat& drows, const MoeCache& c);
+  Cache& cache(int mb);
+  LayerCache& layer_cache(Cache& c, std::int64_t layer);
+  void run_layer_op(std::string_view op, models::OpPhase phase, std::int64_t l, Cache& c);
+  void run_end_op(std::string_view op, models::OpPhase phase, Cache& c);
+  void run_moe_op(std::string_view op, models::OpPhase phase, std::int64_t l, Cache& c, LayerCache& lc);
+  // MoE: the exchange of the dispatched rows (and of their counts), of the experts' results,
+  // and their gradients' mirror images; the trivial copies when EP is 1.
+  void dispatch(MoeCache& c, bool backward);
+  void combine(MoeCache& c, bool backward);
   Param& p(std::int64_t layer, const char* name);
   Param& p(const std::string& name);
-
-  // Tensor-parallel regions (Megatron's f and g; with SP their all-gather / reduce-scatter).
-  Mat enter(const Mat& x);       // into a column-parallel layer
-  Mat enter_back(const Mat& d);  // its backward
-  Mat leave(const Mat& partial); // out of a row-parallel layer
-  Mat leave_back(const Mat& d);  // its backward
 
   plan::ModelConfig m_;
   std::int64_t first_layer_, layers_;
   bool embedding_, head_;
   TensorParallel tp_;
-  OpSeconds* timing_;
   std::unique_ptr<Group> own_ep_;  // a group of one when no EP group is given
   Group* ep_;
   std::vector<Param> params_;
   std::map<std::string, std::size_t> index_;
-  std::map<int, std::unique_ptr<Cache>> caches_;  // by micro-batch, between forward and backward
+  std::map<int, std::unique_ptr<Cache>> caches_;  // by micro-batch, from forward to the end of backward
   double loss_sum_ = 0;
 };
 

@@ -1,9 +1,9 @@
 #pragma once
 // What exec/gpt.cpp (the dense layer, embeddings and head) and exec/moe.cpp (the MoE layer)
-// share: small matrix helpers, the op timer, and the MoE layer's forward-to-backward cache.
+// share: small matrix helpers and the caches a micro-batch keeps from its forward to its backward.
 // Private to exec/.
 
-#include <chrono>
+#include <memory>
 #include <vector>
 
 #include "exec/gpt.hpp"
@@ -22,29 +22,14 @@ inline Vec vec(const Mat& m) { return Eigen::Map<const Vec>(m.data(), m.size());
 inline Mat column_sums(const Mat& d) { return d.colwise().sum().transpose(); }
 inline void add_rows(Mat& x, const Mat& bias) { x.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias.data(), bias.size()); }
 
-// Learned absolute positions (GPT-2): token i of a sequence adds position row (offset + i) mod
-// seq; the gradient accumulates the other way.
-inline void add_positions(Mat& x, const Mat& pos, Index offset, Index seq) {
-  for (Index i = 0; i < x.rows(); ++i) x.row(i) += pos.row((offset + i) % seq);
+// Learned absolute positions (GPT-2): token i of a sequence adds position row i mod seq; the
+// gradient accumulates the other way.
+inline void add_positions(Mat& x, const Mat& pos, Index seq) {
+  for (Index i = 0; i < x.rows(); ++i) x.row(i) += pos.row(i % seq);
 }
-inline void accumulate_position_grad(Mat& pos_grad, const Mat& dy, Index offset, Index seq) {
-  for (Index i = 0; i < dy.rows(); ++i) pos_grad.row((offset + i) % seq) += dy.row(i);
+inline void accumulate_position_grad(Mat& pos_grad, const Mat& dy, Index seq) {
+  for (Index i = 0; i < dy.rows(); ++i) pos_grad.row(i % seq) += dy.row(i);
 }
-
-class Scope {
- public:
-  Scope(OpSeconds* t, OpClass c) : t_(t), c_(c), start_(std::chrono::steady_clock::now()) {}
-  ~Scope() {
-    if (t_ != nullptr) (*t_)[c_] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
-  Scope(const Scope&) = delete;
-  Scope& operator=(const Scope&) = delete;
-
- private:
-  OpSeconds* t_;
-  OpClass c_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 struct NormOut {
   Mat y;
@@ -79,11 +64,43 @@ struct GptChunk::MoeCache {
   std::vector<std::int64_t> expert;  // per pair: the chosen expert
   std::vector<float> gate;           // per pair: its probability, the output's weight
   std::vector<std::size_t> order;    // per send row: its pair
+  std::vector<std::int64_t> rows_per_expert;  // rows this member sends to each expert
   std::vector<int> send_counts, recv_counts;  // floats per EP member
   std::vector<Index> segment;        // per (source member, local expert): first received row
   std::vector<std::int64_t> recv_rows;  // per (source member, local expert): rows received
+  Mat send;                          // forward: the rows sent (by expert); backward: their gradients
+  Mat rows;                          // forward: the rows received; backward: their gradients
+  Mat results;                       // forward: the local experts' outputs; backward: their inputs' gradients
+  Mat back;                          // forward: the results returned (by send row); backward: their gradients
   Mat out;                           // per pair: its expert's output
+  Mat dlogits;                       // the router's logits' gradient (its weight-gradient half reads it)
   std::vector<Mat> x, u, a;          // per local expert: input rows, pre-activation, activation
+  std::vector<Mat> dout, du;         // per local expert: the gradients its weight-gradient halves read
+};
+
+struct GptChunk::LayerCache {
+  Mat x, x1;      // the layer's input and the residual after attention (this rank's rows)
+  detail::NormOut n1, n2;
+  Mat y1, y2;     // normalised inputs of the column-parallel layers (all rows)
+  Mat q, k, v;    // this rank's heads, K and V repeated per query head
+  Mat att, lse;
+  Mat u;          // MLP pre-activation
+  Mat a;          // MLP activation
+  // What the weight-gradient halves read, left by the input-gradient ones: the gradients of the
+  // Q, K and V projections' outputs (K and V per group), of attention_out's, fc1's and fc2's.
+  Mat dq, dk, dv, dof, du, dmf;
+  std::unique_ptr<MoeCache> moe;  // an MoE layer's, in place of u and a
+};
+
+struct GptChunk::Cache {
+  std::vector<LayerCache> layers;
+  Batch batch;
+  double loss_scale = 1;
+  Mat head_x, head_y, logits, dlogits;
+  detail::NormOut nf;
+  // The registers: the tensor flowing between ops and the residual stream (forward), their
+  // gradients (backward); a recomputation has its own, as it runs inside the backward.
+  Mat cur, res, rcur, rres;
 };
 
 }  // namespace meshwork::exec

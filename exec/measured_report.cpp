@@ -32,16 +32,17 @@ report::Report measured_report(const plan::Plan& plan, const std::vector<StepRec
   report::Breakdown b;
   double compute = 0;
   for (std::size_t i = 0; i < ops.seconds.size(); ++i) {
-    if (i != static_cast<std::size_t>(OpClass::optimizer)) compute += ops.seconds[i];
+    if (static_cast<models::OpKind>(i) != models::OpKind::optimizer) compute += ops.seconds[i];
   }
   b.compute_s = compute / n;
   // Per op kind, as the estimate and the simulator name them (models/op_table).
   r.op_times.clear();
   for (std::size_t i = 0; i < ops.seconds.size(); ++i) {
-    if (i == static_cast<std::size_t>(OpClass::optimizer) || ops.seconds[i] <= 0) continue;
-    r.op_times.push_back({kOpClassNames[i], ops.seconds[i] / n, 0});
+    const auto kind = static_cast<models::OpKind>(i);
+    if (kind == models::OpKind::optimizer || ops.seconds[i] <= 0) continue;
+    r.op_times.push_back({std::string(models::to_string(kind)), ops.seconds[i] / n, 0});
   }
-  b.optimizer_s = ops.seconds[static_cast<std::size_t>(OpClass::optimizer)] / n;
+  b.optimizer_s = ops[models::OpKind::optimizer] / n;
   b.tp_s = measured.tp / n;
   b.dp_s = measured.dp / n;
   b.ep_s = measured.ep / n;

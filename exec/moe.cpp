@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "exec/gpt_detail.hpp"
+#include "models/op_table.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/swiglu.hpp"
 
@@ -15,18 +16,63 @@ namespace meshwork::exec {
 
 using namespace detail;
 
-Mat GptChunk::moe_forward(std::int64_t l, const Mat& y, MoeCache& c) {
-  const Index tokens = y.rows(), h = y.cols();
+using models::OpPhase;
+
+// The MoE layer's ops (models/op_table: router, expert_fc1, expert_act, expert_fc2,
+// mlp_residual) and its dispatch and combine, on the layer's cache. Pairs are (token, choice),
+// index token * topk + choice; the send buffer holds them sorted by expert (so by owning EP
+// rank). The buffers of the exchange hold the forward's rows, then the backward's gradients of
+// the same rows.
+void GptChunk::run_moe_op(std::string_view op, OpPhase phase, std::int64_t l, Cache& ca, LayerCache& lc) {
+  if (!lc.moe) lc.moe = std::make_unique<MoeCache>();
+  MoeCache& c = *lc.moe;
   const std::int64_t experts = m_.moe.num_moe_experts, k = m_.moe.moe_router_topk;
   const int ep = ep_->size();
-  const std::int64_t local = experts / ep;
-  Mat logits;
-  {
-    Scope s(timing_, OpClass::gemm);
-    logits = y * p(l, "router.weight").value;
-  }
-  {
-    Scope s(timing_, OpClass::elementwise);
+  const std::int64_t local = experts / ep, first = ep_->rank() * local;
+  const bool swiglu = m_.activation == plan::Activation::swiglu;
+  const bool recompute = phase == OpPhase::recompute;
+  Mat& cur = recompute ? ca.rcur : ca.cur;
+  Mat& res = recompute ? ca.rres : ca.res;
+  const auto ku = static_cast<std::size_t>(k);
+  auto expert_param = [&](std::int64_t le, const char* name) -> Param& { return p(l, ("experts." + std::to_string(first + le) + "." + name).c_str()); };
+  // Rows of local expert `le` from every member, in member order: gathered from (`to_expert`)
+  // or scattered to the exchange's buffer.
+  auto expert_rows = [&](std::int64_t le, const Mat& from) {
+    Index n = 0;
+    for (int src = 0; src < ep; ++src) n += c.recv_rows[static_cast<std::size_t>(src * local + le)];
+    Mat x(n, from.cols());
+    Index at = 0;
+    for (int src = 0; src < ep; ++src) {
+      const auto i = static_cast<std::size_t>(src * local + le);
+      x.middleRows(at, c.recv_rows[i]) = from.middleRows(c.segment[i], c.recv_rows[i]);
+      at += c.recv_rows[i];
+    }
+    return x;
+  };
+  auto put_rows = [&](std::int64_t le, const Mat& rows, Mat& to) {
+    Index at = 0;
+    for (int src = 0; src < ep; ++src) {
+      const auto i = static_cast<std::size_t>(src * local + le);
+      to.middleRows(c.segment[i], c.recv_rows[i]) = rows.middleRows(at, c.recv_rows[i]);
+      at += c.recv_rows[i];
+    }
+  };
+  const bool forward = phase == OpPhase::forward || recompute;
+
+  if (op == "router" && forward) {
+    // Mixture of experts (Shazeer et al. 2017, "Outrageously Large Neural Networks", §2; top-k
+    // routing as Switch, Fedus et al. 2021, generalised to k): logits = y W_r, p = softmax(logits)
+    // per token, the k largest p chosen (ties to the lower expert index), and the output the sum
+    // over chosen experts of p_e * expert_e(y). The chosen probabilities are not renormalised
+    // over the k, as Switch's gate (Fedus et al. 2021 §2.1) keeps its one; Megatron-core's
+    // default and Mixtral take a softmax over the k chosen logits instead (a renormalisation), a
+    // difference in the model, not in the parallelism that --verify checks. No capacity limit,
+    // so no token is dropped (dropless, Gale et al. 2023), and no auxiliary load-balancing loss:
+    // the gradient is exactly that of the loss above.
+    lc.y2 = cur;
+    const Mat& y = lc.y2;
+    const Index tokens = y.rows(), h = y.cols();
+    const Mat logits = y * p(l, "router.weight").value;
     c.probs.resize(tokens, experts);
     for (Index t = 0; t < tokens; ++t) {
       const float max = logits.row(t).maxCoeff();
@@ -48,19 +94,126 @@ Mat GptChunk::moe_forward(std::int64_t l, const Mat& y, MoeCache& c) {
         c.gate[q] = c.probs(t, c.expert[q]);
       }
     }
+    // Pairs sorted by expert (a counting sort, stable: by token within an expert).
+    c.rows_per_expert.assign(static_cast<std::size_t>(experts), 0);
+    for (const auto e : c.expert) ++c.rows_per_expert[static_cast<std::size_t>(e)];
+    std::vector<std::size_t> next(static_cast<std::size_t>(experts), 0);
+    for (std::size_t e = 1; e < next.size(); ++e) next[e] = next[e - 1] + static_cast<std::size_t>(c.rows_per_expert[e - 1]);
+    c.order.resize(c.expert.size());
+    for (std::size_t q = 0; q < c.expert.size(); ++q) c.order[next[static_cast<std::size_t>(c.expert[q])]++] = q;
+    c.send.resize(static_cast<Index>(c.order.size()), h);
+    for (std::size_t i = 0; i < c.order.size(); ++i) c.send.row(static_cast<Index>(i)) = y.row(static_cast<Index>(c.order[i] / ku));
+    if (ep == 1) dispatch(c, false);  // no EP instruction: the exchange is a copy
+  } else if (op == "expert_fc1" && forward) {
+    c.x.assign(static_cast<std::size_t>(local), Mat());
+    c.u.assign(c.x.size(), Mat());
+    for (std::int64_t le = 0; le < local; ++le) {
+      const auto e = static_cast<std::size_t>(le);
+      c.x[e] = expert_rows(le, c.rows);
+      if (c.x[e].rows() > 0) c.u[e] = c.x[e] * expert_param(le, "fc1.weight").value;
+    }
+  } else if (op == "expert_act" && forward) {
+    c.a.assign(c.x.size(), Mat());
+    for (std::size_t e = 0; e < c.x.size(); ++e) {
+      if (c.x[e].rows() > 0) c.a[e] = swiglu ? kernels::swiglu_forward<float>(c.u[e]) : kernels::bias_gelu_forward<float>(c.u[e], Vec::Zero(c.u[e].cols()));
+    }
+  } else if (op == "expert_fc2" && forward) {
+    c.results.resize(c.rows.rows(), c.rows.cols());
+    for (std::int64_t le = 0; le < local; ++le) {
+      const auto e = static_cast<std::size_t>(le);
+      if (c.x[e].rows() > 0) put_rows(le, Mat(c.a[e] * expert_param(le, "fc2.weight").value), c.results);
+    }
+    if (ep == 1) combine(c, false);
+  } else if (op == "mlp_residual" && forward) {
+    // Each pair's result back in pair order, weighted by its gate, summed per token.
+    const Index tokens = lc.y2.rows(), h = lc.y2.cols();
+    c.out.resize(c.back.rows(), h);
+    for (std::size_t i = 0; i < c.order.size(); ++i) c.out.row(static_cast<Index>(c.order[i])) = c.back.row(static_cast<Index>(i));
+    Mat out = Mat::Zero(tokens, h);
+    for (std::size_t q = 0; q < c.gate.size(); ++q) out.row(static_cast<Index>(q / ku)) += c.gate[q] * c.out.row(static_cast<Index>(q));
+    cur = res + out;
+  } else if (op == "mlp_residual" && phase == OpPhase::backward_input) {
+    // Each pair's expert output gets gate * dy; its gate gets dy . output.
+    const Mat& dy = cur;
+    res = cur;
+    const Index tokens = lc.y2.rows(), h = lc.y2.cols();
+    c.back.resize(static_cast<Index>(c.order.size()), h);
+    c.dlogits = Mat::Zero(tokens, c.probs.cols());  // the probabilities' gradient until the router's backward
+    for (std::size_t i = 0; i < c.order.size(); ++i) {
+      const std::size_t q = c.order[i];
+      c.back.row(static_cast<Index>(i)) = c.gate[q] * dy.row(static_cast<Index>(q / ku));
+    }
+    for (std::size_t q = 0; q < c.gate.size(); ++q) c.dlogits(static_cast<Index>(q / ku), c.expert[q]) += dy.row(static_cast<Index>(q / ku)).dot(c.out.row(static_cast<Index>(q)));
+    if (ep == 1) combine(c, true);
+  } else if (op == "expert_fc2" && phase == OpPhase::backward_input) {
+    c.dout.assign(static_cast<std::size_t>(local), Mat());
+    c.du.assign(c.dout.size(), Mat());
+    for (std::int64_t le = 0; le < local; ++le) {
+      const auto e = static_cast<std::size_t>(le);
+      if (c.x[e].rows() == 0) continue;
+      c.dout[e] = expert_rows(le, c.results);
+      c.du[e] = c.dout[e] * expert_param(le, "fc2.weight").value.transpose();  // the activation's gradient, until expert_act's
+    }
+  } else if (op == "expert_act" && phase == OpPhase::backward_input) {
+    for (std::size_t e = 0; e < c.du.size(); ++e) {
+      if (c.x[e].rows() == 0) continue;
+      c.du[e] = swiglu ? kernels::swiglu_backward<float>(c.du[e], c.u[e]) : Mat(kernels::bias_gelu_backward<float>(c.du[e], c.u[e], Vec::Zero(c.u[e].cols())).dx);
+    }
+  } else if (op == "expert_fc1" && phase == OpPhase::backward_input) {
+    c.rows.resize(c.results.rows(), c.results.cols());
+    for (std::int64_t le = 0; le < local; ++le) {
+      const auto e = static_cast<std::size_t>(le);
+      if (c.x[e].rows() > 0) put_rows(le, Mat(c.du[e] * expert_param(le, "fc1.weight").value.transpose()), c.rows);
+    }
+    if (ep == 1) dispatch(c, true);
+  } else if (op == "router" && phase == OpPhase::backward_input) {
+    const Index tokens = lc.y2.rows(), h = lc.y2.cols();
+    Mat dyin = Mat::Zero(tokens, h);
+    for (std::size_t i = 0; i < c.order.size(); ++i) dyin.row(static_cast<Index>(c.order[i] / ku)) += c.send.row(static_cast<Index>(i));
+    // Softmax backward: dlogits = p * (dp - sum(p * dp)) per row.
+    for (Index t = 0; t < tokens; ++t) {
+      const float dot = c.probs.row(t).dot(c.dlogits.row(t));
+      c.dlogits.row(t) = (c.probs.row(t).array() * (c.dlogits.row(t).array() - dot)).matrix();
+    }
+    dyin.noalias() += c.dlogits * p(l, "router.weight").value.transpose();
+    cur = std::move(dyin);
+  } else if (op == "router" && phase == OpPhase::backward_weight) {
+    p(l, "router.weight").grad.noalias() += lc.y2.transpose() * c.dlogits;
+    c.dlogits = Mat();
+  } else if (op == "expert_fc2" && phase == OpPhase::backward_weight) {
+    for (std::int64_t le = 0; le < local; ++le) {
+      const auto e = static_cast<std::size_t>(le);
+      if (c.x[e].rows() > 0) expert_param(le, "fc2.weight").grad.noalias() += c.a[e].transpose() * c.dout[e];
+    }
+    c.dout.clear();
+  } else if (op == "expert_fc1" && phase == OpPhase::backward_weight) {
+    for (std::int64_t le = 0; le < local; ++le) {
+      const auto e = static_cast<std::size_t>(le);
+      if (c.x[e].rows() > 0) expert_param(le, "fc1.weight").grad.noalias() += c.x[e].transpose() * c.du[e];
+    }
+    c.du.clear();
+  } else {
+    throw std::logic_error("the executor has no MoE op '" + std::string(op) + "' in phase " + std::string(models::to_string(phase)));
   }
-  // Pairs sorted by expert (a counting sort, stable: by token within an expert).
-  std::vector<std::int64_t> rows_per_expert(static_cast<std::size_t>(experts), 0);
-  for (const auto e : c.expert) ++rows_per_expert[static_cast<std::size_t>(e)];
-  std::vector<std::size_t> next(static_cast<std::size_t>(experts), 0);
-  for (std::size_t e = 1; e < next.size(); ++e) next[e] = next[e - 1] + static_cast<std::size_t>(rows_per_expert[e - 1]);
-  c.order.resize(c.expert.size());
-  for (std::size_t q = 0; q < c.expert.size(); ++q) c.order[next[static_cast<std::size_t>(c.expert[q])]++] = q;
-  Mat send(static_cast<Index>(c.order.size()), h);
-  for (std::size_t i = 0; i < c.order.size(); ++i) send.row(static_cast<Index>(i)) = y.row(static_cast<Index>(c.order[i] / static_cast<std::size_t>(k)));
+}
+
+// Expert parallelism (Lepikhin et al. 2021, GShard §2.2): each token's row goes to the EP rank
+// that owns its expert by an all-to-all, and comes back by the reverse one.
+void GptChunk::dispatch(MoeCache& c, bool backward) {
+  const std::int64_t experts = m_.moe.num_moe_experts;
+  const int ep = ep_->size();
+  const std::int64_t local = experts / ep;
+  const Index h = m_.hidden_size;
+  if (backward) {
+    // The received rows' gradients back to their senders.
+    c.send.resize(static_cast<Index>(c.order.size()), h);
+    ep_->all_to_all_v(std::span<const float>(c.rows.data(), static_cast<std::size_t>(c.rows.size())), c.recv_counts,
+                      std::span<float>(c.send.data(), static_cast<std::size_t>(c.send.size())), c.send_counts);
+    return;
+  }
   // Rows per (member, local expert) both ways, then the rows themselves.
   c.recv_rows.assign(static_cast<std::size_t>(experts), 0);
-  ep_->all_to_all(rows_per_expert, c.recv_rows);
+  ep_->all_to_all(c.rows_per_expert, c.recv_rows);
   c.send_counts.assign(static_cast<std::size_t>(ep), 0);
   c.recv_counts.assign(static_cast<std::size_t>(ep), 0);
   c.segment.assign(static_cast<std::size_t>(experts), 0);
@@ -69,7 +222,7 @@ Mat GptChunk::moe_forward(std::int64_t l, const Mat& y, MoeCache& c) {
     std::int64_t out_rows = 0, in_rows = 0;
     for (std::int64_t le = 0; le < local; ++le) {
       const auto i = static_cast<std::size_t>(d * local + le);
-      out_rows += rows_per_expert[i];
+      out_rows += c.rows_per_expert[i];
       c.segment[i] = received + in_rows;
       in_rows += c.recv_rows[i];
     }
@@ -78,152 +231,32 @@ Mat GptChunk::moe_forward(std::int64_t l, const Mat& y, MoeCache& c) {
     c.send_counts[static_cast<std::size_t>(d)] = static_cast<int>(out_rows * h);
     c.recv_counts[static_cast<std::size_t>(d)] = static_cast<int>(in_rows * h);
   }
-  Mat rows(received, h);
-  ep_->all_to_all_v(std::span<const float>(send.data(), static_cast<std::size_t>(send.size())), c.send_counts,
-                    std::span<float>(rows.data(), static_cast<std::size_t>(rows.size())), c.recv_counts);
-  const Mat results = experts_forward(l, rows, c);
-  Mat back(send.rows(), h);
-  ep_->all_to_all_v(std::span<const float>(results.data(), static_cast<std::size_t>(results.size())), c.recv_counts,
-                    std::span<float>(back.data(), static_cast<std::size_t>(back.size())), c.send_counts);
-  Scope s(timing_, OpClass::elementwise);
-  c.out.resize(back.rows(), h);
-  for (std::size_t i = 0; i < c.order.size(); ++i) c.out.row(static_cast<Index>(c.order[i])) = back.row(static_cast<Index>(i));
-  Mat out = Mat::Zero(tokens, h);
-  for (std::size_t q = 0; q < c.gate.size(); ++q) out.row(static_cast<Index>(q / static_cast<std::size_t>(k))) += c.gate[q] * c.out.row(static_cast<Index>(q));
-  return out;
+  c.rows.resize(received, h);
+  ep_->all_to_all_v(std::span<const float>(c.send.data(), static_cast<std::size_t>(c.send.size())), c.send_counts,
+                    std::span<float>(c.rows.data(), static_cast<std::size_t>(c.rows.size())), c.recv_counts);
 }
 
-Mat GptChunk::experts_forward(std::int64_t l, const Mat& rows, MoeCache& c) {
-  const int ep = ep_->size();
-  const std::int64_t local = m_.moe.num_moe_experts / ep, first = ep_->rank() * local;
-  const bool swiglu = m_.activation == plan::Activation::swiglu;
-  Mat results(rows.rows(), rows.cols());
-  c.x.assign(static_cast<std::size_t>(local), Mat());
-  c.u.assign(c.x.size(), Mat());
-  c.a.assign(c.x.size(), Mat());
-  for (std::int64_t le = 0; le < local; ++le) {
-    const auto e = static_cast<std::size_t>(le);
-    // This expert's rows from every member, in member order.
-    Index n = 0;
-    for (int src = 0; src < ep; ++src) n += c.recv_rows[static_cast<std::size_t>(src * local + le)];
-    if (n == 0) continue;
-    Mat& x = c.x[e];
-    x.resize(n, rows.cols());
-    Index at = 0;
-    for (int src = 0; src < ep; ++src) {
-      const auto i = static_cast<std::size_t>(src * local + le);
-      x.middleRows(at, c.recv_rows[i]) = rows.middleRows(c.segment[i], c.recv_rows[i]);
-      at += c.recv_rows[i];
-    }
-    const std::string name = "experts." + std::to_string(first + le) + ".";
-    {
-      Scope s(timing_, OpClass::gemm);
-      c.u[e] = x * p(l, (name + "fc1.weight").c_str()).value;
-    }
-    {
-      Scope s(timing_, OpClass::elementwise);
-      c.a[e] = swiglu ? kernels::swiglu_forward<float>(c.u[e]) : kernels::bias_gelu_forward<float>(c.u[e], Vec::Zero(c.u[e].cols()));
-    }
-    Mat o;
-    {
-      Scope s(timing_, OpClass::gemm);
-      o = c.a[e] * p(l, (name + "fc2.weight").c_str()).value;
-    }
-    at = 0;
-    for (int src = 0; src < ep; ++src) {
-      const auto i = static_cast<std::size_t>(src * local + le);
-      results.middleRows(c.segment[i], c.recv_rows[i]) = o.middleRows(at, c.recv_rows[i]);
-      at += c.recv_rows[i];
-    }
+void GptChunk::combine(MoeCache& c, bool backward) {
+  const Index h = m_.hidden_size;
+  if (backward) {
+    // The results' gradients to the experts that made them.
+    c.results.resize(c.rows.rows(), h);
+    ep_->all_to_all_v(std::span<const float>(c.back.data(), static_cast<std::size_t>(c.back.size())), c.send_counts,
+                      std::span<float>(c.results.data(), static_cast<std::size_t>(c.results.size())), c.recv_counts);
+    return;
   }
-  return results;
+  c.back.resize(c.send.rows(), h);
+  ep_->all_to_all_v(std::span<const float>(c.results.data(), static_cast<std::size_t>(c.results.size())), c.recv_counts,
+                    std::span<float>(c.back.data(), static_cast<std::size_t>(c.back.size())), c.send_counts);
 }
 
-Mat GptChunk::experts_backward(std::int64_t l, const Mat& drows, const MoeCache& c) {
-  const int ep = ep_->size();
-  const std::int64_t local = m_.moe.num_moe_experts / ep, first = ep_->rank() * local;
-  const bool swiglu = m_.activation == plan::Activation::swiglu;
-  Mat dx_rows(drows.rows(), drows.cols());
-  for (std::int64_t le = 0; le < local; ++le) {
-    const auto e = static_cast<std::size_t>(le);
-    const Mat& x = c.x[e];
-    if (x.rows() == 0) continue;
-    Mat dout(x.rows(), x.cols());
-    Index at = 0;
-    for (int src = 0; src < ep; ++src) {
-      const auto i = static_cast<std::size_t>(src * local + le);
-      dout.middleRows(at, c.recv_rows[i]) = drows.middleRows(c.segment[i], c.recv_rows[i]);
-      at += c.recv_rows[i];
-    }
-    const std::string name = "experts." + std::to_string(first + le) + ".";
-    Param& fc1 = p(l, (name + "fc1.weight").c_str());
-    Param& fc2 = p(l, (name + "fc2.weight").c_str());
-    Mat da;
-    {
-      Scope s(timing_, OpClass::gemm);
-      fc2.grad.noalias() += c.a[e].transpose() * dout;
-      da = dout * fc2.value.transpose();
-    }
-    Mat du;
-    {
-      Scope s(timing_, OpClass::elementwise);
-      du = swiglu ? kernels::swiglu_backward<float>(da, c.u[e]) : Mat(kernels::bias_gelu_backward<float>(da, c.u[e], Vec::Zero(c.u[e].cols())).dx);
-    }
-    Mat dx;
-    {
-      Scope s(timing_, OpClass::gemm);
-      fc1.grad.noalias() += x.transpose() * du;
-      dx = du * fc1.value.transpose();
-    }
-    at = 0;
-    for (int src = 0; src < ep; ++src) {
-      const auto i = static_cast<std::size_t>(src * local + le);
-      dx_rows.middleRows(c.segment[i], c.recv_rows[i]) = dx.middleRows(at, c.recv_rows[i]);
-      at += c.recv_rows[i];
-    }
-  }
-  return dx_rows;
-}
-
-Mat GptChunk::moe_backward(std::int64_t l, const Mat& dy, const Mat& y, const MoeCache& c) {
-  const Index tokens = y.rows(), h = y.cols();
-  const auto k = static_cast<std::size_t>(m_.moe.moe_router_topk);
-  // Each pair's expert output gets gate * dy; its gate gets dy . output.
-  Mat dsend(static_cast<Index>(c.order.size()), h);
-  Mat dprobs = Mat::Zero(tokens, c.probs.cols());
-  {
-    Scope s(timing_, OpClass::elementwise);
-    for (std::size_t i = 0; i < c.order.size(); ++i) {
-      const std::size_t q = c.order[i];
-      dsend.row(static_cast<Index>(i)) = c.gate[q] * dy.row(static_cast<Index>(q / k));
-    }
-    for (std::size_t q = 0; q < c.gate.size(); ++q) dprobs(static_cast<Index>(q / k), c.expert[q]) += dy.row(static_cast<Index>(q / k)).dot(c.out.row(static_cast<Index>(q)));
-  }
-  Index received = 0;
-  for (const auto n : c.recv_counts) received += n / h;
-  Mat drows(received, h);
-  ep_->all_to_all_v(std::span<const float>(dsend.data(), static_cast<std::size_t>(dsend.size())), c.send_counts,
-                    std::span<float>(drows.data(), static_cast<std::size_t>(drows.size())), c.recv_counts);
-  const Mat dx_rows = experts_backward(l, drows, c);
-  Mat dback(dsend.rows(), h);
-  ep_->all_to_all_v(std::span<const float>(dx_rows.data(), static_cast<std::size_t>(dx_rows.size())), c.recv_counts,
-                    std::span<float>(dback.data(), static_cast<std::size_t>(dback.size())), c.send_counts);
-  Mat dyin = Mat::Zero(tokens, h);
-  Mat dlogits(tokens, c.probs.cols());
-  {
-    Scope s(timing_, OpClass::elementwise);
-    for (std::size_t i = 0; i < c.order.size(); ++i) dyin.row(static_cast<Index>(c.order[i] / k)) += dback.row(static_cast<Index>(i));
-    // Softmax backward: dlogits = p * (dp - sum(p * dp)) per row.
-    for (Index t = 0; t < tokens; ++t) {
-      const float dot = c.probs.row(t).dot(dprobs.row(t));
-      dlogits.row(t) = (c.probs.row(t).array() * (dprobs.row(t).array() - dot)).matrix();
-    }
-  }
-  Scope s(timing_, OpClass::gemm);
-  Param& router = p(l, "router.weight");
-  router.grad.noalias() += y.transpose() * dlogits;
-  dyin.noalias() += dlogits * router.value.transpose();
-  return dyin;
+void GptChunk::ep_collective(std::string_view what, OpPhase phase, std::int64_t layer, int mb) {
+  LayerCache& lc = layer_cache(cache(mb), layer);
+  if (!lc.moe) throw std::logic_error("an EP instruction on layer " + std::to_string(layer) + " before its router");
+  const bool backward = phase == OpPhase::backward_input;
+  if (what.starts_with("ep_dispatch")) dispatch(*lc.moe, backward);
+  else if (what.starts_with("ep_combine")) combine(*lc.moe, backward);
+  else throw std::logic_error("an EP instruction the executor does not know: " + std::string(what));
 }
 
 }  // namespace meshwork::exec

@@ -16,7 +16,7 @@ ReferenceCheck check_first_step(const plan::Plan& plan, double loss, const std::
   const std::int64_t dp = plan.parallelism.data_parallel_size;
   if (microbatches < 1 || dp < 1) throw std::invalid_argument("--verify: the plan has no micro-batches per step (training.global_batch_size, micro_batch_size)");
   LocalGroup tp("tp");
-  GptChunk cpu(m, 0, m.num_layers, true, true, static_cast<std::uint64_t>(plan.run.seed), TensorParallel{&tp, false}, nullptr);
+  GptChunk cpu(m, 0, m.num_layers, true, true, static_cast<std::uint64_t>(plan.run.seed), TensorParallel{&tp, false});
   // Every micro-batch of the global batch, in the order the single-rank CPU run takes them,
   // each scaled by 1 / (micro-batches * DP): the mean the distributed run's gradients hold.
   const std::int64_t total = microbatches * dp;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <bit>
 #include <csignal>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -33,21 +34,28 @@ Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank,
   const auto& m = plan_.model;
   stages_ = par.pipeline_model_parallel_size;
   stage_ = layout_.coord(world_rank_).pp;
-  chunks_per_stage_ = par.virtual_pipeline_model_parallel_size;
-  microbatches_ = plan::derive(plan_).micro_batches_per_step;
   if (!g_.ep) g_.ep = std::make_unique<LocalGroup>("ep");
   if (!g_.expert_dp) g_.expert_dp = std::make_unique<LocalGroup>("expert_dp");
   const TensorParallel tp{g_.tp.get(), par.sequence_parallel && g_.tp->size() > 1};
   const auto seed = static_cast<std::uint64_t>(plan_.run.seed);
-  // Chunk c of stage s is virtual stage c * p + s (Narayanan et al. 2021 §2.2), its layers as
-  // the plan splits them (uneven stages, the account_for_* switches and explicit layouts).
-  const auto per_chunk = plan::layers_per_chunk(plan_);  // [stage][chunk]
+  models::LowerResult lowered = models::lower(plan_);
+  if (!lowered.program) throw std::invalid_argument("the plan cannot be lowered to a Program: " + lowered.error);
+  program_ = std::move(*lowered.program);
+  chunks_per_stage_ = program_.chunks;
+  microbatches_ = program_.microbatches;
+  const models::StageProgram& sp = program_.classes.at(static_cast<std::size_t>(stage_));
+  instr_seconds_.assign(sp.instrs.size(), 0.0);
+  // MPI guarantees tags up to 32767 (MPI 4.0 §3.2.3).
+  for (const auto& in : sp.instrs) {
+    if (in.tag > 32767) throw std::invalid_argument("more than 16383 micro-batches x chunks per step: past MPI's tag range");
+  }
+  // Each chunk's layers as the Program holds them (chunk c of stage s is virtual stage c p + s,
+  // Narayanan et al. 2021 §2.2); the first virtual stage holds the embedding, the last the head.
   for (std::int64_t c = 0; c < chunks_per_stage_; ++c) {
-    const std::int64_t vs = c * stages_ + stage_;
-    const std::int64_t first = plan::first_layer_of_chunk(per_chunk, stage_, c);
-    const std::int64_t layers = per_chunk.at(static_cast<std::size_t>(stage_)).at(static_cast<std::size_t>(c));
-    chunks_.push_back(std::make_unique<GptChunk>(m, first, layers, vs == 0, vs == stages_ * chunks_per_stage_ - 1, seed, tp, timing_, g_.ep.get()));
-    vstage_.push_back(vs);
+    const auto [first, end] = program_.chunk_layers.at(static_cast<std::size_t>(stage_)).at(static_cast<std::size_t>(c));
+    const bool head = program_.last_virtual(stage_, c);
+    chunks_.push_back(std::make_unique<GptChunk>(m, first, end - first, program_.first_virtual(stage_, c), head, seed, tp, g_.ep.get()));
+    head_.push_back(head);
   }
   for (auto& c : chunks_) {
     for (auto& p : c->params()) (p.spec.is_expert() ? ne_ : n_) += static_cast<std::size_t>(p.value.size());
@@ -129,20 +137,12 @@ void Trainer::release_params() {
   }
 }
 void Trainer::gather_params() {
-  const auto t0 = Clock::now();
   std::vector<float> full(shard_ * static_cast<std::size_t>(g_.dp->size()));
   g_.dp->all_gather(params_, full);
   for (auto& c : chunks_) {
     for (auto& p : c->params()) p.value.resize(p.grad.rows(), p.grad.cols());
   }
   unflatten_params(full);
-  record(4, 1, t0, -1);
-}
-
-void Trainer::record(std::int32_t name, std::int32_t thread, Clock::time_point start, std::int32_t mb) {
-  if (!tracing) return;
-  const auto now = Clock::now();
-  events.push_back({name, thread, std::chrono::duration<double, std::micro>(start - epoch_).count(), std::chrono::duration<double, std::micro>(now - start).count(), mb});
 }
 
 // Replicas of a data-parallel group must hold bit-identical reduced gradients (or gathered
@@ -181,48 +181,91 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     c->reset_loss();
     for (auto& p : c->params()) p.grad.setZero();
   }
-  const auto order = models::stage_schedule(par.pipeline_schedule, stages_, stage_, microbatches_, chunks_per_stage_);
-  const std::int64_t last_vs = stages_ * chunks_per_stage_ - 1;
+  const models::StageProgram& sp = program_.classes[static_cast<std::size_t>(stage_)];
   const Index rows = chunks_.front()->local_rows(plan_.training.micro_batch_size * plan_.model.seq_length);
   const Index hidden = plan_.model.hidden_size;
-  const int next = static_cast<int>((stage_ + 1) % stages_), prev = static_cast<int>((stage_ + stages_ - 1) % stages_);
-  // Tags name (micro-batch, receiving chunk, direction), so messages match whatever order
-  // the neighbours post them in.
-  // MPI guarantees tags up to 32767 (MPI 4.0 §3.2.3).
-  if ((microbatches_ * chunks_per_stage_) * 2 > 32767) throw std::invalid_argument("more than 16383 micro-batches x chunks per step: past MPI's tag range");
-  auto tag = [&](std::int64_t mb, std::int64_t chunk, int backward) { return static_cast<int>((mb * chunks_per_stage_ + chunk) * 2 + backward); };
-  for (const auto& item : order) {
-    const auto c = static_cast<std::size_t>(item.chunk);
-    GptChunk& chunk = *chunks_[c];
-    const std::int64_t vs = vstage_[c];
-    if (item.pass == models::Pass::backward_weight) continue;  // weight gradients come with the input's (the split is a scheduling choice)
-    if (zero3) gather_params();
-    const auto t0 = Clock::now();
-    if (item.pass == models::Pass::forward) {
-      Mat x;
-      if (vs > 0) {
-        x.resize(rows, hidden);
-        g_.pp->recv(prev, tag(item.microbatch, item.chunk, 0), span_of(x));
-      }
-      const Batch b = synthetic_batch(plan_, microbatches_, layout_.dp_index(world_rank_), step, item.microbatch);
-      Mat out = chunk.forward(item.microbatch, b, std::move(x), 1.0 / static_cast<double>(microbatches_));
-      if (vs < last_vs) g_.pp->send(next, tag(item.microbatch, stage_ == stages_ - 1 ? item.chunk + 1 : item.chunk, 0), span_of(out));
-      record(0, 0, t0, item.microbatch);
-    } else {
-      Mat dy;
-      if (vs < last_vs) {
-        dy.resize(rows, hidden);
-        g_.pp->recv(next, tag(item.microbatch, item.chunk, 1), span_of(dy));
-      }
-      Mat dx = chunk.backward(item.microbatch, std::move(dy));
-      if (vs > 0) g_.pp->send(prev, tag(item.microbatch, stage_ == 0 ? item.chunk - 1 : item.chunk, 1), span_of(dx));
-      record(1, 0, t0, item.microbatch);
-    }
+  const double loss_scale = 1.0 / static_cast<double>(microbatches_);
+  // Entering and leaving a schedule item: its micro-batch's state on its chunk (and, with
+  // ZeRO-3, the stage's parameters gathered for it and released after).
+  std::int32_t item = -1;
+  auto leave = [&] {
+    if (item < 0) return;
+    const models::ScheduleItem& it = sp.schedule[static_cast<std::size_t>(item)];
+    if (it.pass == models::Pass::backward || it.pass == models::Pass::backward_weight) chunks_[static_cast<std::size_t>(it.chunk)]->end_backward(it.microbatch);
     if (zero3) release_params();
+    item = -1;
+  };
+  auto enter = [&](std::int32_t next) {
+    leave();
+    item = next;
+    if (item < 0) return;
+    const models::ScheduleItem& it = sp.schedule[static_cast<std::size_t>(item)];
+    if (zero3) gather_params();
+    GptChunk& chunk = *chunks_[static_cast<std::size_t>(it.chunk)];
+    if (it.pass == models::Pass::forward) {
+      chunk.begin_forward(it.microbatch, synthetic_batch(plan_, microbatches_, layout_.dp_index(world_rank_), step, it.microbatch), Mat(), loss_scale);
+    } else if (it.pass != models::Pass::backward_weight) {
+      chunk.begin_backward(it.microbatch, Mat());
+    }
+  };
+  for (std::size_t k = 0; k < sp.instrs.size(); ++k) {
+    const models::Instr& in = sp.instrs[k];
+    // DP instructions are played by the optimizer instruction (see trainer.hpp).
+    if (in.kind == models::InstrKind::collective && in.stream == models::Stream::dp) continue;
+    if (in.item != item) enter(in.item);
+    const auto t0 = Clock::now();
+    if (in.item < 0) {
+      if (in.kind != models::InstrKind::compute || in.op != models::OpKind::optimizer) {
+        throw std::logic_error("a Program instruction outside the schedule items the executor does not play: " + program_.name(in));
+      }
+      optimizer_step(step, options);
+    } else {
+      const models::ScheduleItem& it = sp.schedule[static_cast<std::size_t>(in.item)];
+      GptChunk& chunk = *chunks_[static_cast<std::size_t>(it.chunk)];
+      switch (in.kind) {
+        case models::InstrKind::recv: {
+          // The peer stage is its rank in the pipeline group; the tag names (micro-batch,
+          // receiving chunk, direction), so messages match whatever order they are posted in.
+          Mat x(rows, hidden);
+          g_.pp->recv(in.peer_stage, in.tag, span_of(x));
+          chunk.flowing(it.microbatch) = std::move(x);
+          break;
+        }
+        case models::InstrKind::send: g_.pp->send(in.peer_stage, in.tag, span_of(chunk.flowing(it.microbatch))); break;
+        case models::InstrKind::compute: chunk.run(program_.name(in), in.phase, in.layer, it.microbatch); break;
+        case models::InstrKind::collective:
+          if (in.stream == models::Stream::tp) chunk.tp_collective(in.collective, in.phase, it.microbatch);
+          else if (in.stream == models::Stream::ep) chunk.ep_collective(program_.name(in), in.phase, in.layer, it.microbatch);
+          else throw std::logic_error("the executor has no " + std::string(models::to_string(in.stream)) + " stream (" + program_.name(in) + ")");
+          break;
+      }
+    }
+    if (static_cast<std::int32_t>(k) == delay_instr && delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+    const auto t1 = Clock::now();
+    const double dt = std::chrono::duration<double>(t1 - t0).count();
+    instr_seconds_[k] += dt;
+    if (in.kind == models::InstrKind::compute && in.op != models::OpKind::optimizer && timing_ != nullptr) (*timing_)[in.op] += dt;
+    if (tracing) {
+      const double start_us = std::chrono::duration<double, std::micro>(t0 - epoch_).count();
+      events.push_back({static_cast<std::int32_t>(k), static_cast<std::int32_t>(step), start_us, start_us + dt * 1e6});
+    }
   }
+  leave();
   g_.pp->flush();
+  // The step's loss: the last stage's micro-batch means, averaged over micro-batches and
+  // data-parallel replicas, known on every rank.
+  double loss = 0;
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    if (head_[c] && g_.tp->rank() == 0) loss += chunks_[c]->loss_sum() / static_cast<double>(microbatches_ * g_.dp->size());
+  }
+  std::array<double, 1> total{loss};
+  g_.world->all_reduce_sum(std::span<double>(total));
+  return total[0];
+}
 
-  const auto t_reduce = Clock::now();
+void Trainer::optimizer_step(std::int64_t step, const ExecuteOptions& options) {
+  const auto& par = plan_.parallelism;
+  const bool zero3 = par.zero_stage == 3 && g_.dp->size() > 1;
   // The tied word embedding: its two copies (first and last stage) sum their gradients.
   if (stages_ > 1 && !plan_.model.untie_embeddings_and_output_weights) {
     for (auto& c : chunks_) {
@@ -279,15 +322,12 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
       again.resize(n_);
       return kernels::checksum_fnv1a64<float>(again) != kernels::checksum_fnv1a64<float>(grads);
     });
-    record(2, 1, t_reduce, -1);
-    const auto t_opt = Clock::now();
     {
       const auto start = Clock::now();
       kernels::adamw_step<float>(params_, grads, exp_avg_, exp_avg_sq_, adam_step_, kExecutorAdamW);
-      if (timing_ != nullptr) (*timing_)[OpClass::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
+      if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
     }
     unflatten_params(params_);
-    record(3, 1, t_opt, -1);
   } else {
     // ZeRO 1-2: reduce-scatter, AdamW on this rank's shard, all-gather the parameters
     // (Rajbhandari et al. 2020 §5.1-5.2); ZeRO-3 keeps the shard.
@@ -304,8 +344,6 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
         }
       }
     }
-    record(2, 1, t_reduce, -1);
-    const auto t_opt = Clock::now();
     std::vector<float> full;
     if (!zero3) {
       full = params_;
@@ -315,11 +353,9 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     {
       const auto start = Clock::now();
       kernels::adamw_step<float>(shard, mine, exp_avg_, exp_avg_sq_, adam_step_, kExecutorAdamW);
-      if (timing_ != nullptr) (*timing_)[OpClass::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
+      if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
     }
-    record(3, 1, t_opt, -1);
     if (!zero3) {
-      const auto t_gather = Clock::now();
       std::vector<float> gathered(full.size());
       g_.dp->all_gather(shard, gathered);
       gathered.resize(n_);
@@ -341,31 +377,18 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
       });
       params_ = std::move(gathered);
       unflatten_params(params_);
-      record(4, 1, t_gather, -1);
     }
   }
   if (!expert_grads.empty()) {
     // MoE experts: a plain all-reduce over expert data parallelism and AdamW on every local
     // expert (execute() refuses ZeRO with MoE). Their replicas are not checksummed.
-    const auto t_expert = Clock::now();
     g_.expert_dp->all_reduce_sum(expert_grads);
     for (auto& v : expert_grads) v *= inv_dp;
-    record(2, 1, t_expert, -1);
     const auto t_opt = Clock::now();
     kernels::adamw_step<float>(expert_params_, expert_grads, expert_exp_avg_, expert_exp_avg_sq_, adam_step_, kExecutorAdamW);
-    if (timing_ != nullptr) (*timing_)[OpClass::optimizer] += std::chrono::duration<double>(Clock::now() - t_opt).count();
+    if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - t_opt).count();
     unflatten_experts(expert_params_);
-    record(3, 1, t_opt, -1);
   }
-  // The step's loss: the last stage's micro-batch means, averaged over micro-batches and
-  // data-parallel replicas, known on every rank.
-  double loss = 0;
-  for (std::size_t c = 0; c < chunks_.size(); ++c) {
-    if (vstage_[c] == last_vs && g_.tp->rank() == 0) loss += chunks_[c]->loss_sum() / static_cast<double>(microbatches_ * g_.dp->size());
-  }
-  std::array<double, 1> total{loss};
-  g_.world->all_reduce_sum(std::span<double>(total));
-  return total[0];
 }
 
 bool Trainer::materialise() {

@@ -1,10 +1,14 @@
 #pragma once
-// One rank's training loop: the chunks of its pipeline stage played in the order of the
-// plan's schedule (models::stage_schedule), pipeline transfers to its neighbours, the
-// gradient reductions (sequence-parallel partials over TP, the tied embedding between first
-// and last stage, data parallelism with ZeRO 0-3, MoE experts over expert data parallelism) and
-// AdamW. The same class with groups of one
-// is the single-rank reference of --verify.
+// One rank's training loop: it plays its pipeline stage's instructions of the plan's Program
+// (models/program.hpp) in order. Compute instructions go by op-table name to the chunk's
+// kernels, TP and EP collectives to their groups, pipeline transfers to the neighbours with the
+// Program's peers and tags; layer ranges and the schedule are the Program's. At the optimizer
+// instruction it reduces the gradients (sequence-parallel partials over TP, the tied embedding
+// between first and last stage, data parallelism with ZeRO 0-3, MoE experts over expert data
+// parallelism) and runs AdamW; the Program's per-bucket DP instructions are not played one by
+// one yet (the reduction is one call per group at the optimizer), nor its per-layer ZeRO-3
+// gathers (each schedule item gathers every parameter of the stage). The same class with
+// groups of one is the single-rank reference of --verify.
 
 #include <chrono>
 #include <functional>
@@ -14,6 +18,8 @@
 #include "exec/checkpoint.hpp"
 #include "exec/execute.hpp"
 #include "exec/gpt.hpp"
+#include "models/program.hpp"
+#include "models/program_trace.hpp"
 #include "plan/rank_layout.hpp"
 
 namespace meshwork::exec {
@@ -25,16 +31,9 @@ struct Groups {
   std::unique_ptr<Group> ep, expert_dp;
 };
 
-struct TraceEvent {
-  std::int32_t name;  // index into kTraceNames
-  std::int32_t thread;
-  double start_us, duration_us;
-  std::int32_t microbatch;
-};
-inline constexpr std::array kTraceNames = {"forward", "backward", "grad_reduce", "optimizer", "param_gather"};
-
 class Trainer {
  public:
+  // Throws std::invalid_argument when the plan cannot be lowered to a Program.
   Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank, OpSeconds* timing);
 
   // One step (1-based); returns the step's loss, the mean over the global batch.
@@ -66,8 +65,20 @@ class Trainer {
     flatten_params(params_);
     expert_params_ = flatten_experts(false);
   }
-  std::vector<TraceEvent> events;
+  // The Program this rank plays (its stage's list is program().classes[stage()]).
+  [[nodiscard]] const models::Program& program() const { return program_; }
+  [[nodiscard]] const plan::Plan& plan() const { return plan_; }
+  [[nodiscard]] std::int64_t stage() const { return stage_; }
+  // Seconds per instruction of this rank's stage, summed over the steps since the last reset
+  // (DP instructions, which the optimizer instruction plays, stay 0).
+  [[nodiscard]] const std::vector<double>& instr_seconds() const { return instr_seconds_; }
+  void reset_timing() { std::fill(instr_seconds_.begin(), instr_seconds_.end(), 0.0); }
+  // With `tracing`, every instruction's run, in order (microseconds since the Trainer was made).
+  std::vector<models::InstrTiming> events;
   bool tracing = false;
+  // A test's slowdown: `delay_s` added to every run of instruction `delay_instr` (-1: none).
+  std::int32_t delay_instr = -1;
+  double delay_s = 0;
 
  private:
   void flatten_grads(std::vector<float>& out);
@@ -80,7 +91,8 @@ class Trainer {
   void release_params();
   void gather_params();
   void check_replicas(const std::vector<float>& data, std::int64_t step, const char* what, const std::function<bool()>& corrupt);
-  void record(std::int32_t name, std::int32_t thread, std::chrono::steady_clock::time_point start, std::int32_t mb);
+  // The reductions and AdamW of the optimizer instruction.
+  void optimizer_step(std::int64_t step, const ExecuteOptions& options);
 
   plan::Plan plan_;
   plan::RankLayout layout_;
@@ -88,8 +100,10 @@ class Trainer {
   std::int64_t world_rank_;
   OpSeconds* timing_;
   std::int64_t stage_ = 0, stages_ = 1, chunks_per_stage_ = 1, microbatches_ = 1;
+  models::Program program_;
+  std::vector<double> instr_seconds_;
   std::vector<std::unique_ptr<GptChunk>> chunks_;
-  std::vector<std::int64_t> vstage_;  // per chunk: its virtual stage
+  std::vector<bool> head_;  // per chunk: whether it holds the head and the loss
   std::size_t n_ = 0, shard_ = 0;      // parameters of this rank; their DP shard (ZeRO >= 1)
   std::vector<float> params_, exp_avg_, exp_avg_sq_;  // full (ZeRO 0-2) or the shard (ZeRO-3)
   std::size_t ne_ = 0;  // expert parameters of this rank

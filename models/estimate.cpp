@@ -167,6 +167,59 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const GroupNetwork edp_net = group_network(p, hw, plan::GroupKind::expert_dp);
 
   // Op tables of the two layer kinds, timed once.
+  // The collectives the Program issues around each op of `ops` (models/layer_comm), timed by the
+  // same models/comm functions the simulator puts on the links: TP's f/g (reduce-scatter and
+  // all-gather with SP), EP's dispatch and combine, CP's ring; a recomputation repeats the
+  // forward's. One pass in the Program's order: the forward (or recompute) ops in order, the
+  // backward's input-gradient ops in reverse (and the embedding's gather before its
+  // weight-gradient part, its only backward). Adds the exposed seconds to `s` and to `raw_f` or
+  // `raw_b` by direction.
+  const bool split_tp = tp_comm_overlapped(p);
+  auto comm_pass = [&](const std::vector<Op>& ops, bool moe, OpPhase phase, StageTimes& s, double& raw_f, double& raw_b) {
+    std::vector<LayerComm> comms;
+    const bool fwd = phase != OpPhase::backward_input;
+    double pending_gather = 0, last_gemm = 0;  // tp_comm: an all-gather awaiting its GEMM; the previous GEMM
+    auto charge = [&](const Op& op, bool before) {
+      comms.clear();
+      comm_around(p, op.name, moe, fwd, before, comms);
+      for (const LayerComm& c : comms) {
+        const GroupNetwork& net = c.stream == Stream::tp ? tp_net : c.stream == Stream::ep ? ep_net : cp_net;
+        double dt = collective_s(net, c.collective, c.bytes);
+        if (split_tp && c.stream == Stream::tp) {
+          if (c.collective == Collective::all_gather) {
+            pending_gather += dt;
+            continue;
+          }
+          dt = tp_exposed_s(dt, last_gemm);
+        }
+        (c.stream == Stream::tp ? s.tp_s : c.stream == Stream::ep ? s.ep_s : s.cp_s) += dt;
+        (fwd && phase == OpPhase::forward ? raw_f : raw_b) += dt;
+      }
+    };
+    auto visit = [&](const Op& op) {
+      if (op.phase == OpPhase::backward_weight && phase == OpPhase::backward_input && op.kind == OpKind::embedding) {
+        charge(op, true);
+        return;
+      }
+      if (op.phase != phase) return;
+      charge(op, true);
+      if (op.kind == OpKind::gemm) {
+        const double g = timer(op);
+        if (pending_gather > 0) {
+          const double dt = tp_exposed_s(pending_gather, g);
+          s.tp_s += dt;
+          (phase == OpPhase::forward ? raw_f : raw_b) += dt;
+          pending_gather = 0;
+        }
+        last_gemm = g;
+      }
+      charge(op, false);
+    };
+    if (fwd) for (const auto& op : ops) visit(op);
+    else for (auto op = ops.rbegin(); op != ops.rend(); ++op) visit(*op);
+    s.tp_s += pending_gather;
+    (phase == OpPhase::forward ? raw_f : raw_b) += pending_gather;
+  };
   auto time_layer = [&](bool moe, bool recomputed) {
     StageTimes s;
     for (const auto& op : layer_ops(p, moe, recomputed)) {
@@ -179,59 +232,11 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       if (op.kind == OpKind::gemm && op.phase != OpPhase::recompute) s.gemm_s += dt;
       if (op.kind == OpKind::attention && op.phase == OpPhase::forward) s.attention_s += dt;
     }
-    // The collectives the Program issues around each op (models/layer_comm), timed by the same
-    // models/comm functions the simulator puts on the links: TP's f/g (reduce-scatter and
-    // all-gather with SP), EP's dispatch and combine, CP's ring; a recomputation repeats the
-    // forward's.
     double raw_f = 0, raw_b = 0;
-    std::vector<LayerComm> comms;
-    const bool split_tp = tp_comm_overlapped(p);
     const auto ops = layer_ops(p, moe, recomputed);
-    // One pass in the Program's order: the forward (or recompute) ops in order, the backward's
-    // input-gradient ops in reverse.
-    auto pass = [&](OpPhase phase) {
-      const bool fwd = phase != OpPhase::backward_input;
-      double pending_gather = 0, last_gemm = 0;  // tp_comm: an all-gather awaiting its GEMM; the previous GEMM
-      auto charge = [&](const Op& op, bool before) {
-        comms.clear();
-        comm_around(p, op.name, moe, fwd, before, comms);
-        for (const LayerComm& c : comms) {
-          const GroupNetwork& net = c.stream == Stream::tp ? tp_net : c.stream == Stream::ep ? ep_net : cp_net;
-          double dt = collective_s(net, c.collective, c.bytes);
-          if (split_tp && c.stream == Stream::tp) {
-            if (c.collective == Collective::all_gather) {
-              pending_gather += dt;
-              continue;
-            }
-            dt = tp_exposed_s(dt, last_gemm);
-          }
-          (c.stream == Stream::tp ? s.tp_s : c.stream == Stream::ep ? s.ep_s : s.cp_s) += dt;
-          (fwd && phase == OpPhase::forward ? raw_f : raw_b) += dt;
-        }
-      };
-      auto visit = [&](const Op& op) {
-        if (op.phase != phase) return;
-        charge(op, true);
-        if (op.kind == OpKind::gemm) {
-          const double g = timer(op);
-          if (pending_gather > 0) {
-            const double dt = tp_exposed_s(pending_gather, g);
-            s.tp_s += dt;
-            (phase == OpPhase::forward ? raw_f : raw_b) += dt;
-            pending_gather = 0;
-          }
-          last_gemm = g;
-        }
-        charge(op, false);
-      };
-      if (fwd) for (const auto& op : ops) visit(op);
-      else for (auto op = ops.rbegin(); op != ops.rend(); ++op) visit(*op);
-      s.tp_s += pending_gather;
-      (phase == OpPhase::forward ? raw_f : raw_b) += pending_gather;
-    };
-    pass(OpPhase::forward);
-    pass(OpPhase::recompute);
-    pass(OpPhase::backward_input);
+    comm_pass(ops, moe, OpPhase::forward, s, raw_f, raw_b);
+    comm_pass(ops, moe, OpPhase::recompute, s, raw_f, raw_b);
+    comm_pass(ops, moe, OpPhase::backward_input, s, raw_f, raw_b);
     // Estimate-only until the simulator overlaps it (issue 18): ring attention's exchange under
     // the attention kernels (Megatron-core's ring attention), by the p-norm above.
     if (s.cp_s > 0) s.cp_s = overlapped(s.cp_s, 3 * s.attention_s);
@@ -248,6 +253,8 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       layer_times[moe][rec] = time_layer(moe == 1, rec == 1);
     }
   }
+  // The ops outside the layers with the TP collectives around them (the embedding's reduction,
+  // the gather before the LM head): their exposed time is in comm_f_s, comm_b_s and tp_s.
   auto time_ops = [&](const std::vector<Op>& ops, StageTimes& s) {
     for (const auto& op : ops) {
       const double dt = timer(op);
@@ -255,6 +262,14 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       if (op.phase == OpPhase::forward) s.forward_s += dt;
       else s.backward_s += dt;
     }
+    StageTimes comm;
+    double raw_f = 0, raw_b = 0;
+    comm_pass(ops, false, OpPhase::forward, comm, raw_f, raw_b);
+    s.comm_f_s += comm.tp_s;
+    const double forward_tp = comm.tp_s;
+    comm_pass(ops, false, OpPhase::backward_input, comm, raw_f, raw_b);
+    s.comm_b_s += comm.tp_s - forward_tp;
+    s.tp_s += comm.tp_s;
   };
 
   // Per stage, per micro-batch.
@@ -294,6 +309,14 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       }
       pipe_compute.forward_s[at] = pipe.forward_s[at];
       pipe_compute.backward_s[at] = pipe.backward_s[at];
+      if (i == 0 && c == 0) {
+        pipe.forward_s[at] += first_ops.comm_f_s;
+        pipe.backward_s[at] += first_ops.comm_b_s;
+      }
+      if (i + 1 == chunks.size() && c + 1 == chunks[i].size()) {
+        pipe.forward_s[at] += last_ops.comm_f_s;
+        pipe.backward_s[at] += last_ops.comm_b_s;
+      }
       for (std::int64_t k = 0; k < chunks[i][c]; ++k) {
         const bool moe = is_moe_layer(m, first + k);
         const StageTimes& l = layer_times[moe ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];

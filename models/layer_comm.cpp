@@ -28,7 +28,11 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
     // Forward: after a norm (SP: gather the sequence), before a residual (reduce). The backward
     // runs the mirror image: after a residual's backward (SP: gather), before a norm's (reduce).
     const double bytes = tokens * d(m.hidden_size) * e;
-    const bool norm = op == "input_norm" || op == "mlp_norm";
+    // The final norm feeds the column-parallel LM head as a layer norm feeds its GEMMs
+    // (Megatron's f before the output layer); the vocabulary-parallel embedding's output is
+    // reduced as a row-parallel layer's (VocabParallelEmbedding: all-reduce, or reduce-scatter
+    // with SP), and its backward gathers the sequence back under SP.
+    const bool norm = op == "input_norm" || op == "mlp_norm" || op == "final_norm";
     const bool residual = op == "attention_residual" || op == "mlp_residual";
     const Collective reduce = sp ? Collective::reduce_scatter : Collective::all_reduce;
     auto add = [&](Collective c) { out.push_back({Stream::tp, c, plan::GroupKind::tp, bytes, "tp"}); };
@@ -36,6 +40,8 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
     if (forward && before && residual) add(reduce);
     if (!forward && !before && residual && sp) add(Collective::all_gather);
     if (!forward && before && norm) add(reduce);
+    if (forward && !before && op == "embedding") add(reduce);
+    if (!forward && before && op == "embedding" && sp) add(Collective::all_gather);
   }
   if (par.expert_model_parallel_size > 1 && moe_layer) {
     // Dispatch after the router, combine before the residual, and their mirror images backward.

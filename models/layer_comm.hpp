@@ -28,9 +28,11 @@ struct LayerComm {
 // that receives the most, so its bytes are scaled by this.
 double hottest_expert_load(const plan::MoeConfig& moe);
 
-// The collectives issued next to the op named `op` of a (MoE when `moe_layer`) layer, in the
-// forward pass (a recomputation repeats it) or the backward (`forward` false, around the op's
-// input-gradient part), before the op or after it. Appends to `out`.
+// The collectives issued next to the op named `op` of a (MoE when `moe_layer`) layer, or of
+// the ops outside the layers (embedding, final_norm), in the forward pass (a recomputation
+// repeats it) or the backward (`forward` false: around the op's input-gradient part; the
+// embedding, which has only a weight-gradient part, before that), before the op or after it.
+// Appends to `out`.
 void comm_around(const plan::Plan& plan, std::string_view op, bool moe_layer, bool forward, bool before, std::vector<LayerComm>& out);
 
 // Megatron's --tp-comm-overlap (Transformer Engine's userbuffers; it needs sequence

@@ -154,13 +154,35 @@ std::vector<Op> last_stage_ops(const plan::Plan& p) {
   const double v = d(p.model.vocab_size) / t;
   const double flops = 2 * tokens * h * v;
   const double bytes = e * (tokens * h + h * v + tokens * v);
-  // Logits in fp32 for the loss: softmax, then its gradient (Megatron's vocab-parallel cross entropy).
+  // Logits in fp32 for the loss: softmax, then its gradient (Megatron's vocab-parallel cross
+  // entropy). Each op with its backward parts after it, as a layer's (backward_order reverses).
+  // The final norm's backward moves twice its forward's bytes, as a layer's norms do.
   return {{"final_norm", OpKind::norm, OpPhase::forward, 0, e * tokens * h * 2, {}},
+          {"final_norm", OpKind::norm, OpPhase::backward_input, 0, 2 * e * tokens * h * 2, {}},
           {"lm_head", OpKind::gemm, OpPhase::forward, flops, bytes, {tokens, v, h}},
-          {"loss", OpKind::loss, OpPhase::forward, 0, 4 * tokens * v * 3, {}},
-          {"loss", OpKind::loss, OpPhase::backward_input, 0, 4 * tokens * v * 2, {}},
           {"lm_head", OpKind::gemm, OpPhase::backward_input, flops, bytes, {tokens, h, v}},
-          {"lm_head", OpKind::gemm, OpPhase::backward_weight, flops, bytes, {h, v, tokens}}};
+          {"lm_head", OpKind::gemm, OpPhase::backward_weight, flops, bytes, {h, v, tokens}},
+          {"loss", OpKind::loss, OpPhase::forward, 0, 4 * tokens * v * 3, {}},
+          {"loss", OpKind::loss, OpPhase::backward_input, 0, 4 * tokens * v * 2, {}}};
+}
+
+std::vector<const Op*> backward_order(const std::vector<Op>& ops, bool weights) {
+  std::vector<const Op*> out;
+  auto find = [&](const std::string& name, OpPhase phase) -> const Op* {
+    for (const Op& op : ops) {
+      if (op.name == name && op.phase == phase) return &op;
+    }
+    return nullptr;
+  };
+  for (auto op = ops.rbegin(); op != ops.rend(); ++op) {
+    if (op->phase == OpPhase::backward_input) {
+      out.push_back(&*op);
+      if (const Op* w = find(op->name, OpPhase::backward_weight); weights && w != nullptr) out.push_back(w);
+    } else if (op->phase == OpPhase::backward_weight && weights && find(op->name, OpPhase::backward_input) == nullptr) {
+      out.push_back(&*op);
+    }
+  }
+  return out;
 }
 
 std::string_view to_string(OpKind k) {

@@ -54,6 +54,12 @@ bool recomputes_layer(const plan::TrainingConfig& training, std::int64_t index_i
 std::vector<Op> first_stage_ops(const plan::Plan& plan);
 std::vector<Op> last_stage_ops(const plan::Plan& plan);
 
+// The backward pass's order of a layer's (or an end's) ops: the input-gradient ops in reverse,
+// each followed by its own weight gradient when `weights` (ops without an input-gradient part,
+// the embedding, by their weight gradient alone). The Program lowers it; the executor's
+// single-rank reference plays it.
+std::vector<const Op*> backward_order(const std::vector<Op>& ops, bool weights);
+
 std::string_view to_string(OpKind k);
 std::string_view to_string(OpPhase p);
 

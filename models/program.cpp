@@ -114,10 +114,11 @@ class StageLowering {
   }
   // A collective on `stream` of `bytes` per rank; blocking ones hold the next compute.
   void collective(Stream stream, Collective c, plan::GroupKind g, double bytes, std::int64_t layer, bool blocking,
-                  std::string_view what) {
+                  std::string_view what, OpPhase phase = OpPhase::forward) {
     Instr in;
     in.kind = InstrKind::collective;
     in.stream = stream;
+    in.phase = phase;
     in.collective = c;
     in.group = g;
     in.name = intern(std::string(what) + "_" + std::string(to_string(c)));
@@ -147,10 +148,18 @@ class StageLowering {
 
   // Communication that Megatron issues around an op of a layer, before (`before`) or after it,
   // in the direction of the pass (models/layer_comm, the list the estimate times too).
-  void around(const Op& op, std::int64_t layer, bool forward, bool before) {
+  // `phase`: the pass it runs in (the executor applies a recomputation's collectives to the
+  // recomputed activations, not to the backward's gradients).
+  void around(const Op& op, std::int64_t layer, OpPhase phase, bool before) {
     comms_.clear();
-    comm_around(p_, op.name, moe_layer(layer), forward, before, comms_);
-    for (const LayerComm& c : comms_) collective(c.stream, c.collective, c.group, c.bytes, layer, true, c.what);
+    comm_around(p_, op.name, layer >= 0 && moe_layer(layer), phase == OpPhase::forward || phase == OpPhase::recompute, before, comms_);
+    for (const LayerComm& c : comms_) collective(c.stream, c.collective, c.group, c.bytes, layer, true, c.what, phase);
+  }
+  // An op outside the layers with the collectives around it.
+  void end_op(const Op& op, OpPhase phase) {
+    around(op, -1, phase, true);
+    compute(op, phase, -1);
+    around(op, -1, phase, false);
   }
 
   void forward_layers(std::int64_t chunk, OpPhase phase) {
@@ -163,9 +172,9 @@ class StageLowering {
       if (phase == OpPhase::forward) gather_params(l, l + 1 < hi ? l + 1 : -1);
       for (const Op& op : ops_of(l)) {
         if (op.phase != phase) continue;
-        around(op, l, true, true);
+        around(op, l, phase, true);
         compute(op, phase, l);
-        around(op, l, true, false);
+        around(op, l, phase, false);
       }
     }
   }
@@ -174,11 +183,11 @@ class StageLowering {
     const std::int64_t c = it.chunk;
     if (!first_virtual(c)) p2p(InstrKind::recv, stage_ == 0 ? prog_.stages - 1 : stage_ - 1, tag(it.microbatch, c, false), "recv_activation");
     if (first_virtual(c)) {
-      for (const Op& op : first_) if (op.phase == OpPhase::forward) compute(op, OpPhase::forward, -1);
+      for (const Op& op : first_) if (op.phase == OpPhase::forward) end_op(op, OpPhase::forward);
     }
     forward_layers(c, OpPhase::forward);
     if (last_virtual(c)) {
-      for (const Op& op : last_) if (op.phase == OpPhase::forward) compute(op, OpPhase::forward, -1);
+      for (const Op& op : last_) if (op.phase == OpPhase::forward) end_op(op, OpPhase::forward);
     } else {
       const bool wrap = stage_ == prog_.stages - 1;
       p2p(InstrKind::send, wrap ? 0 : stage_ + 1, tag(it.microbatch, wrap ? c + 1 : c, false), "send_activation");
@@ -188,13 +197,14 @@ class StageLowering {
   // Backward of the ops of one list in reverse; with `weights` each op's weight gradient
   // follows its input gradient.
   void backward_ops(const std::vector<Op>& ops, std::int64_t layer, bool weights) {
-    for (auto op = ops.rbegin(); op != ops.rend(); ++op) {
+    for (const Op* op : backward_order(ops, weights)) {
       if (op->phase == OpPhase::backward_input) {
-        around(*op, layer, false, true);
+        around(*op, layer, OpPhase::backward_input, true);
         compute(*op, OpPhase::backward_input, layer);
-        around(*op, layer, false, false);
+        around(*op, layer, OpPhase::backward_input, false);
+      } else {
+        weight_op(*op, layer);
       }
-      if (weights && op->phase == OpPhase::backward_weight) compute(*op, OpPhase::backward_weight, layer);
     }
   }
 
@@ -227,11 +237,18 @@ class StageLowering {
     }
   }
 
+  // A weight-gradient op; the embedding's (it has no input-gradient part) with the gather of
+  // its output's gradient before it (models/layer_comm).
+  void weight_op(const Op& op, std::int64_t layer) {
+    if (layer < 0) around(op, layer, OpPhase::backward_weight, true);
+    compute(op, OpPhase::backward_weight, layer);
+  }
+
   void weight(const ScheduleItem& it, bool reduce) {
     const std::int64_t c = it.chunk;
     auto weights_of = [&](const std::vector<Op>& ops, std::int64_t layer) {
       for (auto op = ops.rbegin(); op != ops.rend(); ++op) {
-        if (op->phase == OpPhase::backward_weight) compute(*op, OpPhase::backward_weight, layer);
+        if (op->phase == OpPhase::backward_weight) weight_op(*op, layer);
       }
     };
     if (last_virtual(c)) weights_of(last_, -1);
@@ -384,6 +401,14 @@ LowerResult lower(const plan::Plan& p, const std::function<void(StageProgram&)>&
                 std::to_string(prog.microbatches) + ") to be a multiple of the pipeline stages (" + std::to_string(prog.stages) + ")";
     return out;
   }
+  const auto per_chunk = plan::layers_per_chunk(p);
+  for (std::int64_t s = 0; s < prog.stages; ++s) {
+    auto& row = prog.chunk_layers.emplace_back();
+    for (std::int64_t c = 0; c < prog.chunks; ++c) {
+      const std::int64_t first = plan::first_layer_of_chunk(per_chunk, s, c);
+      row.emplace_back(first, first + per_chunk[static_cast<std::size_t>(s)][static_cast<std::size_t>(c)]);
+    }
+  }
   std::size_t expected = 0;
   for (std::int64_t s = 0; s < prog.stages; ++s) {
     StageLowering lowering(p, prog, s);
@@ -393,6 +418,13 @@ LowerResult lower(const plan::Plan& p, const std::function<void(StageProgram&)>&
   }
   out.program = std::move(prog);
   return out;
+}
+
+std::string Program::block_name(std::int64_t stage, const ScheduleItem& item) const {
+  const auto [first, end] = chunk_layers.at(static_cast<std::size_t>(stage)).at(static_cast<std::size_t>(item.chunk));
+  std::string out(to_string(item.pass));
+  if (end > first) return out + " L" + std::to_string(first) + "-" + std::to_string(end - 1);
+  return out + (first_virtual(stage, item.chunk) ? " embedding" : " head");
 }
 
 RankView for_rank(const Program& program, const plan::RankLayout& layout, std::int64_t rank) {

@@ -75,8 +75,18 @@ struct Program {
   std::int64_t microbatches = 1;  // per step, per pipeline
   std::vector<std::string> names;
   std::vector<StageProgram> classes;  // one per pipeline stage
+  // The global layers [first, end) of each stage's chunks, [stage][chunk] (the plan's split:
+  // uneven stages, the account_for_* switches, explicit layouts).
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> chunk_layers;
 
   [[nodiscard]] const std::string& name(const Instr& i) const { return names[static_cast<std::size_t>(i.name)]; }
+  // Whether chunk `chunk` of `stage` is the first virtual stage (the embedding's) or the last
+  // (the head's and the loss's).
+  [[nodiscard]] bool first_virtual(std::int64_t stage, std::int64_t chunk) const { return stage == 0 && chunk == 0; }
+  [[nodiscard]] bool last_virtual(std::int64_t stage, std::int64_t chunk) const { return stage == stages - 1 && chunk == chunks - 1; }
+  // A schedule item's name in traces: its pass and its chunk's layers, "forward L0-3",
+  // "backward_weight L8-15" ("forward embedding" for a chunk without layers).
+  [[nodiscard]] std::string block_name(std::int64_t stage, const ScheduleItem& item) const;
 };
 
 struct LowerResult {

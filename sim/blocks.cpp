@@ -78,7 +78,8 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
     const Instr& in = sp.instrs[k];
     const bool mergeable_comm = in.kind == InstrKind::collective && (in.stream == models::Stream::tp || in.stream == models::Stream::cp) &&
                                 in_node(in.group);
-    const bool joins = open >= 0 && (in.kind == InstrKind::compute || mergeable_comm) &&
+    // A block stays within one schedule item, so that traces name it by its item.
+    const bool joins = open >= 0 && (in.kind == InstrKind::compute || mergeable_comm) && out[static_cast<std::size_t>(open)].item == in.item &&
                        (in.after < 0 || map[static_cast<std::size_t>(in.after)] == open);
     if (joins) {
       map[k] = open;

@@ -24,9 +24,11 @@
 #include "models/estimate.hpp"
 #include "models/flops.hpp"
 #include "models/program.hpp"
+#include "models/program_trace.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/rank_layout.hpp"
 #include "plan/validate.hpp"
+#include "report/trace.hpp"
 #include "sim/blocks.hpp"
 #include "sim/simulate.hpp"
 #include "sim/symmetry.hpp"
@@ -709,14 +711,7 @@ class Simulation {
     if (++colls_[key].left == size) colls_.erase(key);
   }
 
-  struct TraceEvent {
-    std::int32_t name;  // Program::names
-    std::uint8_t stream;
-    double start_s, end_s;
-    std::int32_t microbatch;
-    std::int8_t pass;  // models::Pass of the schedule item, -1 outside one
-  };
-
+  // What a traced actor ran: models::InstrTiming, in seconds until written.
   // A collective waiting for its stream's worker.
   struct Job {
     std::uint64_t key = 0;
@@ -755,7 +750,7 @@ class Simulation {
     double end_s = 0;    // when the actor's last instruction finished
     bool finished = false;
     bool traced = false;
-    std::vector<TraceEvent> trace;
+    std::vector<models::InstrTiming> trace;  // microseconds
     std::vector<double> issued_s;  // traced actors: when each instruction was issued
   };
 
@@ -945,40 +940,22 @@ class Simulation {
   }
 
   static void record(ActorState& st, const models::StageProgram& sp, const Instr& in, double start, double end) {
-    std::int32_t mb = -1;
-    std::int8_t pass = -1;
-    if (in.item >= 0) {
-      const models::ScheduleItem& item = sp.schedule[static_cast<std::size_t>(in.item)];
-      mb = item.microbatch;
-      pass = static_cast<std::int8_t>(item.pass);
-    }
-    st.trace.push_back({in.name, static_cast<std::uint8_t>(in.stream), start, end, mb, pass});
+    st.trace.push_back({static_cast<std::int32_t>(&in - sp.instrs.data()), 0, start * 1e6, end * 1e6});
   }
 
-  // Chrome trace event format: complete events ("X") in microseconds, one process per rank,
-  // one thread per stream, named by metadata events.
+  // The one Trace of report/ (models/program_trace): a process per traced rank, a thread per
+  // stream, each schedule item a block named by its pass and layers; with --fine its ops inside.
   std::string trace_json() const {
-    nlohmann::json events = nlohmann::json::array();
     std::vector<std::int64_t> traced = traced_;
     std::sort(traced.begin(), traced.end());
     traced.erase(std::unique(traced.begin(), traced.end()), traced.end());
+    report::Trace trace;
     for (const std::int64_t r : traced) {
       // A TP group's ranks share their actor's timeline.
       const ActorState& st = actors_[played_actor_of(r)];
-      const auto pid = r;
-      events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "rank " + std::to_string(r) + " (stage " + std::to_string(layout_.coord(pid).pp) + ")"}}}});
-      for (int s = 0; s < 6; ++s) {
-        events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", s}, {"args", {{"name", std::string(models::to_string(static_cast<models::Stream>(s)))}}}});
-      }
-      for (const auto& e : st.trace) {
-        nlohmann::json ev = {{"ph", "X"}, {"name", program_.names[static_cast<std::size_t>(e.name)]}, {"pid", pid}, {"tid", e.stream},
-                             {"ts", e.start_s * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6}};
-        if (e.microbatch >= 0) ev["args"] = {{"microbatch", e.microbatch}};
-        if (e.pass >= 0) ev["args"]["pass"] = std::string(models::to_string(static_cast<models::Pass>(e.pass)));
-        events.push_back(std::move(ev));
-      }
+      models::append_rank_trace(program_, stage_of(r), r, st.trace, options_.fine, trace);
     }
-    return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n";
+    return report::chrome_trace_json(trace);
   }
 
   report::Report make_report() const {

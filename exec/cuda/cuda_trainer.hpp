@@ -57,7 +57,7 @@ class CudaTrainer {
   // batch, on every rank. Waits for the device.
   double step(std::int64_t step, const std::function<void(CudaGpt&)>& before_update = {});
 
-  // Device milliseconds since construction: CudaGpt's per op class (kOpClassNames), "dp" (the
+  // Device milliseconds since construction: CudaGpt's per op kind (models::to_string(models::OpKind)), "dp" (the
   // all-reduces and their scaling on the dp stream, overlapped or not) and "dp_exposed" (what
   // the compute stream waited for them after backward: all of "dp" without overlap).
   [[nodiscard]] std::map<std::string, double, std::less<>> op_ms();

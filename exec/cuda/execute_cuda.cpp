@@ -60,7 +60,7 @@ report::Report cuda_report(const plan::Plan& plan, const std::vector<StepRecord>
     return it == ms.end() ? 0.0 : it->second;
   };
   MeasuredSeconds measured;
-  for (std::size_t i = 0; i < kOpClassNames.size(); ++i) measured.ops.seconds[i] = get_ms(kOpClassNames[i]) / 1e3;
+  for (std::size_t i = 0; i < kOpKinds; ++i) measured.ops.seconds[i] = get_ms(models::to_string(static_cast<models::OpKind>(i))) / 1e3;
   // The breakdown counts exposed communication: with overlap, the all-reduces' time under
   // backward is not the step's.
   measured.dp = get_ms("dp_exposed") / 1e3;

@@ -183,7 +183,7 @@ struct CudaGpt::Impl {
     grads_ready(buckets[b], bucket_ready[b]);
   }
 
-  EventTimer::Scope op(OpClass c) { return timer.scope(kOpClassNames[static_cast<std::size_t>(c)], s); }
+  EventTimer::Scope op(models::OpKind c) { return timer.scope(models::to_string(c), s); }
 
   // Buffers for micro-batches of `n` tokens (reallocated when the size changes).
   void allocate(I n) {
@@ -260,28 +260,28 @@ struct CudaGpt::Impl {
   void linear(const bf16* in, std::string_view name_prefix, bf16* y, I rows_in, I cols_out) {
     const std::string p(name_prefix);
     {
-      auto t = op(OpClass::gemm);
+      auto t = op(models::OpKind::gemm);
       gemm.matmul(in, W(p + ".weight"), y, tokens, cols_out, rows_in, false, false, 1.0F, 0.0F, s);
     }
     if (bias && has(p + ".bias")) {
-      auto t = op(OpClass::elementwise);
+      auto t = op(models::OpKind::elementwise);
       add_bias(y, W(p + ".bias"), tokens, cols_out, s);
     }
   }
   // dW [rows_in, cols_out] += in^T d (fp32), and the bias's column sums.
   void weight_grad(const bf16* in, const bf16* d, const std::string& p, I rows_in, I cols_out) {
     {
-      auto t = op(OpClass::gemm);
+      auto t = op(models::OpKind::gemm);
       gemm.matmul(in, d, G(p + ".weight"), rows_in, cols_out, tokens, true, false, 1.0F, 1.0F, s);
     }
     if (bias && has(p + ".bias")) {
-      auto t = op(OpClass::elementwise);
+      auto t = op(models::OpKind::elementwise);
       accumulate_column_sums(d, G(p + ".bias"), tokens, cols_out, s);
     }
   }
 
   void norm_forward(const bf16* x, const std::string& p, bf16* y, float* mean, float* rstd) {
-    auto t = op(OpClass::norm);
+    auto t = op(models::OpKind::norm);
     if (ln) {
       kernels::cuda::layernorm_forward<bf16>(x, W(p + ".gamma"), W(p + ".beta"), y, mean, rstd, tokens, H, detail::kNormEps, s);
     } else {
@@ -289,7 +289,7 @@ struct CudaGpt::Impl {
     }
   }
   void norm_backward(const bf16* dy, const bf16* x, const std::string& p, const float* mean, const float* rstd, bf16* dx) {
-    auto t = op(OpClass::norm);
+    auto t = op(models::OpKind::norm);
     if (ln) {
       kernels::cuda::layernorm_backward<bf16>(dy, x, W(p + ".gamma"), mean, rstd, dx, tmp_gamma.data(), tmp_beta.data(), tokens, H, s);
       accumulate(tmp_beta.data(), G(p + ".beta"), H, s);
@@ -306,7 +306,7 @@ struct CudaGpt::Impl {
     linear(L.y1.data(), lp(l, "k"), L.k.data(), H, kv_cols);
     linear(L.y1.data(), lp(l, "v"), L.v.data(), H, kv_cols);
     {
-      auto t = op(OpClass::attention);
+      auto t = op(models::OpKind::attention);
       rows_to_heads(L.q.data(), L.qh.data(), samples, seq, heads, heads, hd, s);
       rows_to_heads(L.k.data(), L.kh.data(), samples, seq, heads, groups, hd, s);
       rows_to_heads(L.v.data(), L.vh.data(), samples, seq, heads, groups, hd, s);
@@ -321,16 +321,16 @@ struct CudaGpt::Impl {
     }
     linear(L.att.data(), lp(l, "o"), proj.data(), q_cols, H);
     {
-      auto t = op(OpClass::elementwise);
+      auto t = op(models::OpKind::elementwise);
       add(L.x.data(), proj.data(), L.x1.data(), tokens * H, s);  // the residual
     }
     norm_forward(L.x1.data(), lp(l, "ln2"), L.y2.data(), L.mean2.data(), L.rstd2.data());
     {
-      auto t = op(OpClass::gemm);
+      auto t = op(models::OpKind::gemm);
       gemm.matmul(L.y2.data(), W(lp(l, "fc1.weight")), L.u.data(), tokens, ffn_in, H, false, false, 1.0F, 0.0F, s);
     }
     {
-      auto t = op(OpClass::elementwise);
+      auto t = op(models::OpKind::elementwise);
       if (swiglu) {
         // As the CPU: the bias joins u before SwiGLU, and backward differentiates at u + bias.
         if (bias) add_bias(L.u.data(), W(lp(l, "fc1.bias")), tokens, ffn_in, s);
@@ -340,7 +340,7 @@ struct CudaGpt::Impl {
       }
     }
     linear(L.a.data(), lp(l, "fc2"), proj.data(), ffn, H);
-    auto t = op(OpClass::elementwise);
+    auto t = op(models::OpKind::elementwise);
     add(L.x1.data(), proj.data(), y, tokens * H, s);
   }
 
@@ -350,11 +350,11 @@ struct CudaGpt::Impl {
     // MLP.
     weight_grad(L.a.data(), dy, lp(l, "fc2"), ffn, H);
     {
-      auto t = op(OpClass::gemm);
+      auto t = op(models::OpKind::gemm);
       gemm.matmul(dy, W(lp(l, "fc2.weight")), da.data(), tokens, ffn, H, false, true, 1.0F, 0.0F, s);
     }
     {
-      auto t = op(OpClass::elementwise);
+      auto t = op(models::OpKind::elementwise);
       if (swiglu) {
         kernels::cuda::swiglu_backward<bf16>(da.data(), L.u.data(), du.data(), tokens, ffn, s);
         if (bias) accumulate_column_sums(du.data(), G(lp(l, "fc1.bias")), tokens, ffn_in, s);
@@ -365,23 +365,23 @@ struct CudaGpt::Impl {
       }
     }
     {
-      auto t = op(OpClass::gemm);
+      auto t = op(models::OpKind::gemm);
       gemm.matmul(L.y2.data(), du.data(), G(lp(l, "fc1.weight")), H, ffn_in, tokens, true, false, 1.0F, 1.0F, s);
       gemm.matmul(du.data(), W(lp(l, "fc1.weight")), dy2.data(), tokens, H, ffn_in, false, true, 1.0F, 0.0F, s);
     }
     norm_backward(dy2.data(), L.x1.data(), lp(l, "ln2"), L.mean2.data(), L.rstd2.data(), dnorm.data());
     {
-      auto t = op(OpClass::elementwise);
+      auto t = op(models::OpKind::elementwise);
       add(dy, dnorm.data(), dx1.data(), tokens * H, s);
     }
     // Attention.
     weight_grad(L.att.data(), dx1.data(), lp(l, "o"), q_cols, H);
     {
-      auto t = op(OpClass::gemm);
+      auto t = op(models::OpKind::gemm);
       gemm.matmul(dx1.data(), W(lp(l, "o.weight")), datt.data(), tokens, q_cols, H, false, true, 1.0F, 0.0F, s);
     }
     {
-      auto t = op(OpClass::attention);
+      auto t = op(models::OpKind::attention);
       rows_to_heads(datt.data(), dattH.data(), samples, seq, heads, heads, hd, s);
       if (path == AttentionPath::materialised) {
         materialised_attention_backward(gemm, dattH.data(), L.qh.data(), L.kh.data(), L.vh.data(), L.probs.data(), dprobs.data(), dqh.data(), dkh.data(),
@@ -399,17 +399,17 @@ struct CudaGpt::Impl {
     weight_grad(L.y1.data(), dv.data(), lp(l, "v"), H, kv_cols);
     {
       // dy1 = dq Wq^T + dk Wk^T + dv Wv^T, summed in fp32 and rounded once.
-      auto t = op(OpClass::gemm);
+      auto t = op(models::OpKind::gemm);
       gemm.matmul(dq.data(), W(lp(l, "q.weight")), dy1_f32.data(), tokens, H, q_cols, false, true, 1.0F, 0.0F, s);
       gemm.matmul(dk.data(), W(lp(l, "k.weight")), dy1_f32.data(), tokens, H, kv_cols, false, true, 1.0F, 1.0F, s);
       gemm.matmul(dv.data(), W(lp(l, "v.weight")), dy1_f32.data(), tokens, H, kv_cols, false, true, 1.0F, 1.0F, s);
     }
     {
-      auto t = op(OpClass::elementwise);
+      auto t = op(models::OpKind::elementwise);
       convert(dy1_f32.data(), dy1.data(), tokens * H, s);
     }
     norm_backward(dy1.data(), L.x.data(), lp(l, "ln1"), L.mean1.data(), L.rstd1.data(), dnorm.data());
-    auto t = op(OpClass::elementwise);
+    auto t = op(models::OpKind::elementwise);
     add(dx1.data(), dnorm.data(), dx, tokens * H, s);
   }
 
@@ -433,7 +433,7 @@ struct CudaGpt::Impl {
     {
       NvtxRange range("forward");
       {
-        auto t = op(OpClass::embedding);
+        auto t = op(models::OpKind::embedding);
         bf16* x0 = L_count > 0 ? layers[0].x.data() : final_x.data();
         embedding_forward(ids.data(), W("embedding.word"), W("embedding.position"), x0, n, seq, H, s);
       }
@@ -443,14 +443,14 @@ struct CudaGpt::Impl {
       }
       norm_forward(final_x.data(), "final_norm", head_y.data(), mean_f.data(), rstd_f.data());
       {
-        auto t = op(OpClass::gemm);
+        auto t = op(models::OpKind::gemm);
         if (tied) {
           gemm.matmul(head_y.data(), W("embedding.word"), logits.data(), n, vocab, H, false, true, 1.0F, 0.0F, s);
         } else {
           gemm.matmul(head_y.data(), W("head.weight"), logits.data(), n, vocab, H, false, false, 1.0F, 0.0F, s);
         }
       }
-      auto t = op(OpClass::loss);
+      auto t = op(models::OpKind::loss);
       kernels::cuda::cross_entropy_forward<bf16>(logits.data(), targets.data(), loss_rows.data(), lse_f.data(), n, vocab, s);
       // d(loss_scale * mean loss)/d(logits), in place of the logits.
       kernels::cuda::cross_entropy_backward<bf16>(logits.data(), targets.data(), lse_f.data(), logits.data(), n, vocab,
@@ -461,7 +461,7 @@ struct CudaGpt::Impl {
       bf16* dy = grad_a.data();
       bf16* dx = grad_b.data();
       {
-        auto t = op(OpClass::gemm);
+        auto t = op(models::OpKind::gemm);
         const bf16* dlogits = logits.data();
         if (tied) {
           gemm.matmul(dlogits, head_y.data(), G("embedding.word"), vocab, H, n, true, false, 1.0F, 1.0F, s);
@@ -479,7 +479,7 @@ struct CudaGpt::Impl {
         bucket_done(static_cast<std::size_t>(L_count - l));
       }
       {
-        auto t = op(OpClass::embedding);
+        auto t = op(models::OpKind::embedding);
         embedding_backward_position(dy, G("embedding.position"), samples, seq, H, s);
         embedding_backward_word(ids.data(), dy, G("embedding.word"), n, H, s);
       }
@@ -495,7 +495,7 @@ struct CudaGpt::Impl {
   void optimizer_step(I step) {
     NvtxRange range("optimizer");
     {
-      auto t = op(OpClass::optimizer);
+      auto t = op(models::OpKind::optimizer);
       kernels::cuda::adamw_step<float>(master.data(), grads.data(), exp_avg.data(), exp_avg_sq.data(), copy.data(), total, step, hp, s);
     }
     zero_grads();

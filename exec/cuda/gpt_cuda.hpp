@@ -5,7 +5,7 @@
 // accumulation), fp32 master parameters, gradients and AdamW state. Its parameters have the
 // names, shapes and row-major layout of GptChunk's (exec/params.hpp: embedding_specs,
 // layer_specs, head_specs, in that order), so a CPU chunk's values can be copied in and one
-// bf16 step compared with the CPU's fp32 step. Device time per op class (exec::OpClass names)
+// bf16 step compared with the CPU's fp32 step. Device time per op kind (models::OpKind names)
 // is measured with events on the compute stream.
 //
 // For data parallelism the gradients are one flat fp32 buffer (grad_data) in buckets
@@ -104,7 +104,7 @@ class CudaGpt {
   // what `automatic` resolved to (materialised or flash_direct).
   [[nodiscard]] AttentionPath attention_path() const;
 
-  // Device milliseconds per op class (kOpClassNames) since construction; waits for the device.
+  // Device milliseconds per op kind (models::to_string(models::OpKind)) since construction; waits for the device.
   [[nodiscard]] std::map<std::string, double, std::less<>> op_ms();
 
  private:

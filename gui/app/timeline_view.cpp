@@ -10,20 +10,9 @@
 namespace meshwork::gui {
 namespace {
 
-QColor colour_of(const TimelineEvent& e) {
-  const std::string& name = e.name;
-  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  if (has("send") || has("recv")) return {230, 150, 80};
-  if (e.pass == "forward") return {120, 190, 120};
-  if (e.pass == "backward" || e.pass == "backward_input") return {86, 141, 206};
-  if (e.pass == "backward_weight") return {60, 100, 170};
-  if (has("backward") || has("bwd") || has("dgrad") || has("wgrad")) return {86, 141, 206};
-  if (has("forward") || has("fwd")) return {120, 190, 120};
-  if (has("recompute")) return {190, 190, 110};
-  if (has("optimizer") || has("adam")) return {170, 120, 200};
-  if (has("send") || has("recv")) return {230, 150, 80};
-  if (has("reduce") || has("gather") || has("all") || has("broadcast")) return {220, 100, 100};
-  return {150, 150, 150};
+QColor qcolour(const TimelineEvent& e) {
+  const Rgb c = colour_of(e);
+  return {c.r, c.g, c.b};
 }
 
 }  // namespace
@@ -69,17 +58,26 @@ void TimelineView::paintEvent(QPaintEvent*) {
   for (const auto& row : timeline_.rows) {
     p.setPen(Qt::black);
     p.drawText(QRect(4, y, label_width_px - 8, row_height_px), Qt::AlignVCenter | Qt::AlignLeft, QString::fromStdString(row.label));
-    for (const auto& e : row.events) {
-      if (e.end_s < scale_.start_s || e.start_s > scale_.end_s) continue;
-      const double x0 = label_width_px + std::max(0.0, scale_.to_px(e.start_s));
-      const double x1 = label_width_px + std::min(scale_.width_px, scale_.to_px(e.end_s));
-      const QRectF box(x0, y + 2, std::max(1.0, x1 - x0), row_height_px - 4);
-      p.fillRect(box, colour_of(e));
-      if (box.width() > 40) {
-        p.setPen(Qt::black);
-        const QString what = e.pass.empty() ? QString::fromStdString(e.name) : QString(e.pass == "forward" ? "F" : e.pass == "backward_weight" ? "W" : "B");
-        const QString label = e.microbatch >= 0 ? QString("%1%2").arg(what).arg(e.microbatch) : what;
-        p.drawText(box.adjusted(2, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft, p.fontMetrics().elidedText(label, Qt::ElideRight, static_cast<int>(box.width()) - 4));
+    // Blocks (and every event of a trace without them) fill the row; the ops inside a block
+    // are a thin strip along its bottom, so that both read at once.
+    bool blocks = false;
+    for (const auto& e : row.events) blocks = blocks || e.block;
+    for (int layer = 0; layer < 2; ++layer) {
+      for (const auto& e : row.events) {
+        const bool inner = blocks && !e.block;
+        if ((layer == 1) != inner) continue;
+        if (e.end_s < scale_.start_s || e.start_s > scale_.end_s) continue;
+        const double x0 = label_width_px + std::max(0.0, scale_.to_px(e.start_s));
+        const double x1 = label_width_px + std::min(scale_.width_px, scale_.to_px(e.end_s));
+        const QRectF box = inner ? QRectF(x0, y + row_height_px - 7, std::max(1.0, x1 - x0), 5) : QRectF(x0, y + 2, std::max(1.0, x1 - x0), row_height_px - 4);
+        p.fillRect(box, inner ? qcolour(e).darker(130) : qcolour(e));
+        if (!inner && box.width() > 40) {
+          p.setPen(Qt::black);
+          std::string text = label_of(e);
+          if (!e.block && !e.pass.empty()) text = std::string(e.pass == "forward" ? "F" : e.pass == "backward_weight" ? "W" : "B") + (e.microbatch >= 0 ? std::to_string(e.microbatch) : "");
+          p.drawText(box.adjusted(2, 0, -2, -6), Qt::AlignVCenter | Qt::AlignLeft,
+                     p.fontMetrics().elidedText(QString::fromStdString(text), Qt::ElideRight, static_cast<int>(box.width()) - 4));
+        }
       }
     }
     y += row_height_px;

@@ -45,6 +45,7 @@ Timeline read_trace(std::string_view json_text) {
         ev.microbatch = e["args"].value("microbatch", -1);
         ev.pass = e["args"].value("pass", "");
       }
+      ev.block = e.value("cat", "") == "block";
       t.end_s = std::max(t.end_s, ev.end_s);
       auto& row = rows[{pid, tid}];
       row.pid = pid;
@@ -61,6 +62,32 @@ Timeline read_trace(std::string_view json_text) {
     t.rows.push_back(std::move(row));
   }
   return t;
+}
+
+Rgb colour_of(const TimelineEvent& e) {
+  const std::string& name = e.name;
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("send") || has("recv")) return {230, 150, 80};
+  if (has("optimizer") || has("adam")) return {170, 120, 200};
+  if (!e.block && (has("_all_reduce") || has("_reduce_scatter") || has("_all_gather") || has("_all_to_all") || has("_ring_exchange"))) return {220, 100, 100};
+  if (e.pass == "forward") return {120, 190, 120};
+  if (e.pass == "backward" || e.pass == "backward_input") return {86, 141, 206};
+  if (e.pass == "backward_weight") return {60, 100, 170};
+  // Traces of other tools: by the usual words.
+  if (has("backward") || has("bwd") || has("dgrad") || has("wgrad")) return {86, 141, 206};
+  if (has("forward") || has("fwd")) return {120, 190, 120};
+  if (has("recompute")) return {190, 190, 110};
+  if (has("reduce") || has("gather") || has("all") || has("broadcast")) return {220, 100, 100};
+  return {150, 150, 150};
+}
+
+std::string label_of(const TimelineEvent& e) {
+  if (!e.block || e.pass.empty()) return e.name;
+  std::string out = e.pass == "forward" ? "F" : e.pass == "backward_weight" ? "W" : "B";
+  if (e.microbatch >= 0) out += std::to_string(e.microbatch);
+  const auto space = e.name.find(' ');
+  if (space != std::string::npos) out += e.name.substr(space);
+  return out;
 }
 
 void TimelineScale::zoom(double factor, double px) {

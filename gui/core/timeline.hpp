@@ -14,7 +14,18 @@ struct TimelineEvent {
   double start_s = 0, end_s = 0;
   int microbatch = -1;
   std::string pass;  // "forward", "backward", "backward_input", "backward_weight"; empty outside the schedule
+  bool block = false;  // a schedule item's block ("forward L0-3", category "block"); its ops lie inside it
 };
+
+// What the view paints: the colour of an event by its pass (forward green, backward blue, weight
+// gradient dark blue), transfers orange, collectives red, the optimizer purple, else grey; and a
+// block's label, pass letter, micro-batch and layers ("F3 L0-3"), an op's its name.
+struct Rgb {
+  int r = 0, g = 0, b = 0;
+  bool operator==(const Rgb&) const = default;
+};
+[[nodiscard]] Rgb colour_of(const TimelineEvent& e);
+[[nodiscard]] std::string label_of(const TimelineEvent& e);
 
 struct TimelineRow {
   std::string label;  // "rank 0 (stage 0) compute"

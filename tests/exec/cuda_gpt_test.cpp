@@ -65,7 +65,7 @@ void compare_one_step(bool swiglu, AttentionPath attention = AttentionPath::auto
     batch.targets.push_back(static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(m.vocab_size)));
   }
   LocalGroup tp("tp");
-  GptChunk cpu(m, 0, m.num_layers, true, true, seed, TensorParallel{&tp, false}, nullptr);
+  GptChunk cpu(m, 0, m.num_layers, true, true, seed, TensorParallel{&tp, false});
   (void)cpu.forward(0, batch, Mat(), 1.0);
   (void)cpu.backward(0, Mat());
 

@@ -245,6 +245,65 @@ TEST(Program, SelectiveRecomputationIsInEveryLayer) {
   EXPECT_EQ(recomputed, 32 /*micro-batches*/ * 12 /*layers*/);
 }
 
+// Each GEMM's weight gradient follows its own input gradient (the op table's order), so that the
+// executor's weight-gradient half reads the gradient its input-gradient half left. The lowering
+// once walked each layer's op list backwards and put every weight gradient before its input's.
+TEST(Program, EachWeightGradientFollowsItsInputGradient) {
+  auto r = plan::load_plan_text("model: gpt3-175b\ntraining: {global_batch_size: 16, precision: bf16}\n"
+                                "parallelism: {tp: 8, sp: true, pp: 8, dp: 2}\ncluster: {gpu: h100-sxm}\n",
+                                plan::Format::yaml);
+  ASSERT_TRUE(r.ok());
+  const Program prog = lowered(r.plan);
+  std::int64_t weights = 0;
+  for (const auto& sp : prog.classes) {
+    std::map<std::tuple<std::int32_t, std::int32_t, std::string>, bool> input_done;  // (item, layer, op)
+    for (const auto& in : sp.instrs) {
+      if (in.kind != InstrKind::compute) continue;
+      const auto key = std::make_tuple(in.item, in.layer, prog.name(in));
+      if (in.phase == OpPhase::backward_input) input_done[key] = true;
+      if (in.phase == OpPhase::backward_weight && prog.name(in) != "embedding") {
+        EXPECT_TRUE(input_done[key]) << "stage " << sp.stage << " item " << in.item << " layer " << in.layer << " " << prog.name(in);
+        ++weights;
+      }
+    }
+  }
+  EXPECT_GT(weights, 0);
+}
+
+// Megatron reduces the vocabulary-parallel embedding's output over TP (reduce-scatter with SP)
+// and gathers the final norm's output for the column-parallel LM head; their backward passes
+// mirror them. Both tiers price them (models/layer_comm).
+TEST(Program, TheEmbeddingAndTheHeadHaveTheirTensorParallelCollectives) {
+  for (const bool sp : {true, false}) {
+    auto r = plan::load_plan_text(std::string("model: gpt3-175b\ntraining: {global_batch_size: 16, precision: bf16}\n"
+                                              "parallelism: {tp: 8, sp: ") + (sp ? "true" : "false") + ", pp: 8, dp: 2}\ncluster: {gpu: h100-sxm}\n",
+                                  plan::Format::yaml);
+    ASSERT_TRUE(r.ok());
+    const Program prog = lowered(r.plan);
+    // The TP collectives outside the layers (layer -1), per stage, in order.
+    auto outside = [&](const StageProgram& stage) {
+      std::vector<std::string> out;
+      for (const auto& in : stage.instrs) {
+        if (in.kind == InstrKind::collective && in.stream == Stream::tp && in.layer < 0 && in.item == 0) out.push_back(prog.name(in));
+      }
+      return out;
+    };
+    const std::string reduce = sp ? "tp_reduce_scatter" : "tp_all_reduce";
+    // Stage 0, item 0 (a forward): the embedding's reduction.
+    EXPECT_EQ(outside(prog.classes.front()), std::vector<std::string>{reduce}) << sp;
+    // The last stage's item 0 is micro-batch 0's forward: the gather before the head (SP only).
+    EXPECT_EQ(outside(prog.classes.back()), sp ? std::vector<std::string>{"tp_all_gather"} : std::vector<std::string>{}) << sp;
+    EXPECT_TRUE(check(prog, step_flops(r.plan).hardware).ok());
+    // The last stage's first backward (item 1): the loss, the head, its reduction, the final
+    // norm, then the layers. (The op table once had no backward of the final norm.)
+    std::vector<std::string> head;
+    for (const auto& in : prog.classes.back().instrs) {
+      if (in.item == 1 && in.layer < 0 && (in.kind == InstrKind::compute || in.kind == InstrKind::collective)) head.push_back(prog.name(in) + (in.kind == InstrKind::compute ? ":" + std::string(to_string(in.phase)) : ""));
+    }
+    EXPECT_EQ(head, (std::vector<std::string>{"loss:backward_input", "lm_head:backward_input", "lm_head:backward_weight", reduce, "final_norm:backward_input"})) << sp;
+  }
+}
+
 // DP collectives of stage 0 by name and kind.
 std::map<std::string, std::int64_t> dp_counts(const Program& prog) {
   std::map<std::string, std::int64_t> n;
