@@ -1,6 +1,7 @@
 // meshwork compare PREDICTED.json MEASURED [--json]: a predicted Report (estimate or simulate
 // --json) against a measured one: a Report as JSON (execute --json) or a Megatron-LM training
-// log, told apart by their content.
+// log, told apart by their content; or a predicted timeline (simulate --trace) against a
+// measured one (execute --trace), slice by slice.
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "report/compare.hpp"
 #include "report/megatron_log.hpp"
 #include "report/report_io.hpp"
+#include "report/trace.hpp"
 
 namespace meshwork::cli {
 namespace {
@@ -62,22 +64,52 @@ void add_compare_command(CLI::App& app, Io& io) {
   auto measured_file = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   cmd->add_option("PREDICTED", *predicted_file,
-                  "Report as JSON (meshwork estimate --json, simulate --json)")
+                  "Report as JSON (meshwork estimate --json, simulate --json), or a Chrome trace (simulate --trace)")
       ->required();
   cmd->add_option("MEASURED", *measured_file,
-                  "Report as JSON (meshwork execute --json) or a Megatron-LM or Megatron-DeepSpeed training log")
+                  "Report as JSON (meshwork execute --json), a Megatron-LM or Megatron-DeepSpeed training log, or a Chrome trace (execute --trace)")
       ->required();
   cmd->add_flag("--json", *json, "Print the comparison as JSON");
+  auto top = std::make_shared<std::size_t>(20);
+  cmd->add_option("--top", *top, "Traces: the slices of largest error to list")->check(CLI::Range(1, 1000000))->capture_default_str();
   cmd->footer(
       "A Megatron-LM or Megatron-DeepSpeed log gives the median elapsed time per iteration after the warm-up\n"
       "(intervals holding any of a run's first 3 iterations) and the throughput per GPU when logged; its world size,\n"
       "mesh, batch and sequence, where logged, are checked against the prediction (a warning when they differ).\n"
-      "Exit status: 0 compared, 1 an unreadable or malformed input, 2 bad usage.");
+      "Two Chrome traces (simulate --trace --fine against execute --trace of the same plan) are compared slice by slice: per rank and\n"
+      "stream, the i-th slice of each (a measured slice's median over the steps after the first); the largest errors are listed (--top).\n"
+      "Exit status: 0 compared, 1 an unreadable or malformed input (or traces that do not line up), 2 bad usage.");
   cmd->callback([=, &io] {
     io.exit_code = 1;  // until both inputs are read
     const auto predicted_text = read_text(io, *predicted_file);
     const auto measured_text = read_text(io, *measured_file);
     if (!predicted_text || !measured_text) return;
+    // Two timelines (simulate --trace against execute --trace): slice by slice.
+    if (report::is_chrome_trace(*predicted_text) || report::is_chrome_trace(*measured_text)) {
+      if (!report::is_chrome_trace(*predicted_text) || !report::is_chrome_trace(*measured_text)) {
+        io.err << (report::is_chrome_trace(*predicted_text) ? *measured_file : *predicted_file)
+               << ": error: not a Chrome trace: a trace is compared with a trace (simulate --trace against execute --trace)\n";
+        return;
+      }
+      report::TraceComparison c;
+      try {
+        c = report::compare_traces(report::read_chrome_trace(*predicted_text), report::read_chrome_trace(*measured_text));
+      } catch (const std::invalid_argument& e) {
+        io.err << "meshwork compare: error: " << e.what() << '\n';
+        return;
+      }
+      // Timelines of different Programs cannot be lined up: the comparison says where, exit 1.
+      io.exit_code = c.mismatches.empty() ? 0 : 1;
+      if (*json) {
+        nlohmann::json j = report::to_json(c);
+        j["predicted_file"] = *predicted_file;
+        j["measured_file"] = *measured_file;
+        io.out << j.dump(2) << '\n';
+        return;
+      }
+      io.out << *predicted_file << " against " << *measured_file << " (traces)\n" << report::to_text(c, *top);
+      return;
+    }
     if (!looks_like_json(*predicted_text)) {
       io.err << *predicted_file
              << ": error: not a meshwork Report: PREDICTED is a Report as JSON (meshwork estimate "

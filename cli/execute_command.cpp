@@ -1,6 +1,7 @@
 // meshwork execute PLAN [--backend cpu|cuda] [--verify] [--steps N] [--json] [--trace F]
 //                  [--checkpoint-dir D [--checkpoint-every K] [--keep-last N] [--resume]] [--timeout S]
-//                  [--inject-bitflip|--inject-hang|--inject-death|--inject-save-death|--inject-signal STEP:RANK]:
+//                  [--inject-bitflip|--inject-hang|--inject-death|--inject-save-death|--inject-signal STEP:RANK]
+//                  [--inject-slowdown RANK:INSTR:MS]:
 // the plan run for real on the CPU backend (or the CUDA backend: one GPU per rank, data
 // parallelism only), one rank per process, launched by `mpirun -np N` (or srun, torchrun).
 // Rank 0 prints; every rank reports its own errors. When a
@@ -129,9 +130,13 @@ void add_execute_command(CLI::App& app, Io& io) {
   cmd->add_option("--inject-death", *death, "STEP:RANK: that rank is killed at that step");
   cmd->add_option("--inject-save-death", *save_death, "STEP:RANK: that rank is killed halfway through writing its checkpoint shard of that step");
   cmd->add_option("--inject-signal", *signal, "STEP:RANK: that rank gets SIGTERM during that step (a preemption notice)");
+  auto slowdown = std::make_shared<std::string>();
+  cmd->add_option("--inject-slowdown", *slowdown,
+                  "RANK:INSTR:MS: every run of instruction INSTR of that rank's Program (its index in its stage's list, as `meshwork program` "
+                  "numbers them) takes MS milliseconds longer");
   cmd->footer("Exit status: 0 done; 1 a failed run or bad plan; 2 bad usage; " + std::to_string(kExitPreempted) +
               " stopped by SIGTERM, SIGUSR1 or SIGUSR2 at a step boundary, with a checkpoint of that step when --checkpoint-dir is given (resume with --resume).");
-  cmd->callback([&io, file, opt, json, trace, bitflip, hang, death, save_death, signal, tolerance] {
+  cmd->callback([&io, file, opt, json, trace, bitflip, hang, death, save_death, signal, slowdown, tolerance] {
     std::string error;
     if (opt->backend == "cuda" && !exec::have_cuda_backend()) {
       io.err << "meshwork execute: --backend cuda: this build has no CUDA backend\n";
@@ -145,6 +150,21 @@ void add_execute_command(CLI::App& app, Io& io) {
       io.err << "meshwork execute: " << error << '\n';
       io.exit_code = 2;
       return;
+    }
+    if (!slowdown->empty()) {
+      long long rank = -1, instr = -1;
+      double ms = -1;
+      char tail = 0;
+      if (std::sscanf(slowdown->c_str(), "%lld:%lld:%lf%c", &rank, &instr, &ms, &tail) != 3 || rank < 0 || instr < 0 || instr > (1LL << 30) ||
+          !(ms > 0 && ms <= 3.6e6)) {
+        io.err << "meshwork execute: --inject-slowdown: '" << *slowdown << "' is not RANK:INSTR:MS (non-negative integers and milliseconds in (0, 3600000])\n";
+        io.exit_code = 2;
+        return;
+      }
+      opt->slow.rank = rank;
+      opt->slow.step = 1;
+      opt->slow_instr = static_cast<std::int32_t>(instr);
+      opt->slow_s = ms / 1e3;
     }
     if ((opt->checkpoint_every > 0 || opt->resume || opt->keep_last > 0 || opt->save_death.step > 0) && opt->checkpoint_dir.empty()) {
       io.err << "meshwork execute: --checkpoint-every, --keep-last, --resume and --inject-save-death need --checkpoint-dir\n";

@@ -308,6 +308,15 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
   try {
     run.emplace(plan, mpi_groups(plan, rank, {.timeout_s = options.timeout_s, .self_check = options.verify, .on_timeout = options.on_timeout}), rank, &timing);
     run->tracing = options.trace;
+    if (options.slow.rank == rank) {
+      const auto& instrs = run->program().classes[static_cast<std::size_t>(run->stage())].instrs;
+      if (options.slow_instr < 0 || static_cast<std::size_t>(options.slow_instr) >= instrs.size()) {
+        throw std::invalid_argument("--inject-slowdown: rank " + std::to_string(rank) + "'s Program has instructions 0 to " + std::to_string(instrs.size() - 1) +
+                                    ", not " + std::to_string(options.slow_instr));
+      }
+      run->delay_instr = options.slow_instr;
+      run->delay_s = options.slow_s;
+    }
     run->keep_reduced = options.verify;
     if (options.verify) ref.emplace(single_rank(plan), local_groups(), 0, nullptr);
     const std::string plan_hash = report::fnv1a_hex(plan::to_json(plan).dump());

@@ -44,6 +44,11 @@ struct ExecuteOptions {
   Injection bitflip, hang, death;     // faults for tests: a flipped bit after the DP reduction, a rank that sleeps, one that is killed
   Injection save_death;               // a rank killed halfway through writing its shard (an interrupted save)
   Injection signal;                   // a rank that gets SIGTERM during that step (preemption)
+  // A slow op for tests of the measured timeline: every run of instruction `slow_instr` of the
+  // rank's Program (its index in the stage's list) on rank `slow.rank` takes `slow_s` longer.
+  Injection slow;
+  std::int32_t slow_instr = -1;
+  double slow_s = 0;
   // Polled at every step boundary on every rank: true once the job should stop (a
   // preemption signal arrived). The ranks agree on it, write a checkpoint of the step just
   // finished (with checkpoint_dir) and return with `preempted`.

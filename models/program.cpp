@@ -422,7 +422,7 @@ LowerResult lower(const plan::Plan& p, const std::function<void(StageProgram&)>&
 
 std::string Program::block_name(std::int64_t stage, const ScheduleItem& item) const {
   const auto [first, end] = chunk_layers.at(static_cast<std::size_t>(stage)).at(static_cast<std::size_t>(item.chunk));
-  std::string out(to_string(item.pass));
+  std::string out(pass_name(item.pass));
   if (end > first) return out + " L" + std::to_string(first) + "-" + std::to_string(end - 1);
   return out + (first_virtual(stage, item.chunk) ? " embedding" : " head");
 }

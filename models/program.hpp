@@ -35,7 +35,9 @@ enum class Pass : std::uint8_t { forward, backward, backward_input, backward_wei
 std::string_view to_string(Stream s);
 std::string_view to_string(InstrKind k);
 std::string_view to_string(Collective c);
-std::string_view to_string(Pass p);
+std::string_view to_string(Pass p);  // "F", "B", "B_input", "W": the schedule tables' letters
+// The pass's name in traces and the GUI: "forward", "backward", "backward_input", "backward_weight".
+std::string_view pass_name(Pass p);
 
 struct ScheduleItem {
   Pass pass = Pass::forward;

@@ -39,10 +39,11 @@ void append_rank_trace(const Program& program, const StageProgram& sp, std::int6
       slice.name = program.name(in);
       slice.start_us = t.start_us;
       slice.duration_us = t.end_us - t.start_us;
+      slice.step = t.step;
       if (in.item >= 0) {
         const ScheduleItem& item = sp.schedule[static_cast<std::size_t>(in.item)];
         slice.microbatch = item.microbatch;
-        slice.pass = std::string(to_string(item.pass));
+        slice.pass = std::string(pass_name(item.pass));
         if (in.kind == InstrKind::compute && !placed[static_cast<std::size_t>(in.item)]) {
           placed[static_cast<std::size_t>(in.item)] = true;
           const auto& s = span[static_cast<std::size_t>(in.item)];

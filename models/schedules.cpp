@@ -148,4 +148,14 @@ std::string_view to_string(Pass p) {
   return "?";
 }
 
+std::string_view pass_name(Pass p) {
+  switch (p) {
+    case Pass::forward: return "forward";
+    case Pass::backward: return "backward";
+    case Pass::backward_input: return "backward_input";
+    case Pass::backward_weight: return "backward_weight";
+  }
+  return "?";
+}
+
 }  // namespace meshwork::models

@@ -884,6 +884,8 @@ class Simulation {
         case InstrKind::send: {
           wait_for(st, in.after);
           settle(st);
+          // Sends are buffered: in the trace, a mark where the rank handed the data over.
+          if (st.traced) record(st, sp, in, sg4::Engine::get_clock(), sg4::Engine::get_clock());
           const double bytes = options_.free_communication ? 0 : in.bytes;
           const std::size_t type = in.peer_stage == my_stage || in.peer_stage == next_stage ? next_type : next_type + 1;
           const std::int64_t peer = in.peer_stage == my_stage ? lead : peer_[type][static_cast<std::size_t>(lead)];

@@ -21,6 +21,10 @@ class TimelineView : public QWidget {
     scale_.zoom(factor, px - label_width_px);
     update();
   }
+  // The geometry: rows' labels on the left, the time axis on top, one row per rank and stream.
+  static constexpr int label_width_px = 210;
+  static constexpr int row_height_px = 22;
+  static constexpr int axis_height_px = 24;
 
  protected:
   void paintEvent(QPaintEvent*) override;
@@ -32,10 +36,6 @@ class TimelineView : public QWidget {
   QSize sizeHint() const override;
 
  private:
-  static constexpr int label_width_px = 210;
-  static constexpr int row_height_px = 22;
-  static constexpr int axis_height_px = 24;
-
   Timeline timeline_;
   TimelineScale scale_;
   double drag_x_ = -1;

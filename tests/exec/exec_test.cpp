@@ -13,6 +13,8 @@
 #include "exec/launch.hpp"
 #include "exec/params.hpp"
 #include "exec/reference_check.hpp"
+#include "exec/synthetic_batch.hpp"
+#include "models/op_table.hpp"
 #include "exec/trainer.hpp"
 #include "plan/plan_io.hpp"
 
@@ -235,6 +237,56 @@ run: {seed: 7}
   c = check_first_step(loaded.plan, loss, run);
   EXPECT_EQ(c.worst_tensor, "layers.1.fc1.weight");
   EXPECT_NEAR(c.worst_relative_error, 1e-2, 1e-4);
+}
+
+// Zero-bubble schedules run a micro-batch's weight gradients in their own item, after its
+// input gradients (Qi et al. 2024, ZB-H1): the chunk's input-gradient ops leave every weight
+// gradient untouched, and its weight-gradient ops, run later, make exactly the gradients of the
+// combined backward.
+TEST(GptChunk, WeightGradientsRunWhereTheScheduleRunsThem) {
+  const auto loaded = plan::load_plan_text(R"(schema_version: 1
+name: zb
+model: {name: z, num_layers: 2, hidden_size: 32, num_attention_heads: 4, ffn_hidden_size: 64, seq_length: 16, vocab_size: 128, add_bias_linear: true}
+training: {global_batch_size: 2, micro_batch_size: 2, precision: fp32, recompute: none, flash_attention: false}
+parallelism: {tp: 1, pp: 1, zero_stage: 0}
+cluster: {gpu: cpu-host, num_gpus: 1, gpus_per_node: 1, intra_node: {kind: shared_memory}, nics_per_node: 0, topology: {kind: single_node}}
+run: {seed: 7}
+)");
+  ASSERT_TRUE(loaded.ok());
+  const plan::Plan& p = loaded.plan;
+  const auto& m = p.model;
+  LocalGroup tp;
+  GptChunk whole(m, 0, m.num_layers, true, true, 7, TensorParallel{&tp, false});
+  GptChunk split(m, 0, m.num_layers, true, true, 7, TensorParallel{&tp, false});
+  const Batch batch = synthetic_batch(p, 1, 0, 1, 0);
+  (void)whole.forward(0, batch, Mat(), 1.0);
+  (void)whole.backward(0, Mat());
+  (void)split.forward(0, batch, Mat(), 1.0);
+  split.begin_backward(0, Mat());
+  const auto layer = models::layer_ops(p, false, false);
+  const auto head = models::last_stage_ops(p), embedding = models::first_stage_ops(p);
+  auto input_half = [&](const std::vector<models::Op>& ops, std::int64_t l) {
+    for (const models::Op* op : models::backward_order(ops, false)) split.run(op->name, op->phase, l, 0);
+  };
+  input_half(head, -1);
+  for (std::int64_t l = m.num_layers - 1; l >= 0; --l) input_half(layer, l);
+  EXPECT_EQ(split.find("layers.1.fc1.weight")->grad.norm(), 0.0F);
+  EXPECT_EQ(split.find("layers.0.q.weight")->grad.norm(), 0.0F);
+  EXPECT_EQ(split.find("embedding.word")->grad.norm(), 0.0F);
+  EXPECT_GT(split.find("layers.0.ln1.gamma")->grad.norm(), 0.0F);  // norms belong to the input half
+  auto weight_half = [&](const std::vector<models::Op>& ops, std::int64_t l) {
+    for (const auto& op : ops) {
+      if (op.phase == models::OpPhase::backward_weight) split.run(op.name, op.phase, l, 0);
+    }
+  };
+  weight_half(head, -1);
+  for (std::int64_t l = 0; l < m.num_layers; ++l) weight_half(layer, l);
+  weight_half(embedding, -1);
+  split.end_backward(0);
+  for (auto& prm : whole.params()) {
+    const Mat& got = split.find(prm.spec.name)->grad;
+    EXPECT_LE((got - prm.grad).norm(), 1e-6F * (prm.grad.norm() + 1e-30F)) << prm.spec.name;
+  }
 }
 
 TEST(Execute, AnUnknownBackendIsRefused) {

@@ -24,6 +24,7 @@
 #include "gui/core/comparison_model.hpp"
 #include "models/estimate.hpp"
 #include "report/report_io.hpp"
+#include "report/trace.hpp"
 
 using namespace meshwork;
 using namespace meshwork::gui;
@@ -189,6 +190,45 @@ class MainWindowTest : public QObject {
     w.timeline()->zoom(4, 600);
     QVERIFY(std::abs(w.timeline()->scale().span_s() - span / 4) < 1e-9 * span);
     screenshot(w, 2, "timeline-zoomed");
+  }
+
+  // The timeline paints each schedule item's block in its pass's colour with its label
+  // ("F0 L0-3"), and the ops inside it as a strip along its bottom. (The simulator once wrote
+  // the pass as "F" and named a block after its first op, and the view, which looks for
+  // "forward", painted every block grey.)
+  void the_timeline_colours_blocks_by_pass_and_labels_them() {
+    report::Trace t;
+    t.threads = {"compute", "tp"};
+    t.processes = {{0, "rank 0 (stage 0)"}};
+    t.slices = {{0, 0, "forward L0-3", 0, 400, 0, "forward", true},      {0, 0, "qkv", 0, 100, 0, "forward", false},
+                {0, 0, "backward L0-3", 500, 400, 0, "backward", true},  {0, 0, "qkv", 500, 100, 0, "backward", false},
+                {0, 0, "backward_weight L0-3", 1000, 300, 0, "backward_weight", true}, {0, 1, "tp_all_gather", 100, 50, 0, "forward", false}};
+    TimelineView view;
+    view.resize(1210, 200);
+    view.set_timeline(read_trace(report::chrome_trace_json(t)));
+    const auto& row = view.timeline().rows.front();
+    QCOMPARE(row.events.size(), std::size_t{5});
+    QCOMPARE(QString::fromStdString(label_of(row.events[0])), QString("F0 L0-3"));
+    QCOMPARE(QString::fromStdString(label_of(row.events[1])), QString("qkv"));
+    QCOMPARE(QString::fromStdString(label_of(row.events[2])), QString("B0 L0-3"));
+    QCOMPARE(QString::fromStdString(label_of(row.events[4])), QString("W0 L0-3"));
+    QVERIFY(colour_of(row.events[0]) == (Rgb{120, 190, 120}));
+    QVERIFY(colour_of(row.events[2]) == (Rgb{86, 141, 206}));
+    QVERIFY(colour_of(row.events[4]) == (Rgb{60, 100, 170}));
+    QVERIFY(colour_of(view.timeline().rows[1].events.front()) == (Rgb{220, 100, 100}));
+    const QImage image = view.grab().toImage();
+    QVERIFY(image.save(screenshot_dir() + "/timeline-blocks.png"));
+    // Pixels near each block's right end (past its label), in its upper half.
+    auto pixel = [&](double at_us) {
+      const int x = TimelineView::label_width_px + static_cast<int>(view.scale().to_px(at_us * 1e-6));
+      return image.pixelColor(x, TimelineView::axis_height_px + 5);
+    };
+    QCOMPARE(pixel(380), QColor(120, 190, 120));
+    QCOMPARE(pixel(880), QColor(86, 141, 206));
+    QCOMPARE(pixel(1280), QColor(60, 100, 170));
+    // The op inside the forward block: a darker strip along the block's bottom.
+    const int strip_x = TimelineView::label_width_px + static_cast<int>(view.scale().to_px(50e-6));
+    QCOMPARE(image.pixelColor(strip_x, TimelineView::axis_height_px + TimelineView::row_height_px - 4).rgb(), QColor(120, 190, 120).darker(130).rgb());
   }
 
   void a_simulation_can_be_cancelled() {
