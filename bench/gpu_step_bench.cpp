@@ -7,8 +7,8 @@
 // Llama 2 7B (Touvron et al. 2023, arXiv:2307.09288, Table 1 and the released config.json):
 // hidden 4096, 32 heads without GQA, SwiGLU FFN 11008, RMSNorm, vocab 32000, context 4096,
 // untied embeddings, no biases; 4 of its 32 layers by default, micro-batch 1, synthetic tokens.
-// Llama uses RoPE; CudaGpt has learned absolute positions instead (RoPE is not implemented). Its
-// FLOPs are negligible (elementwise on Q and K) and model FLOPs do not count them either.
+// RoPE as Llama runs it (an elementwise rotation of Q and K: its FLOPs are negligible and model
+// FLOPs do not count them either).
 //
 // 2 warm-up steps, then N timed steps of forward_backward + optimizer_step, each between two
 // cudaEvents on a synchronised device: the step's wall time on the GPU, host gaps included.
@@ -116,7 +116,7 @@ plan::ModelConfig llama2_7b_shape(std::int64_t layers, std::int64_t seq) {
   m.ffn_hidden_size = 11008;
   m.activation = plan::Activation::swiglu;
   m.normalization = plan::Normalization::rmsnorm;
-  m.position_embedding_type = plan::PositionEmbedding::learned_absolute;  // what CudaGpt runs
+  m.position_embedding_type = plan::PositionEmbedding::rope;
   m.seq_length = seq;
   m.vocab_size = 32000;
   m.untie_embeddings_and_output_weights = true;

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <iomanip>
 #include <ostream>
 #include <string>
 
@@ -224,8 +225,12 @@ void add_execute_command(CLI::App& app, Io& io) {
                       static_cast<long long>(r.first_step), r.report.step_time_s, r.report.mfu * 100, plan->cluster.gpu.name.c_str(), r.report.tokens_per_s);
         io.out << buf;
         const auto& b = r.report.breakdown;
-        std::snprintf(buf, sizeof buf, "  per step (s): compute %.4f, TP %.4f, DP %.4f, PP %.4f, optimizer %.4f, other %.4f\n", b.compute_s, b.tp_s, b.dp_s,
-                      b.pp_s, b.optimizer_s, b.stalls_s);
+        std::snprintf(buf, sizeof buf, "  per step (s): compute %.4f, TP %.4f, DP %.4f, PP %.4f", b.compute_s, b.tp_s, b.dp_s, b.pp_s);
+        io.out << buf;
+        // EP and CP where the plan has them.
+        if (plan->parallelism.expert_model_parallel_size > 1) io.out << ", EP " << std::fixed << std::setprecision(4) << b.ep_s << std::defaultfloat;
+        if (plan->parallelism.context_parallel_size > 1) io.out << ", CP " << std::fixed << std::setprecision(4) << b.cp_s << std::defaultfloat;
+        std::snprintf(buf, sizeof buf, ", optimizer %.4f, other %.4f\n", b.optimizer_s, b.stalls_s);
         io.out << buf;
         if (opt->verify) {
           io.out << "  verified: loss and every gradient within " << opt->tolerance

@@ -1,6 +1,7 @@
 #include "exec/calibrate.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <chrono>
 #include <cmath>
 
@@ -250,10 +251,12 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
       Mat table_grad = Mat::Zero(vocab, hidden), pos_grad = Mat::Zero(seq, hidden);
       std::vector<std::int64_t> ids(static_cast<std::size_t>(tokens));
       for (Index i = 0; i < tokens; ++i) ids[static_cast<std::size_t>(i)] = (i * 7919) % vocab;
+      std::vector<Index> positions(static_cast<std::size_t>(seq));
+      std::iota(positions.begin(), positions.end(), Index{0});
       const double t = slowest_seconds_per_call(world, [&] {
         Mat x = kernels::vocab_parallel_embedding_forward<float>(table, ids, 0);
-        detail::add_positions(x, pos, seq);
-        detail::accumulate_position_grad(pos_grad, dy, seq);
+        detail::add_positions(x, pos, positions);
+        detail::accumulate_position_grad(pos_grad, dy, positions);
         kernels::vocab_parallel_embedding_accumulate_grad<float>(table_grad, dy, ids, 0);
         volatile float keep = x(0, 0);
         (void)keep;

@@ -17,6 +17,7 @@
 #include "exec/trainer.hpp"
 #include "models/program_trace.hpp"
 #include "plan/derived.hpp"
+#include "plan/backend_limits.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
 #include "report/report_io.hpp"
@@ -42,7 +43,11 @@ Groups mpi_groups(const plan::Plan& plan, std::int64_t rank, const GroupOptions&
     return MpiGroup::split(name, layout.group_members(kind, rank), static_cast<int>(layout.group_index(kind, rank)), o);
   };
   g.tp = group("tp", plan::GroupKind::tp);
-  g.dp = group("dp", plan::GroupKind::dp);
+  // With CP the dense gradients are reduced and sharded over DP x CP (Megatron-core's
+  // data-parallel group with context parallelism; models/program.cpp reduces over dp_cp too).
+  const bool cp = plan.parallelism.context_parallel_size > 1;
+  g.dp = group(cp ? "dp_cp" : "dp", cp ? plan::GroupKind::dp_cp : plan::GroupKind::dp);
+  g.cp = group("cp", plan::GroupKind::cp);
   g.pp = group("pp", plan::GroupKind::pp);
   g.ep = group("ep", plan::GroupKind::ep);
   g.expert_dp = group("expert_dp", plan::GroupKind::expert_dp);
@@ -66,6 +71,7 @@ Groups local_groups() {
   g.embedding = std::make_unique<LocalGroup>("embedding");
   g.ep = std::make_unique<LocalGroup>("ep");
   g.expert_dp = std::make_unique<LocalGroup>("expert_dp");
+  g.cp = std::make_unique<LocalGroup>("cp");
   return g;
 }
 
@@ -231,6 +237,7 @@ report::Report cpu_report(const plan::Plan& plan, const std::vector<StepRecord>&
   measured.tp = g.tp->stats().seconds;
   measured.dp = g.dp->stats().seconds + g.expert_dp->stats().seconds;
   measured.ep = g.ep->stats().seconds;
+  measured.cp = g.cp->stats().seconds;
   // Pipeline receives are mostly waits for the neighbour: the bubble (fill, drain and the
   // neighbour's slowness); sends and everything else are the transfers.
   measured.pp_waits = g.pp->stats().recv_seconds;
@@ -238,7 +245,6 @@ report::Report cpu_report(const plan::Plan& plan, const std::vector<StepRecord>&
   report::Report r = measured_report(plan, steps, measured, plan::peak_tflops(plan.cluster.gpu, plan.training.precision) * 1e12);
   r.notes.push_back("measured on the CPU backend (Eigen, Open MPI), rank 0's view; fp32 whatever the plan's precision");
   r.notes.push_back("bubble: time in pipeline receives, waiting for the neighbour stage (its transfer included)");
-  if (plan.model.position_embedding_type == plan::PositionEmbedding::rope) r.notes.push_back("learned absolute positions stand in for RoPE");
   r.notes.push_back("DP: the gradients are reduced at the optimizer instruction, one call per group, not bucket by bucket as the Program lists them");
   return r;
 }
@@ -266,37 +272,14 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
   if (!out.error.empty()) return out;
   const int rank = static_cast<int>(out.rank), size = static_cast<int>(out.world_size);
   const auto& par = plan.parallelism;
-  if (par.context_parallel_size > 1) {
-    out.error = "the CPU executor has no context parallelism (parallelism.context_parallel_size)";
-    return out;
-  }
-  if (plan.model.is_moe()) {
-    // The CPU executor's MoE (exec/gpt.cpp): dropless top-k routing without shared experts
-    // or biases, expert parallelism over DP, the experts' gradients all-reduced unsharded.
-    const auto& moe = plan.model.moe;
-    std::vector<std::string> problems;
-    if (par.tensor_model_parallel_size > 1) problems.push_back("parallelism.tensor_model_parallel_size must be 1 (no expert tensor parallelism)");
-    if (par.zero_stage > 0) problems.push_back("parallelism.zero_stage must be 0 (experts are not sharded by ZeRO)");
-    if (moe.moe_shared_expert_intermediate_size > 0) problems.push_back("model.moe.moe_shared_expert_intermediate_size must be 0 (no shared experts)");
-    if (moe.capacity_factor > 0) problems.push_back("model.moe.capacity_factor must be 0 (routing is dropless)");
-    if (plan.model.add_bias_linear) problems.push_back("model.add_bias_linear must be false (experts have no biases)");
-    if (!problems.empty()) {
-      out.error = "the CPU executor cannot run this MoE plan:";
-      for (std::size_t i = 0; i < problems.size(); ++i) out.error += (i == 0 ? " " : "; ") + problems[i];
-      return out;
-    }
-  }
-  if (plan.model.mla.kv_lora_rank > 0) {
-    out.error = "the CPU executor has no multi-head latent attention (model.mla)";
+  // The backend's limits, as `validate --backend cpu` and the GUI state them.
+  if (const auto limits = plan::backend_diagnostics(plan, plan::Backend::cpu); limits.has_errors()) {
+    out.error = "the CPU backend cannot run this plan:";
+    for (std::size_t i = 0; i < limits.items().size(); ++i) out.error += (i == 0 ? " " : "; ") + limits.items()[i].path + ": " + limits.items()[i].message;
     return out;
   }
   if (options.bitflip.step > 0 && par.zero_stage == 3 && par.data_parallel_size > 1) {
     out.error = "--inject-bitflip: ZeRO-3 keeps one copy of each parameter and gradient shard, so no replica can be compared (use ZeRO 0-2)";
-    return out;
-  }
-  if (par.virtual_pipeline_model_parallel_size > 1 && plan::derive(plan).micro_batches_per_step % par.pipeline_model_parallel_size != 0) {
-    out.error = "the interleaved schedule needs micro-batches per step (" + std::to_string(plan::derive(plan).micro_batches_per_step) +
-                ") to be a multiple of parallelism.pipeline_model_parallel_size (" + std::to_string(par.pipeline_model_parallel_size) + ")";
     return out;
   }
   if (options.verify && options.resume) {
@@ -398,7 +381,7 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
       if (s == first && options.steps > 2) {
         timing = OpSeconds{};
         for (Group* g : {run->groups().world.get(), run->groups().tp.get(), run->groups().dp.get(), run->groups().pp.get(), run->groups().embedding.get(),
-                         run->groups().ep.get(), run->groups().expert_dp.get()}) {
+                         run->groups().ep.get(), run->groups().expert_dp.get(), run->groups().cp.get()}) {
           if (g != nullptr) g->reset_stats();
         }
       }

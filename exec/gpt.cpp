@@ -4,13 +4,17 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
+#include <utility>
 
+#include "kernels/context_parallel_attention.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/multi_head_attention.hpp"
 #include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
 #include "kernels/vocab_parallel_cross_entropy.hpp"
 
@@ -20,10 +24,15 @@ using namespace detail;  // the helpers the layer and MoE files share (gpt_detai
 using models::OpPhase;
 
 GptChunk::GptChunk(const plan::ModelConfig& m, std::int64_t first_layer, std::int64_t layers, bool embedding, bool head, std::uint64_t seed,
-                   TensorParallel tp, Group* ep)
-    : m_(m), first_layer_(first_layer), layers_(layers), embedding_(embedding), head_(head), tp_(tp),
-      own_ep_(ep == nullptr ? std::make_unique<LocalGroup>("ep") : nullptr), ep_(ep == nullptr ? own_ep_.get() : ep) {
+                   TensorParallel tp, Group* ep, Group* cp, bool cp_load_balance)
+    : m_(m), first_layer_(first_layer), layers_(layers), embedding_(embedding), head_(head),
+      rope_(m.position_embedding_type == plan::PositionEmbedding::rope), tp_(tp),
+      own_ep_(ep == nullptr ? std::make_unique<LocalGroup>("ep") : nullptr), ep_(ep == nullptr ? own_ep_.get() : ep),
+      own_cp_(cp == nullptr ? std::make_unique<LocalGroup>("cp") : nullptr), cp_(cp == nullptr ? own_cp_.get() : cp) {
   if (m.is_moe() && m.moe.num_moe_experts % ep_->size() != 0) throw std::invalid_argument("expert parallelism does not divide the experts");
+  for (int member = 0; member < cp_->size() && cp_->size() > 1; ++member) {
+    cp_positions_.push_back(kernels::context_parallel_positions(m.seq_length, cp_->size(), member, cp_load_balance));
+  }
   std::vector<ParamSpec> specs;
   if (embedding_) specs = embedding_specs(m);
   for (std::int64_t l = first_layer; l < first_layer + layers; ++l) {
@@ -76,6 +85,10 @@ void GptChunk::begin_forward(int mb, const Batch& batch, Mat x, double loss_scal
   auto c = std::make_unique<Cache>();
   c->layers.resize(static_cast<std::size_t>(layers_));
   c->batch = batch;
+  if (c->batch.positions.empty()) {  // a whole sequence per sample
+    c->batch.positions.resize(static_cast<std::size_t>(batch.seq));
+    std::iota(c->batch.positions.begin(), c->batch.positions.end(), Index{0});
+  }
   c->loss_scale = loss_scale;
   c->cur = std::move(x);
   caches_[mb] = std::move(c);
@@ -110,6 +123,91 @@ void GptChunk::tp_collective(models::Collective coll, OpPhase phase, int mb) {
   }
 }
 
+namespace {
+
+std::span<const float> span_of(const Mat& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
+std::span<float> span_of(Mat& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
+
+}  // namespace
+
+void GptChunk::cp_collective(std::string_view what, OpPhase phase, std::int64_t layer, int mb) {
+  (void)phase;  // the forward, its recomputation and the backward exchange the same blocks
+  LayerCache& lc = layer_cache(cache(mb), layer);
+  Group& g = *cp_;
+  const int t = tp_.group->size();
+  const Index hd = m_.kv_channels, heads = m_.num_attention_heads / t, groups = m_.num_query_groups / t;
+  if (what == "cp_ring_exchange") {
+    // Every member's K and V blocks: the ring's cp - 1 passes, here as one all-gather of the
+    // same bytes. Ring attention keeps only its own between uses, so the backward passes them
+    // again (models/layer_comm prices both).
+    auto exchange = [&](const Mat& mine, std::vector<Mat>& blocks) {
+      Mat all(mine.rows() * g.size(), mine.cols());
+      g.all_gather(span_of(mine), span_of(all));
+      blocks.clear();
+      for (int m = 0; m < g.size(); ++m) blocks.push_back(expand_groups(Mat(all.middleRows(m * mine.rows(), mine.rows())), heads, groups, hd));
+    };
+    exchange(lc.kg, lc.kb);
+    exchange(lc.vg, lc.vb);
+  } else if (what == "cp_grad_ring_exchange") {
+    // Each block's K and V gradients back to its owner, summed over the members that used it.
+    auto reduce = [&](Mat& blocks, Mat& mine) {
+      mine.resize(blocks.rows() / g.size(), blocks.cols());
+      g.reduce_scatter_sum(span_of(std::as_const(blocks)), span_of(mine));
+      blocks = Mat();
+    };
+    reduce(lc.dk_blocks, lc.dk);
+    reduce(lc.dv_blocks, lc.dv);
+  } else {
+    throw std::logic_error("a CP instruction the executor does not know: " + std::string(what));
+  }
+}
+
+kernels::MultiHeadAttentionForward<float> GptChunk::cp_attention_forward(const Cache& c, LayerCache& lc, Index heads) {
+  const int n = cp_->size(), r = cp_->rank();
+  if (static_cast<int>(lc.kb.size()) != n) throw std::logic_error("CP attention before its K and V exchange");
+  std::vector<Mat> k, v;
+  std::vector<std::vector<Index>> positions;
+  for (int i = 0; i < n; ++i) {  // the ring's order: own block first, then the one from r - 1, ...
+    const auto m = static_cast<std::size_t>((r - i + n) % n);
+    k.push_back(std::move(lc.kb[m]));
+    v.push_back(std::move(lc.vb[m]));
+    positions.push_back(cp_positions_[m]);
+  }
+  lc.kb.clear();
+  lc.vb.clear();
+  return kernels::blockwise_causal_attention_forward<float>(lc.q, c.batch.positions, k, v, positions, heads);
+}
+
+void GptChunk::cp_attention_backward(const Cache& c, LayerCache& lc, const Mat& dout, Index heads, Index groups) {
+  const int n = cp_->size(), r = cp_->rank();
+  const Index hd = m_.kv_channels;
+  if (static_cast<int>(lc.kb.size()) != n) throw std::logic_error("CP attention's backward before its K and V exchange");
+  std::vector<Mat> k, v;
+  std::vector<std::vector<Index>> positions;
+  std::vector<std::size_t> owner;
+  for (int i = 0; i < n; ++i) {
+    owner.push_back(static_cast<std::size_t>((r - i + n) % n));
+    k.push_back(std::move(lc.kb[owner.back()]));
+    v.push_back(std::move(lc.vb[owner.back()]));
+    positions.push_back(cp_positions_[owner.back()]);
+  }
+  lc.kb.clear();
+  lc.vb.clear();
+  auto g = kernels::blockwise_causal_attention_backward<float>(dout, lc.q, c.batch.positions, k, v, positions, lc.att, lc.lse, heads);
+  lc.dq = std::move(g.dq);
+  if (rope_) kernels::rope_apply<float>(lc.dq, heads, hd, std::span<const Index>(c.batch.positions), true);
+  const Index rows = lc.kg.rows();
+  lc.dk_blocks.resize(rows * n, groups * hd);
+  lc.dv_blocks.resize(rows * n, groups * hd);
+  for (std::size_t i = 0; i < owner.size(); ++i) {
+    // Each block's K gradient back through its owner's rotation (linear, so before the sum).
+    Mat dk = collapse_groups(g.dk[i], heads, groups, hd);
+    if (rope_) kernels::rope_apply<float>(dk, groups, hd, std::span<const Index>(positions[i]), true);
+    lc.dk_blocks.middleRows(static_cast<Index>(owner[i]) * rows, rows) = dk;
+    lc.dv_blocks.middleRows(static_cast<Index>(owner[i]) * rows, rows) = collapse_groups(g.dv[i], heads, groups, hd);
+  }
+}
+
 void GptChunk::run(std::string_view op, OpPhase phase, std::int64_t layer, int mb) {
   Cache& c = cache(mb);
   if (layer < 0) run_end_op(op, phase, c);
@@ -127,12 +225,12 @@ void GptChunk::run_end_op(std::string_view op, OpPhase phase, Cache& c) {
   const bool tied = !m_.untie_embeddings_and_output_weights;
   if (op == "embedding" && phase == OpPhase::forward) {
     c.cur = kernels::vocab_parallel_embedding_forward<float>(p("embedding.word").value, c.batch.ids, vocab_begin);
-    if (r == 0) add_positions(c.cur, p("embedding.position").value, c.batch.seq);
+    if (r == 0 && !rope_) add_positions(c.cur, p("embedding.position").value, c.batch.positions);
   } else if (op == "embedding" && phase == OpPhase::backward_weight) {
     // The gradient of every row (gathered over the sequence with SP): the word embedding's
     // rows of this rank's vocabulary; the positions' on TP rank 0 with SP (the TP group sums
     // sequence-partial gradients), on every rank without (each holds all rows).
-    if (!tp_.sequence_parallel || r == 0) accumulate_position_grad(p("embedding.position").grad, c.cur, c.batch.seq);
+    if (!rope_ && (!tp_.sequence_parallel || r == 0)) accumulate_position_grad(p("embedding.position").grad, c.cur, c.batch.positions);
     kernels::vocab_parallel_embedding_accumulate_grad<float>(p("embedding.word").grad, c.cur, c.batch.ids, vocab_begin);
     c.cur = Mat();
   } else if (op == "final_norm" && phase == OpPhase::forward) {
@@ -252,10 +350,23 @@ void GptChunk::run_layer_op(std::string_view op, OpPhase phase, std::int64_t l, 
     } else if (op == "qkv") {
       lc.y1 = cur;
       lc.q = linear(lc.y1, "q");
-      lc.k = expand_groups(linear(lc.y1, "k"), heads, groups, hd);
-      lc.v = expand_groups(linear(lc.y1, "v"), heads, groups, hd);
+      Mat k = linear(lc.y1, "k"), v = linear(lc.y1, "v");
+      if (rope_) {
+        // RoPE on this rank's query heads and key groups, by each row's global position.
+        kernels::rope_apply<float>(lc.q, heads, hd, std::span<const Index>(c.batch.positions));
+        kernels::rope_apply<float>(k, groups, hd, std::span<const Index>(c.batch.positions));
+      }
+      if (cp_->size() > 1) {
+        // What the CP ring passes: K and V per group (the next instruction exchanges them).
+        lc.kg = std::move(k);
+        lc.vg = std::move(v);
+      } else {
+        lc.k = expand_groups(k, heads, groups, hd);
+        lc.v = expand_groups(v, heads, groups, hd);
+      }
     } else if (op == "attention") {
-      auto att = kernels::multi_head_causal_attention_forward<float>(lc.q, lc.k, lc.v, heads, m_.seq_length);
+      auto att = cp_->size() > 1 ? cp_attention_forward(c, lc, heads)
+                                 : kernels::multi_head_causal_attention_forward<float>(lc.q, lc.k, lc.v, heads, c.batch.seq);
       lc.att = std::move(att.out);
       lc.lse = std::move(att.logsumexp);
     } else if (op == "attention_out") {
@@ -316,10 +427,19 @@ void GptChunk::run_layer_op(std::string_view op, OpPhase phase, std::int64_t l, 
       lc.dof = cur;
       cur = lc.dof * w("o.weight").value.transpose();
     } else if (op == "attention") {
-      auto ag = kernels::multi_head_causal_attention_backward<float>(cur, lc.q, lc.k, lc.v, lc.att, lc.lse, heads, m_.seq_length);
-      lc.dq = std::move(ag.dq);
-      lc.dk = collapse_groups(ag.dk, heads, groups, hd);
-      lc.dv = collapse_groups(ag.dv, heads, groups, hd);
+      if (cp_->size() > 1) {
+        cp_attention_backward(c, lc, cur, heads, groups);
+      } else {
+        auto ag = kernels::multi_head_causal_attention_backward<float>(cur, lc.q, lc.k, lc.v, lc.att, lc.lse, heads, c.batch.seq);
+        lc.dq = std::move(ag.dq);
+        lc.dk = collapse_groups(ag.dk, heads, groups, hd);
+        lc.dv = collapse_groups(ag.dv, heads, groups, hd);
+        if (rope_) {
+          // Back through the rotation: its transpose, the opposite angle.
+          kernels::rope_apply<float>(lc.dq, heads, hd, std::span<const Index>(c.batch.positions), true);
+          kernels::rope_apply<float>(lc.dk, groups, hd, std::span<const Index>(c.batch.positions), true);
+        }
+      }
       cur = Mat();
     } else if (op == "qkv") {
       bias_grad(lc.dq, "q");
@@ -371,7 +491,7 @@ std::vector<models::Op> end_ops(const plan::ModelConfig& m, bool first) {
 }  // namespace
 
 Mat GptChunk::forward(int mb, const Batch& batch, Mat x, double loss_scale) {
-  if (tp_.group->size() != 1 || ep_->size() != 1) throw std::logic_error("GptChunk::forward runs one rank; the Trainer plays a mesh's Program");
+  if (tp_.group->size() != 1 || ep_->size() != 1 || cp_->size() != 1) throw std::logic_error("GptChunk::forward runs one rank; the Trainer plays a mesh's Program");
   begin_forward(mb, batch, std::move(x), loss_scale);
   auto pass = [&](const std::vector<models::Op>& ops, std::int64_t layer) {
     for (const auto& op : ops) {
@@ -385,7 +505,7 @@ Mat GptChunk::forward(int mb, const Batch& batch, Mat x, double loss_scale) {
 }
 
 Mat GptChunk::backward(int mb, Mat dy) {
-  if (tp_.group->size() != 1 || ep_->size() != 1) throw std::logic_error("GptChunk::backward runs one rank; the Trainer plays a mesh's Program");
+  if (tp_.group->size() != 1 || ep_->size() != 1 || cp_->size() != 1) throw std::logic_error("GptChunk::backward runs one rank; the Trainer plays a mesh's Program");
   begin_backward(mb, std::move(dy));
   // Each op's input gradient, then its weight gradient, in reverse (the Program's order).
   auto pass = [&](const std::vector<models::Op>& ops, std::int64_t layer) {

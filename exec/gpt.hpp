@@ -23,6 +23,7 @@
 
 #include "exec/group.hpp"
 #include "exec/params.hpp"
+#include "kernels/multi_head_attention.hpp"
 #include "models/op_table.hpp"
 #include "models/program.hpp"
 #include "plan/plan.hpp"
@@ -42,10 +43,13 @@ struct TensorParallel {
   bool sequence_parallel = false;
 };
 
-// One micro-batch's tokens: ids[sample * seq + position] and the next token as target.
+// One micro-batch's tokens on this rank: ids[sample * seq + i], the token at global position
+// positions[i] of its sample, and the next token as target. `seq` is positions.size(): the
+// whole sequence, or a context-parallel member's share of it.
 struct Batch {
   std::vector<std::int64_t> ids, targets;
   Index samples = 0, seq = 0;
+  std::vector<Index> positions;
 };
 
 class GptChunk {
@@ -55,8 +59,10 @@ class GptChunk {
   // as Megatron's last stage does, kept equal by an all-reduce of its gradient).
   // `ep`: the expert-parallel group of an MoE model (nullptr: every expert on this rank); the
   // chunk holds the experts its EP rank owns (expert_owner) and dispatches tokens to the others.
+  // `cp`: the context-parallel group (nullptr: the whole sequence on this rank); its members
+  // hold the positions kernels::context_parallel_positions gives them (with `cp_load_balance`).
   GptChunk(const plan::ModelConfig& m, std::int64_t first_layer, std::int64_t layers, bool embedding, bool head, std::uint64_t seed,
-           TensorParallel tp, Group* ep = nullptr);
+           TensorParallel tp, Group* ep = nullptr, Group* cp = nullptr, bool cp_load_balance = true);
   ~GptChunk();
   GptChunk(const GptChunk&) = delete;
   GptChunk& operator=(const GptChunk&) = delete;
@@ -82,6 +88,10 @@ class GptChunk {
   // An MoE layer's dispatch or combine all-to-all (`what` "ep_dispatch" or "ep_combine") in the
   // forward (or recomputation) or the backward.
   void ep_collective(std::string_view what, models::OpPhase phase, std::int64_t layer, int mb);
+  // Ring attention's exchanges (`what` "cp": every member's K and V blocks, before the
+  // attention's forward, recomputation or backward; "cp_grad": the blocks' K and V gradients
+  // back to their owners, after its backward).
+  void cp_collective(std::string_view what, models::OpPhase phase, std::int64_t layer, int mb);
 
   // The whole forward and backward of micro-batch `mb` on one rank (TP 1): the op table's ops in
   // the order the Program lowers them, for the single-rank references of the CUDA checks.
@@ -110,15 +120,24 @@ class GptChunk {
   // and their gradients' mirror images; the trivial copies when EP is 1.
   void dispatch(MoeCache& c, bool backward);
   void combine(MoeCache& c, bool backward);
+  // Ring attention over the CP members' blocks (kernels/context_parallel_attention), visited
+  // in ring order from this member's own; the backward leaves every block's K and V gradients
+  // for the cp_grad exchange.
+  kernels::MultiHeadAttentionForward<float> cp_attention_forward(const Cache& c, LayerCache& lc, Index heads);
+  void cp_attention_backward(const Cache& c, LayerCache& lc, const Mat& dout, Index heads, Index groups);
   Param& p(std::int64_t layer, const char* name);
   Param& p(const std::string& name);
 
   plan::ModelConfig m_;
   std::int64_t first_layer_, layers_;
   bool embedding_, head_;
+  bool rope_;  // rotary positions (kernels/rope.hpp) in place of learned ones
   TensorParallel tp_;
   std::unique_ptr<Group> own_ep_;  // a group of one when no EP group is given
   Group* ep_;
+  std::unique_ptr<Group> own_cp_;  // a group of one when no CP group is given
+  Group* cp_;
+  std::vector<std::vector<Index>> cp_positions_;  // per CP member: the positions it holds
   std::vector<Param> params_;
   std::map<std::string, std::size_t> index_;
   std::map<int, std::unique_ptr<Cache>> caches_;  // by micro-batch, from forward to the end of backward

@@ -22,13 +22,15 @@ inline Vec vec(const Mat& m) { return Eigen::Map<const Vec>(m.data(), m.size());
 inline Mat column_sums(const Mat& d) { return d.colwise().sum().transpose(); }
 inline void add_rows(Mat& x, const Mat& bias) { x.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias.data(), bias.size()); }
 
-// Learned absolute positions (GPT-2): token i of a sequence adds position row i mod seq; the
-// gradient accumulates the other way.
-inline void add_positions(Mat& x, const Mat& pos, Index seq) {
-  for (Index i = 0; i < x.rows(); ++i) x.row(i) += pos.row(i % seq);
+// Learned absolute positions (GPT-2): row i, the token at position positions[i mod n] of its
+// sample (n = positions.size()), adds that row of the table; the gradient accumulates the other way.
+inline void add_positions(Mat& x, const Mat& pos, const std::vector<Index>& positions) {
+  const auto n = static_cast<Index>(positions.size());
+  for (Index i = 0; i < x.rows(); ++i) x.row(i) += pos.row(positions[static_cast<std::size_t>(i % n)]);
 }
-inline void accumulate_position_grad(Mat& pos_grad, const Mat& dy, Index seq) {
-  for (Index i = 0; i < dy.rows(); ++i) pos_grad.row(i % seq) += dy.row(i);
+inline void accumulate_position_grad(Mat& pos_grad, const Mat& dy, const std::vector<Index>& positions) {
+  const auto n = static_cast<Index>(positions.size());
+  for (Index i = 0; i < dy.rows(); ++i) pos_grad.row(positions[static_cast<std::size_t>(i % n)]) += dy.row(i);
 }
 
 struct NormOut {
@@ -83,6 +85,12 @@ struct GptChunk::LayerCache {
   detail::NormOut n1, n2;
   Mat y1, y2;     // normalised inputs of the column-parallel layers (all rows)
   Mat q, k, v;    // this rank's heads, K and V repeated per query head
+  // Context parallelism: this member's K and V per group (what the ring passes), the blocks of
+  // every member once exchanged (repeated per query head, in member order; dropped after use),
+  // and the K and V gradients of every member's block before they travel back (per group).
+  Mat kg, vg;
+  std::vector<Mat> kb, vb;
+  Mat dk_blocks, dv_blocks;
   Mat att, lse;
   Mat u;          // MLP pre-activation
   Mat a;          // MLP activation

@@ -46,6 +46,7 @@ report::Report measured_report(const plan::Plan& plan, const std::vector<StepRec
   b.tp_s = measured.tp / n;
   b.dp_s = measured.dp / n;
   b.ep_s = measured.ep / n;
+  b.cp_s = measured.cp / n;
   b.bubble_s = measured.pp_waits / n;
   b.pp_s = measured.pp / n;
   b.stalls_s = std::max(0.0, step_s - b.total());

@@ -19,6 +19,7 @@ struct MeasuredSeconds {
   double tp = 0;          // exposed communication per group kind
   double dp = 0;
   double ep = 0;
+  double cp = 0;          // ring attention's exchanges
   double pp = 0;          // pipeline transfers
   double pp_waits = 0;    // pipeline receives waiting for the neighbour: the bubble
   // How many steps the sums above cover; 0: all of them. The CPU backend leaves out the first

@@ -146,9 +146,11 @@ std::vector<ParamSpec> layer_specs(const plan::ModelConfig& m, std::int64_t laye
 std::vector<ParamSpec> embedding_specs(const plan::ModelConfig& m) {
   std::vector<ParamSpec> s;
   s.push_back({"embedding.word", m.vocab_size, m.hidden_size, Split::rows, Init::normal, 0.02, false});
-  // Positions: learned absolute for every model here (a RoPE model is run with them too; the
-  // executor's report notes it).
-  s.push_back({"embedding.position", m.seq_length, m.hidden_size, Split::replicated, Init::normal, 0.02, true});
+  // Learned absolute positions (GPT-2); a RoPE model rotates its queries and keys instead
+  // (kernels/rope.hpp) and has no position table.
+  if (m.position_embedding_type == plan::PositionEmbedding::learned_absolute) {
+    s.push_back({"embedding.position", m.seq_length, m.hidden_size, Split::replicated, Init::normal, 0.02, true});
+  }
   return s;
 }
 

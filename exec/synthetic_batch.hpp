@@ -15,8 +15,11 @@ namespace meshwork::exec {
 // Micro-batch `microbatch` (0-based, of `microbatches_per_step` per data-parallel rank) of
 // data-parallel rank `dp_index` at `step` (1-based): plan.training.micro_batch_size samples
 // of the model's seq_length, taken from the step's global batch in (DP rank, micro-batch)
-// order.
+// order. With context parallelism, member `cp_rank` of the CP group gets its share of each
+// sample: the positions kernels::context_parallel_positions gives it (2 x CP chunks, Megatron's
+// causal load balancing, unless parallelism.context_parallel_load_balance is off), with their
+// ids and targets.
 [[nodiscard]] Batch synthetic_batch(const plan::Plan& plan, std::int64_t microbatches_per_step, std::int64_t dp_index, std::int64_t step,
-                                    std::int64_t microbatch);
+                                    std::int64_t microbatch, std::int64_t cp_rank = 0);
 
 }  // namespace meshwork::exec

@@ -36,6 +36,7 @@ Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank,
   stage_ = layout_.coord(world_rank_).pp;
   if (!g_.ep) g_.ep = std::make_unique<LocalGroup>("ep");
   if (!g_.expert_dp) g_.expert_dp = std::make_unique<LocalGroup>("expert_dp");
+  if (!g_.cp) g_.cp = std::make_unique<LocalGroup>("cp");
   const TensorParallel tp{g_.tp.get(), par.sequence_parallel && g_.tp->size() > 1};
   const auto seed = static_cast<std::uint64_t>(plan_.run.seed);
   models::LowerResult lowered = models::lower(plan_);
@@ -54,7 +55,8 @@ Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank,
   for (std::int64_t c = 0; c < chunks_per_stage_; ++c) {
     const auto [first, end] = program_.chunk_layers.at(static_cast<std::size_t>(stage_)).at(static_cast<std::size_t>(c));
     const bool head = program_.last_virtual(stage_, c);
-    chunks_.push_back(std::make_unique<GptChunk>(m, first, end - first, program_.first_virtual(stage_, c), head, seed, tp, g_.ep.get()));
+    chunks_.push_back(std::make_unique<GptChunk>(m, first, end - first, program_.first_virtual(stage_, c), head, seed, tp, g_.ep.get(), g_.cp.get(),
+                                                 par.context_parallel_load_balance));
     head_.push_back(head);
   }
   for (auto& c : chunks_) {
@@ -182,7 +184,10 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     for (auto& p : c->params()) p.grad.setZero();
   }
   const models::StageProgram& sp = program_.classes[static_cast<std::size_t>(stage_)];
-  const Index rows = chunks_.front()->local_rows(plan_.training.micro_batch_size * plan_.model.seq_length);
+  // Rows a pipeline transfer carries: this rank's share of the micro-batch's tokens (over CP,
+  // then over TP with SP).
+  const Index rows = chunks_.front()->local_rows(plan_.training.micro_batch_size * plan_.model.seq_length / g_.cp->size());
+  const std::int64_t cp_rank = g_.cp->rank();
   const Index hidden = plan_.model.hidden_size;
   const double loss_scale = 1.0 / static_cast<double>(microbatches_);
   // Entering and leaving a schedule item: its micro-batch's state on its chunk (and, with
@@ -203,7 +208,7 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     if (zero3) gather_params();
     GptChunk& chunk = *chunks_[static_cast<std::size_t>(it.chunk)];
     if (it.pass == models::Pass::forward) {
-      chunk.begin_forward(it.microbatch, synthetic_batch(plan_, microbatches_, layout_.dp_index(world_rank_), step, it.microbatch), Mat(), loss_scale);
+      chunk.begin_forward(it.microbatch, synthetic_batch(plan_, microbatches_, layout_.dp_index(world_rank_), step, it.microbatch, cp_rank), Mat(), loss_scale);
     } else if (it.pass != models::Pass::backward_weight) {
       chunk.begin_backward(it.microbatch, Mat());
     }
@@ -236,6 +241,7 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
         case models::InstrKind::collective:
           if (in.stream == models::Stream::tp) chunk.tp_collective(in.collective, in.phase, it.microbatch);
           else if (in.stream == models::Stream::ep) chunk.ep_collective(program_.name(in), in.phase, in.layer, it.microbatch);
+          else if (in.stream == models::Stream::cp) chunk.cp_collective(program_.name(in), in.phase, in.layer, it.microbatch);
           else throw std::logic_error("the executor has no " + std::string(models::to_string(in.stream)) + " stream (" + program_.name(in) + ")");
           break;
       }
@@ -253,7 +259,8 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
   leave();
   g_.pp->flush();
   // The step's loss: the last stage's micro-batch means, averaged over micro-batches and
-  // data-parallel replicas, known on every rank.
+  // data-parallel replicas (and CP members, whose shares hold equal numbers of tokens), known
+  // on every rank.
   double loss = 0;
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
     if (head_[c] && g_.tp->rank() == 0) loss += chunks_[c]->loss_sum() / static_cast<double>(microbatches_ * g_.dp->size());

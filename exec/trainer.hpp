@@ -29,6 +29,9 @@ struct Groups {
   // MoE: expert parallelism and the expert-data-parallel group that reduces the experts'
   // gradients (groups of one when absent).
   std::unique_ptr<Group> ep, expert_dp;
+  // Context parallelism: the CP group (ring attention's exchanges; a group of one when absent).
+  // With CP, `dp` is the DP x CP group that reduces and shards the dense gradients.
+  std::unique_ptr<Group> cp;
 };
 
 class Trainer {

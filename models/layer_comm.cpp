@@ -54,11 +54,15 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
     if (!forward && !before && op == "mlp_residual") add("ep_combine");
     if (!forward && before && op == "router") add("ep_dispatch");
   }
-  if (par.context_parallel_size > 1 && before && op == "attention") {
-    // Ring attention passes K and V around the CP ring: (cp - 1) blocks forward, twice that
-    // backward (K, V and their gradients; Liu et al. 2023, Megatron-core's ring attention).
+  if (par.context_parallel_size > 1 && op == "attention") {
+    // Ring attention passes K and V around the CP ring: (cp - 1) blocks before the forward and
+    // again before the backward, whose K and V gradients travel the ring back to their owners
+    // after it (Liu et al. 2023 §3; Megatron-core's ring attention): (cp - 1) blocks forward,
+    // twice that backward. The executor plays each as the Program lists it (exec/gpt.cpp).
     const double kv = 2 * tokens * d(m.num_query_groups) * d(m.kv_channels) / t * e;
-    out.push_back({Stream::cp, Collective::ring_exchange, plan::GroupKind::cp, (forward ? 1 : 2) * d(par.context_parallel_size - 1) * kv, "cp"});
+    const double blocks = d(par.context_parallel_size - 1) * kv;
+    if (before) out.push_back({Stream::cp, Collective::ring_exchange, plan::GroupKind::cp, blocks, "cp"});
+    if (!before && !forward) out.push_back({Stream::cp, Collective::ring_exchange, plan::GroupKind::cp, blocks, "cp_grad"});
   }
 }
 

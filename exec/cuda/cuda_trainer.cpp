@@ -11,6 +11,7 @@
 #include "exec/executor_adamw.hpp"
 #include "exec/synthetic_batch.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "plan/backend_limits.hpp"
 #include "plan/derived.hpp"
 #include "plan/rank_layout.hpp"
 
@@ -40,19 +41,10 @@ std::string text(std::int64_t v) { return std::to_string(v); }
 }  // namespace
 
 std::vector<std::string> CudaTrainer::unsupported(const plan::Plan& plan) {
-  const auto& par = plan.parallelism;
+  // One list of the backend's limits (plan/backend_limits), as `validate --backend cuda` says.
   std::vector<std::string> problems;
-  auto one = [&](const char* field, std::int64_t value) {
-    if (value != 1) problems.push_back(std::string("parallelism.") + field + " must be 1 (is " + text(value) + ")");
-  };
-  one("tensor_model_parallel_size", par.tensor_model_parallel_size);
-  one("pipeline_model_parallel_size", par.pipeline_model_parallel_size);
-  one("virtual_pipeline_model_parallel_size", par.virtual_pipeline_model_parallel_size);
-  one("context_parallel_size", par.context_parallel_size);
-  one("expert_model_parallel_size", par.expert_model_parallel_size);
-  if (par.zero_stage != 0) problems.push_back("parallelism.zero_stage must be 0 (is " + text(par.zero_stage) + "): every rank keeps the whole optimizer state");
-  if (plan.model.is_moe()) problems.push_back("model.moe: CudaGpt has dense layers only");
-  if (plan.model.mla.kv_lora_rank > 0) problems.push_back("model.mla: CudaGpt has no multi-head latent attention");
+  const plan::Diagnostics limits = plan::backend_diagnostics(plan, plan::Backend::cuda);
+  for (const auto& d : limits.items()) problems.push_back(d.path + ": " + d.message);
   return problems;
 }
 

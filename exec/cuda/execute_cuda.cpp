@@ -89,7 +89,6 @@ report::Report cuda_report(const plan::Plan& plan, const std::vector<StepRecord>
   std::string env;
   for (const auto& [name, value] : nccl.variables) env += (env.empty() ? "" : ", ") + name + "=" + value;
   r.notes.push_back("NCCL " + nccl.version + " (built against " + nccl.header_version + "); " + (env.empty() ? "no NCCL_* variables set" : env));
-  if (plan.model.position_embedding_type == plan::PositionEmbedding::rope) r.notes.push_back("learned absolute positions stand in for RoPE");
   return r;
 }
 

@@ -56,6 +56,7 @@ struct CudaGpt::Impl {
   AttentionPath requested;     // the constructor's choice
   AttentionPath path;          // what runs: materialised or flash_direct once allocate() has run
   bool ln, swiglu, bias, tied;
+  bool rope;  // rotary positions on q and k (Su et al. 2021) in place of a learned table
   I H, heads, groups, hd, q_cols, kv_cols, ffn, ffn_in, vocab, seq;
 
   std::vector<ParamSpec> specs;
@@ -96,6 +97,7 @@ struct CudaGpt::Impl {
     swiglu = m.activation == plan::Activation::swiglu;
     bias = m.add_bias_linear;
     tied = !m.untie_embeddings_and_output_weights;
+    rope = m.position_embedding_type == plan::PositionEmbedding::rope;
     H = m.hidden_size;
     heads = m.num_attention_heads;
     groups = m.num_query_groups;
@@ -305,6 +307,10 @@ struct CudaGpt::Impl {
     linear(L.y1.data(), lp(l, "q"), L.q.data(), H, q_cols);
     linear(L.y1.data(), lp(l, "k"), L.k.data(), H, kv_cols);
     linear(L.y1.data(), lp(l, "v"), L.v.data(), H, kv_cols);
+    if (rope) {
+      gpt_rope(L.q.data(), tokens, heads, hd, seq, false, s);
+      gpt_rope(L.k.data(), tokens, groups, hd, seq, false, s);
+    }
     {
       auto t = op(models::OpKind::attention);
       rows_to_heads(L.q.data(), L.qh.data(), samples, seq, heads, heads, hd, s);
@@ -393,6 +399,10 @@ struct CudaGpt::Impl {
       heads_to_rows(dqh.data(), dq.data(), samples, seq, heads, heads, hd, s);
       heads_to_rows(dkh.data(), dk.data(), samples, seq, heads, groups, hd, s);  // GQA: a group's heads summed
       heads_to_rows(dvh.data(), dv.data(), samples, seq, heads, groups, hd, s);
+      if (rope) {  // back through the rotation: the opposite angle
+        gpt_rope(dq.data(), tokens, heads, hd, seq, true, s);
+        gpt_rope(dk.data(), tokens, groups, hd, seq, true, s);
+      }
     }
     weight_grad(L.y1.data(), dq.data(), lp(l, "q"), H, q_cols);
     weight_grad(L.y1.data(), dk.data(), lp(l, "k"), H, kv_cols);
@@ -435,7 +445,7 @@ struct CudaGpt::Impl {
       {
         auto t = op(models::OpKind::embedding);
         bf16* x0 = L_count > 0 ? layers[0].x.data() : final_x.data();
-        embedding_forward(ids.data(), W("embedding.word"), W("embedding.position"), x0, n, seq, H, s);
+        embedding_forward(ids.data(), W("embedding.word"), rope ? nullptr : W("embedding.position"), x0, n, seq, H, s);
       }
       for (I l = 0; l < L_count; ++l) {
         bf16* y = l + 1 < L_count ? layers[static_cast<std::size_t>(l + 1)].x.data() : final_x.data();
@@ -480,7 +490,7 @@ struct CudaGpt::Impl {
       }
       {
         auto t = op(models::OpKind::embedding);
-        embedding_backward_position(dy, G("embedding.position"), samples, seq, H, s);
+        if (!rope) embedding_backward_position(dy, G("embedding.position"), samples, seq, H, s);
         embedding_backward_word(ids.data(), dy, G("embedding.word"), n, H, s);
       }
       bucket_done(static_cast<std::size_t>(L_count + 1));  // the embeddings, the tied head's gradient in the word's

@@ -1,5 +1,5 @@
 #pragma once
-// A GPT training step on one GPU: the model of exec::GptChunk (learned positions, LayerNorm or
+// A GPT training step on one GPU: the model of exec::GptChunk (learned positions or RoPE, LayerNorm or
 // RMSNorm, GeLU or SwiGLU, GQA, biases or none, tied or untied head; dense layers only, no
 // tensor parallelism) with bf16 activations and weights in the GEMMs (cuBLASLt, fp32
 // accumulation), fp32 master parameters, gradients and AdamW state. Its parameters have the

@@ -2,6 +2,7 @@
 
 
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/rope.hpp"
 
 namespace meshwork::exec::cuda {
 
@@ -55,7 +56,8 @@ __global__ void embedding_forward_kernel(const std::int64_t* ids, const bf16* wo
                                          std::int64_t hidden) {
   for (std::int64_t i = thread_index(); i < tokens * hidden; i += thread_stride()) {
     const std::int64_t t = i / hidden, c = i % hidden;
-    x[i] = __float2bfloat16(__bfloat162float(word[ids[t] * hidden + c]) + __bfloat162float(position[(t % seq) * hidden + c]));
+    const float pos = position != nullptr ? __bfloat162float(position[(t % seq) * hidden + c]) : 0.0F;
+    x[i] = __float2bfloat16(__bfloat162float(word[ids[t] * hidden + c]) + pos);
   }
 }
 
@@ -71,6 +73,24 @@ __global__ void embedding_backward_position_kernel(const bf16* dx, float* dposit
     float s = 0;
     for (std::int64_t b = 0; b < samples; ++b) s += __bfloat162float(dx[b * seq * hidden + i]);
     dposition[i] += s;
+  }
+}
+
+// One thread per rotated pair (row, head, i < head_dim / 2): the pair (i, i + head_dim / 2) of
+// the head at row r turns by sign * (r mod seq) * base^(-2i / head_dim), as kernels/rope.cpp.
+// The angle in double: at position 8K a float angle is off by ~5e-4 rad.
+__global__ void rope_kernel(bf16* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::int64_t seq, double sign, double base) {
+  const std::int64_t half = head_dim / 2;
+  for (std::int64_t j = thread_index(); j < rows * heads * half; j += thread_stride()) {
+    const std::int64_t r = j / (heads * half), h = (j / half) % heads, i = j % half;
+    const double a = sign * static_cast<double>(r % seq) * pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    double sn = 0, cs = 0;
+    sincos(a, &sn, &cs);
+    bf16* lo = x + r * heads * head_dim + h * head_dim + i;
+    bf16* hi = lo + half;
+    const double l = __bfloat162float(*lo), u = __bfloat162float(*hi);
+    *lo = __float2bfloat16(static_cast<float>(l * cs - u * sn));
+    *hi = __float2bfloat16(static_cast<float>(u * cs + l * sn));
   }
 }
 
@@ -146,6 +166,12 @@ void embedding_forward(const std::int64_t* ids, const bf16* word, const bf16* po
 void embedding_backward_word(const std::int64_t* ids, const bf16* dx, float* dword, std::int64_t tokens, std::int64_t hidden, cudaStream_t stream) {
   if (tokens * hidden <= 0) return;
   embedding_backward_word_kernel<<<blocks_for(tokens * hidden), kThreads, 0, stream>>>(ids, dx, dword, tokens, hidden);
+  check_launch();
+}
+
+void gpt_rope(bf16* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::int64_t seq, bool inverse, cudaStream_t stream) {
+  if (rows * heads * (head_dim / 2) == 0) return;
+  rope_kernel<<<blocks_for(rows * heads * (head_dim / 2)), kThreads, 0, stream>>>(x, rows, heads, head_dim, seq, inverse ? -1.0 : 1.0, kernels::kRopeBase);
   check_launch();
 }
 

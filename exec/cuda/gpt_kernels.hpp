@@ -28,12 +28,15 @@ void add_bias(bf16* x, const bf16* bias, std::int64_t rows, std::int64_t cols, c
 void accumulate_column_sums(const bf16* d, float* sums, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
 
 // x[t] = word[ids[t]] + position[t % seq]: ids [samples * seq], word [vocab, hidden],
-// position [>= seq, hidden], x [samples * seq, hidden]. An id outside [0, vocab) gives NaN
-// (checked on the host before the upload).
+// position [>= seq, hidden] or null (RoPE: no table), x [samples * seq, hidden]. An id
+// outside [0, vocab) gives NaN (checked on the host before the upload).
 void embedding_forward(const std::int64_t* ids, const bf16* word, const bf16* position, bf16* x, std::int64_t tokens, std::int64_t seq,
                        std::int64_t hidden, cudaStream_t stream);
 // dword[ids[t]] += dx[t] (atomicAdd: the order of tokens hitting one id is not fixed).
 void embedding_backward_word(const std::int64_t* ids, const bf16* dx, float* dword, std::int64_t tokens, std::int64_t hidden, cudaStream_t stream);
+// RoPE in place on x [rows, heads * head_dim], row r at position r mod seq: kernels/rope.hpp's
+// rotation (Su et al. 2021), by the opposite angle when `inverse` (the gradient's map).
+void gpt_rope(bf16* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::int64_t seq, bool inverse, cudaStream_t stream);
 // dposition[p] += sum over samples s of dx[s * seq + p], samples in order.
 void embedding_backward_position(const bf16* dx, float* dposition, std::int64_t samples, std::int64_t seq, std::int64_t hidden, cudaStream_t stream);
 

@@ -76,10 +76,22 @@ PlanEditor::PlanEditor(PlanDocument* document, QWidget* parent)
   bar->addWidget(gpu_preset_);
   bar->addWidget(import);
   bar->addStretch();
+  // The execution backend the plan is checked for: what it cannot run shows as warnings.
+  backend_ = new QComboBox(this);
+  backend_->setObjectName("execution_backend");
+  backend_->addItem(tr("no execution check"));
+  backend_->addItem(tr("execute on CPU"), QStringLiteral("cpu"));
+  backend_->addItem(tr("execute on CUDA"), QStringLiteral("cuda"));
+  backend_->setToolTip(tr("Check that meshwork execute --backend runs the plan (the same check as meshwork validate --backend)"));
+  bar->addWidget(backend_);
   layout->addLayout(bar);
   connect(model_preset_, &QComboBox::activated, this, [this](int i) {
     if (i > 0) apply_preset("model", model_preset_->itemText(i));
     model_preset_->setCurrentIndex(0);
+  });
+  connect(backend_, &QComboBox::currentIndexChanged, this, [this](int i) {
+    document_->set_backend(plan::parse_backend(backend_->itemData(i).toString().toStdString()));
+    refresh();
   });
   connect(gpu_preset_, &QComboBox::activated, this, [this](int i) {
     if (i > 0) apply_preset("cluster.gpu", gpu_preset_->itemText(i));
@@ -161,8 +173,8 @@ PlanEditor::PlanEditor(PlanDocument* document, QWidget* parent)
 
 void PlanEditor::refresh() {
   fields_->refresh();
-  diagnostics_->set_diagnostics(document_->loaded().diagnostics);
-  const auto& d = document_->loaded().diagnostics;
+  diagnostics_->set_diagnostics(document_->diagnostics());
+  const auto& d = document_->diagnostics();
   status_->setText(d.has_errors() ? tr("%1 error(s), %2 warning(s): the plan cannot be estimated until the errors are fixed")
                                         .arg(d.error_count())
                                         .arg(d.warning_count())

@@ -53,6 +53,7 @@ class PlanEditor : public QWidget {
   QLabel* status_;
   QComboBox* model_preset_;
   QComboBox* gpu_preset_;
+  QComboBox* backend_;
 };
 
 }  // namespace meshwork::gui

@@ -76,7 +76,12 @@ nlohmann::json PlanDocument::resolved(std::string_view path) const {
 }
 
 const plan::Diagnostic* PlanDocument::diagnostic(std::string_view path) const {
-  return loaded_.diagnostics.find(path);
+  return diagnostics_.find(path);
+}
+
+void PlanDocument::set_backend(std::optional<plan::Backend> backend) {
+  backend_ = backend;
+  reload();
 }
 
 bool PlanDocument::save(const std::filesystem::path& file, std::string& error) {
@@ -91,6 +96,12 @@ void PlanDocument::reload() {
   const auto start = std::chrono::steady_clock::now();
   loaded_ = plan::load_plan_json(tree_, base_dir_);
   resolved_ = plan::to_json(loaded_.plan);
+  diagnostics_ = loaded_.diagnostics;
+  if (backend_ && loaded_.ok()) {
+    const std::string prefix = "execute --backend " + std::string(plan::to_string(*backend_)) + ": ";
+    const plan::Diagnostics limits = plan::backend_diagnostics(loaded_.plan, *backend_);
+    for (const auto& d : limits.items()) diagnostics_.warning(d.path, prefix + d.message);
+  }
   last_reload_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -4,11 +4,13 @@
 // it with every diagnostic. Plain C++: the item models and the window read it; tests drive it.
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "plan/backend_limits.hpp"
 #include "plan/plan_io.hpp"
 
 namespace meshwork::gui {
@@ -38,6 +40,13 @@ class PlanDocument {
   [[nodiscard]] const nlohmann::json& tree() const { return tree_; }
   [[nodiscard]] const plan::LoadResult& loaded() const { return loaded_; }
   [[nodiscard]] bool valid() const { return loaded_.ok(); }
+  // The backend the plan is checked for (`execute --backend`), none by default: what it cannot
+  // run of a valid plan becomes warnings in diagnostics() (plan/backend_limits, the function
+  // `validate --backend` and `execute` use); they do not stop the estimate or the simulation.
+  void set_backend(std::optional<plan::Backend> backend);
+  [[nodiscard]] std::optional<plan::Backend> backend() const { return backend_; }
+  // Every diagnostic the editor shows: the loader's and validation's, then the backend's.
+  [[nodiscard]] const plan::Diagnostics& diagnostics() const { return diagnostics_; }
   // The diagnostic about this field (canonical path), or nullptr.
   [[nodiscard]] const plan::Diagnostic* diagnostic(std::string_view path) const;
 
@@ -54,6 +63,8 @@ class PlanDocument {
   nlohmann::json tree_;
   std::filesystem::path file_, base_dir_;
   plan::LoadResult loaded_;
+  std::optional<plan::Backend> backend_;
+  plan::Diagnostics diagnostics_;
   nlohmann::json resolved_;
   bool modified_ = false;
   double last_reload_ms_ = 0;

@@ -108,6 +108,25 @@ TEST(Cli, ValidateExitsOneIfAnyOfSeveralPlansIsBad) {
   EXPECT_NE(r.out.find("gpt3-175b-a100-1024.yaml: ok"), std::string::npos);
 }
 
+// validate --backend: what `execute --backend` cannot run of a valid plan is an error on its
+// field (plan/backend_limits, the list execute itself refuses with); every mesh of the
+// executor's tests runs on the CPU backend, CP included.
+TEST(Cli, ValidateForABackendNamesWhatItCannotRun) {
+  const std::string gpt3 = (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string();
+  Outcome r = meshwork({"validate", "--backend", "cpu", gpt3});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = meshwork({"validate", "--backend", "cuda", gpt3});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("error: parallelism.tensor_model_parallel_size: the CUDA backend runs data parallelism only"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("error: parallelism.pipeline_model_parallel_size: "), std::string::npos) << r.err;
+  std::vector<std::string> meshes = {"validate", "--backend", "cpu"};
+  for (const auto& e : fs::directory_iterator(kSource / "tests/data/exec")) meshes.push_back(e.path().string());
+  r = meshwork(meshes);
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = meshwork({"validate", "--backend", "tpu", gpt3});
+  EXPECT_EQ(r.code, 2) << r.err;
+}
+
 // Golden: the resolved default scenario, as `show --json` prints it.
 TEST(Cli, ShowJsonOfTheDefaultScenarioMatchesTheGoldenFile) {
   const Outcome r = meshwork({"show", "--json", "--derived", (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string()});

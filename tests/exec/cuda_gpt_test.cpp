@@ -49,6 +49,8 @@ plan::ModelConfig small_model(bool swiglu) {
   m.normalization = swiglu ? plan::Normalization::rmsnorm : plan::Normalization::layernorm;
   m.add_bias_linear = !swiglu;
   m.untie_embeddings_and_output_weights = swiglu;
+  // Llama-shaped: RoPE in place of the learned table (gpt_kernels' gpt_rope against kernels/rope).
+  m.position_embedding_type = swiglu ? plan::PositionEmbedding::rope : plan::PositionEmbedding::learned_absolute;
   return m;
 }
 

@@ -89,6 +89,27 @@ class GuiCoreTest : public QObject {
     QVERIFY(doc.diagnostic("parallelism.tensor_model_parallel_size") != nullptr);
   }
 
+  // The execution backend's limits (plan/backend_limits, as `validate --backend` says them)
+  // become warnings on their fields, and only while a backend is chosen.
+  void a_chosen_backend_names_what_it_cannot_run() {
+    PlanDocument doc;
+    std::string error;
+    QVERIFY(doc.open(kDefault, error));
+    QVERIFY(doc.valid());
+    const std::size_t before = doc.diagnostics().items().size();
+    QVERIFY(doc.diagnostic("parallelism.tensor_model_parallel_size") == nullptr);
+    doc.set_backend(plan::Backend::cuda);  // GPT-3 on 1,024 A100s: TP 8 x PP 8, beyond the CUDA backend's DP only
+    QVERIFY(doc.valid());
+    const plan::Diagnostic* tp = doc.diagnostic("parallelism.tensor_model_parallel_size");
+    QVERIFY(tp != nullptr);
+    QCOMPARE(tp->severity, plan::Severity::warning);
+    QVERIFY(tp->message.starts_with("execute --backend cuda: "));
+    doc.set_backend(plan::Backend::cpu);  // a dense model: the CPU backend runs every mesh of it
+    QCOMPARE(doc.diagnostics().items().size(), before);
+    doc.set_backend(std::nullopt);
+    QCOMPARE(doc.diagnostics().items().size(), before);
+  }
+
   void document_save_writes_json_that_reopens() {
     PlanDocument doc;
     std::string error;

@@ -9,6 +9,7 @@
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
 #include "tests/kernels/gradient_check.hpp"
 
@@ -127,6 +128,56 @@ TEST(Layers, ShapeMismatchesThrowInvalidArgument) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "layernorm_forward: gamma has 3 values for x [2, 4]");
   }
+}
+
+}  // namespace
+}  // namespace meshwork::kernels
+
+namespace meshwork::kernels {
+namespace {
+
+// RoPE (Su et al. 2021): a pair at position p turns by p * base^(-2i/d); position 0 stays put.
+TEST(Rope, RotatesEachPairByItsPositionsAngle) {
+  Mat<double> x(2, 4);  // seq 2: rows are positions 0 and 1; one head of width 4
+  x << 1, 2, 0, 0, 1, 2, 0, 0;
+  rope_apply(x, 1, 4, 2);
+  EXPECT_DOUBLE_EQ(x(0, 0), 1);
+  EXPECT_DOUBLE_EQ(x(0, 1), 2);
+  // Position 1: dimension 0 pairs with 2 (angle 1), dimension 1 with 3 (angle 10000^-0.5).
+  EXPECT_NEAR(x(1, 0), std::cos(1.0), 1e-15);
+  EXPECT_NEAR(x(1, 2), std::sin(1.0), 1e-15);
+  EXPECT_NEAR(x(1, 1), 2 * std::cos(0.01), 1e-15);
+  EXPECT_NEAR(x(1, 3), 2 * std::sin(0.01), 1e-15);
+}
+
+// What RoPE is for: q(m) . k(n) depends on m - n only; and the inverse, which is also the
+// gradient's map, undoes it.
+TEST(Rope, ScoresDependOnTheOffsetAndTheInverseIsTheGradient) {
+  std::mt19937_64 rng(3);
+  const Index seq = 8, heads = 2, d = 6;
+  Mat<double> q1 = testing::random_mat(1, heads * d, rng), k1 = testing::random_mat(1, heads * d, rng);
+  auto at = [&](const Mat<double>& v, Index pos) {
+    Mat<double> x = Mat<double>::Zero(seq, heads * d);
+    x.row(pos) = v;
+    rope_apply(x, heads, d, seq);
+    return Mat<double>(x.row(pos));
+  };
+  const double near = (at(q1, 5).leftCols(d) * at(k1, 3).leftCols(d).transpose())(0, 0);
+  const double far = (at(q1, 7).leftCols(d) * at(k1, 5).leftCols(d).transpose())(0, 0);
+  EXPECT_NEAR(near, far, 1e-12);
+  Mat<double> x = testing::random_mat(2 * seq, heads * d, rng), w = testing::random_mat(2 * seq, heads * d, rng);
+  const Mat<double> x0 = x;
+  auto loss = [&] {
+    Mat<double> y = x;
+    rope_apply(y, heads, d, seq);
+    return (y.array() * w.array()).sum();
+  };
+  Mat<double> grad = w;
+  rope_apply(grad, heads, d, seq, true);
+  EXPECT_LT(testing::relative_error(grad, testing::numeric_gradient(x, loss)), 1e-8);
+  rope_apply(x, heads, d, seq);
+  rope_apply(x, heads, d, seq, true);
+  EXPECT_LT((x - x0).cwiseAbs().maxCoeff(), 1e-14);
 }
 
 }  // namespace

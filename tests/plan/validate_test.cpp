@@ -1,6 +1,7 @@
 // Each validation rule with a plan that breaks it and one that keeps it.
 #include <gtest/gtest.h>
 
+#include "plan/backend_limits.hpp"
 #include "plan/validate.hpp"
 #include "tests/plan/test_plans.hpp"
 
@@ -189,6 +190,26 @@ TEST(Validate, ExpertParallelismWithContextParallelismIsRefused) {
   p.parallelism.context_parallel_size = 2;
   p.parallelism.data_parallel_size = 2;
   EXPECT_TRUE(has_error(check(p), "parallelism.expert_model_parallel_size", "context_parallel_size > 1"));
+}
+
+// The execution backends' limits (plan/backend_limits): valid plans each backend cannot run,
+// named on their fields; the CPU backend runs dense meshes of every kind.
+TEST(Validate, BackendLimitsNameTheFieldsABackendCannotRun) {
+  Plan p = moe_plan();  // TP and EP with MoE
+  ASSERT_FALSE(check(p).has_errors()) << dump(check(p));
+  p.parallelism.zero_stage = 1;
+  const Diagnostics cpu = backend_diagnostics(p, Backend::cpu);
+  EXPECT_TRUE(has_error(cpu, "parallelism.tensor_model_parallel_size", "MoE with TP 1 only"));
+  EXPECT_TRUE(has_error(cpu, "parallelism.zero_stage", "MoE with ZeRO 0 only"));
+  const Diagnostics cuda = backend_diagnostics(p, Backend::cuda);
+  EXPECT_TRUE(has_error(cuda, "parallelism.expert_model_parallel_size", "data parallelism only"));
+  EXPECT_TRUE(has_error(cuda, "model.moe.num_moe_experts", "dense layers only"));
+  Plan dense = base_plan();
+  dense.parallelism.context_parallel_size = 2;
+  EXPECT_FALSE(backend_diagnostics(dense, Backend::cpu).has_errors()) << dump(backend_diagnostics(dense, Backend::cpu));
+  EXPECT_TRUE(has_error(backend_diagnostics(dense, Backend::cuda), "parallelism.context_parallel_size"));
+  EXPECT_EQ(parse_backend("cuda"), Backend::cuda);
+  EXPECT_EQ(parse_backend("gpu"), std::nullopt);
 }
 
 TEST(Validate, MoeWithTensorParallelismNeedsSequenceParallelism) {

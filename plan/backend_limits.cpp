@@ -1,0 +1,68 @@
+#include "plan/backend_limits.hpp"
+
+#include <string>
+
+#include "plan/derived.hpp"
+
+namespace meshwork::plan {
+
+namespace {
+
+std::string text(std::int64_t v) { return std::to_string(v); }
+
+// The CPU backend (exec/: Eigen, Open MPI) runs every mesh the Program lowers (TP with SP, PP
+// under every schedule, DP with ZeRO 0-3, CP, EP), with these exceptions of its model.
+void cpu_limits(const Plan& plan, Diagnostics& d) {
+  const auto& par = plan.parallelism;
+  const auto& m = plan.model;
+  if (m.is_moe()) {
+    // exec/moe.cpp: dropless top-k routing without shared experts or biases, experts whole on
+    // their EP rank (no expert tensor parallelism), their gradients all-reduced unsharded.
+    if (par.tensor_model_parallel_size > 1) d.error("parallelism.tensor_model_parallel_size", "the CPU backend runs MoE with TP 1 only (no expert tensor parallelism)");
+    if (par.zero_stage > 0) d.error("parallelism.zero_stage", "the CPU backend runs MoE with ZeRO 0 only (experts are not sharded by ZeRO)");
+    if (m.moe.moe_shared_expert_intermediate_size > 0) d.error("model.moe.moe_shared_expert_intermediate_size", "the CPU backend has no shared experts (must be 0)");
+    if (m.moe.capacity_factor > 0) d.error("model.moe.capacity_factor", "the CPU backend's routing is dropless (must be 0)");
+    if (m.add_bias_linear) d.error("model.add_bias_linear", "the CPU backend's experts have no biases (must be false with MoE)");
+  }
+  if (m.mla.kv_lora_rank > 0) d.error("model.mla.kv_lora_rank", "the CPU backend has no multi-head latent attention");
+  const std::int64_t micro = derive(plan).micro_batches_per_step;
+  if (par.virtual_pipeline_model_parallel_size > 1 && micro % par.pipeline_model_parallel_size != 0) {
+    d.error("training.global_batch_size", "the interleaved schedule needs micro-batches per step (" + text(micro) +
+                                              ") to be a multiple of parallelism.pipeline_model_parallel_size (" + text(par.pipeline_model_parallel_size) + ")");
+  }
+}
+
+// The CUDA backend (exec/cuda/: cuBLASLt, NCCL): data parallelism of whole dense models.
+void cuda_limits(const Plan& plan, Diagnostics& d) {
+  const auto& par = plan.parallelism;
+  auto one = [&](const char* field, std::int64_t value) {
+    if (value != 1) d.error(std::string("parallelism.") + field, "the CUDA backend runs data parallelism only: must be 1 (is " + text(value) + ")");
+  };
+  one("tensor_model_parallel_size", par.tensor_model_parallel_size);
+  one("pipeline_model_parallel_size", par.pipeline_model_parallel_size);
+  one("virtual_pipeline_model_parallel_size", par.virtual_pipeline_model_parallel_size);
+  one("context_parallel_size", par.context_parallel_size);
+  one("expert_model_parallel_size", par.expert_model_parallel_size);
+  if (par.zero_stage != 0) d.error("parallelism.zero_stage", "the CUDA backend keeps the whole optimizer state on every rank: must be 0 (is " + text(par.zero_stage) + ")");
+  if (plan.model.is_moe()) d.error("model.moe.num_moe_experts", "the CUDA backend has dense layers only");
+  if (plan.model.mla.kv_lora_rank > 0) d.error("model.mla.kv_lora_rank", "the CUDA backend has no multi-head latent attention");
+}
+
+}  // namespace
+
+std::string_view to_string(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
+
+std::optional<Backend> parse_backend(std::string_view name) {
+  if (name == "cpu") return Backend::cpu;
+  if (name == "cuda") return Backend::cuda;
+  return std::nullopt;
+}
+
+Diagnostics backend_diagnostics(const Plan& plan, Backend backend) {
+  Diagnostics d;
+  if (backend == Backend::cpu) cpu_limits(plan, d);
+  else cuda_limits(plan, d);
+  return d;
+}
+
+}  // namespace meshwork::plan
