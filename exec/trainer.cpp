@@ -63,8 +63,13 @@ Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank,
     for (auto& p : c->params()) (p.spec.is_expert() ? ne_ : n_) += static_cast<std::size_t>(p.value.size());
   }
   expert_params_ = flatten_experts(false);
-  expert_exp_avg_.assign(ne_, 0.0F);
-  expert_exp_avg_sq_.assign(ne_, 0.0F);
+  // ZeRO 1-2 shards the experts' optimizer state over their expert-data-parallel group, as
+  // Megatron-core's distributed optimizer does (models/program.cpp prices the same).
+  const auto edp = static_cast<std::size_t>(g_.expert_dp->size());
+  expert_shard_ = (ne_ + edp - 1) / edp;
+  const bool experts_sharded = par.zero_stage >= 1 && edp > 1;
+  expert_exp_avg_.assign(experts_sharded ? expert_shard_ : ne_, 0.0F);
+  expert_exp_avg_sq_.assign(experts_sharded ? expert_shard_ : ne_, 0.0F);
   const auto dp = static_cast<std::size_t>(g_.dp->size());
   shard_ = (n_ + dp - 1) / dp;
   flatten_params(params_);
@@ -387,13 +392,33 @@ void Trainer::optimizer_step(std::int64_t step, const ExecuteOptions& options) {
     }
   }
   if (!expert_grads.empty()) {
-    // MoE experts: a plain all-reduce over expert data parallelism and AdamW on every local
-    // expert (execute() refuses ZeRO with MoE). Their replicas are not checksummed.
-    g_.expert_dp->all_reduce_sum(expert_grads);
-    for (auto& v : expert_grads) v *= inv_dp;
-    const auto t_opt = Clock::now();
-    kernels::adamw_step<float>(expert_params_, expert_grads, expert_exp_avg_, expert_exp_avg_sq_, adam_step_, kExecutorAdamW);
-    if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - t_opt).count();
+    // MoE experts over their expert-data-parallel group: an all-reduce and AdamW on every local
+    // expert (ZeRO 0), or with ZeRO 1-2 a reduce-scatter, AdamW on this rank's shard and an
+    // all-gather of the parameters (Rajbhandari et al. 2020 §5.1-5.2). Their replicas are not
+    // checksummed.
+    const auto edp = static_cast<std::size_t>(g_.expert_dp->size());
+    if (par.zero_stage >= 1 && edp > 1) {
+      expert_grads.resize(expert_shard_ * edp, 0.0F);
+      std::vector<float> mine(expert_shard_);
+      g_.expert_dp->reduce_scatter_sum(expert_grads, mine);
+      for (auto& v : mine) v *= inv_dp;
+      std::vector<float> full = expert_params_;
+      full.resize(expert_shard_ * edp, 0.0F);
+      const std::span<float> shard = std::span<float>(full).subspan(expert_shard_ * static_cast<std::size_t>(g_.expert_dp->rank()), expert_shard_);
+      const auto t_opt = Clock::now();
+      kernels::adamw_step<float>(shard, mine, expert_exp_avg_, expert_exp_avg_sq_, adam_step_, kExecutorAdamW);
+      if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - t_opt).count();
+      std::vector<float> gathered(full.size());
+      g_.expert_dp->all_gather(shard, gathered);
+      gathered.resize(ne_);
+      expert_params_ = std::move(gathered);
+    } else {
+      g_.expert_dp->all_reduce_sum(expert_grads);
+      for (auto& v : expert_grads) v *= inv_dp;
+      const auto t_opt = Clock::now();
+      kernels::adamw_step<float>(expert_params_, expert_grads, expert_exp_avg_, expert_exp_avg_sq_, adam_step_, kExecutorAdamW);
+      if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - t_opt).count();
+    }
     unflatten_experts(expert_params_);
   }
 }

@@ -110,6 +110,7 @@ class Trainer {
   std::size_t n_ = 0, shard_ = 0;      // parameters of this rank; their DP shard (ZeRO >= 1)
   std::vector<float> params_, exp_avg_, exp_avg_sq_;  // full (ZeRO 0-2) or the shard (ZeRO-3)
   std::size_t ne_ = 0;  // expert parameters of this rank
+  std::size_t expert_shard_ = 0;  // their expert-DP shard (ZeRO 1-2)
   std::vector<float> expert_params_, expert_exp_avg_, expert_exp_avg_sq_;
   std::int64_t adam_step_ = 0;
   std::int64_t replica_check_every_ = 1;

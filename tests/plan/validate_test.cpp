@@ -197,10 +197,12 @@ TEST(Validate, ExpertParallelismWithContextParallelismIsRefused) {
 TEST(Validate, BackendLimitsNameTheFieldsABackendCannotRun) {
   Plan p = moe_plan();  // TP and EP with MoE
   ASSERT_FALSE(check(p).has_errors()) << dump(check(p));
-  p.parallelism.zero_stage = 1;
+  p.parallelism.zero_stage = 3;
   const Diagnostics cpu = backend_diagnostics(p, Backend::cpu);
   EXPECT_TRUE(has_error(cpu, "parallelism.tensor_model_parallel_size", "MoE with TP 1 only"));
-  EXPECT_TRUE(has_error(cpu, "parallelism.zero_stage", "MoE with ZeRO 0 only"));
+  EXPECT_TRUE(has_error(cpu, "parallelism.zero_stage", "MoE with ZeRO 0-2 only"));
+  p.parallelism.zero_stage = 2;
+  EXPECT_FALSE(has_error(backend_diagnostics(p, Backend::cpu), "parallelism.zero_stage"));
   const Diagnostics cuda = backend_diagnostics(p, Backend::cuda);
   EXPECT_TRUE(has_error(cuda, "parallelism.expert_model_parallel_size", "data parallelism only"));
   EXPECT_TRUE(has_error(cuda, "model.moe.num_moe_experts", "dense layers only"));
