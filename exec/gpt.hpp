@@ -85,8 +85,9 @@ class GptChunk {
   // A TP collective of the Program on the flowing tensor (the recomputation's own in that phase):
   // all-gather of the sequence, reduce-scatter or all-reduce of a partial sum.
   void tp_collective(models::Collective c, models::OpPhase phase, int mb);
-  // An MoE layer's dispatch or combine all-to-all (`what` "ep_dispatch" or "ep_combine") in the
-  // forward (or recomputation) or the backward.
+  // An MoE layer's dispatch or combine all-to-all (`what` "ep_dispatch" or "ep_combine"), or
+  // its token dispatcher's TP all-gather or reduce-scatter ("moe_tp_..."), in the forward (or
+  // recomputation) or the backward.
   void ep_collective(std::string_view what, models::OpPhase phase, std::int64_t layer, int mb);
   // Ring attention's exchanges (`what` "cp": every member's K and V blocks, before the
   // attention's forward, recomputation or backward; "cp_grad": the blocks' K and V gradients
@@ -120,6 +121,11 @@ class GptChunk {
   // and their gradients' mirror images; the trivial copies when EP is 1.
   void dispatch(MoeCache& c, bool backward);
   void combine(MoeCache& c, bool backward);
+  // MoE with TP: the all-gather over TP of the dispatched rows (forward) or of their outputs'
+  // gradients (backward), and the reduce-scatter of the experts' partial outputs (forward) or
+  // of their inputs' partial gradients (backward); the trivial copies when TP is 1.
+  void moe_tp_gather(MoeCache& c, bool backward);
+  void moe_tp_reduce(MoeCache& c, bool backward);
   // Ring attention over the CP members' blocks (kernels/context_parallel_attention), visited
   // in ring order from this member's own; the backward leaves every block's K and V gradients
   // for the cp_grad exchange.

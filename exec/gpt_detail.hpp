@@ -70,6 +70,13 @@ struct GptChunk::MoeCache {
   std::vector<int> send_counts, recv_counts;  // floats per EP member
   std::vector<Index> segment;        // per (source member, local expert): first received row
   std::vector<std::int64_t> recv_rows;  // per (source member, local expert): rows received
+  // Expert tensor parallelism: every TP member's received rows, gathered (each member's block
+  // padded to tp_block rows), and where each (member, source, local expert) run of rows starts.
+  std::vector<std::vector<std::int64_t>> tp_recv_rows;  // per TP member: its recv_rows
+  std::vector<std::vector<Index>> tp_segment;           // per TP member: row of each run in `gathered`
+  Index tp_block = 0;
+  Mat gathered;                      // forward: every TP member's received rows; backward: their outputs' gradients
+  Mat partial;                       // forward: this TP rank's slice-sums of the outputs; backward: of the inputs' gradients
   Mat send;                          // forward: the rows sent (by expert); backward: their gradients
   Mat rows;                          // forward: the rows received; backward: their gradients
   Mat results;                       // forward: the local experts' outputs; backward: their inputs' gradients

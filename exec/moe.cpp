@@ -35,28 +35,35 @@ void GptChunk::run_moe_op(std::string_view op, OpPhase phase, std::int64_t l, Ca
   Mat& res = recompute ? ca.rres : ca.res;
   const auto ku = static_cast<std::size_t>(k);
   auto expert_param = [&](std::int64_t le, const char* name) -> Param& { return p(l, ("experts." + std::to_string(first + le) + "." + name).c_str()); };
-  // Rows of local expert `le` from every member, in member order: gathered from (`to_expert`)
-  // or scattered to the exchange's buffer.
+  // Rows of local expert `le` from every TP member and EP source, in (member, source) order:
+  // gathered from the TP-gathered buffer, or scattered to one of its layout.
   auto expert_rows = [&](std::int64_t le, const Mat& from) {
     Index n = 0;
-    for (int src = 0; src < ep; ++src) n += c.recv_rows[static_cast<std::size_t>(src * local + le)];
+    for (const auto& rows : c.tp_recv_rows) {
+      for (int src = 0; src < ep; ++src) n += rows[static_cast<std::size_t>(src * local + le)];
+    }
     Mat x(n, from.cols());
     Index at = 0;
-    for (int src = 0; src < ep; ++src) {
-      const auto i = static_cast<std::size_t>(src * local + le);
-      x.middleRows(at, c.recv_rows[i]) = from.middleRows(c.segment[i], c.recv_rows[i]);
-      at += c.recv_rows[i];
+    for (std::size_t tm = 0; tm < c.tp_recv_rows.size(); ++tm) {
+      for (int src = 0; src < ep; ++src) {
+        const auto i = static_cast<std::size_t>(src * local + le);
+        x.middleRows(at, c.tp_recv_rows[tm][i]) = from.middleRows(c.tp_segment[tm][i], c.tp_recv_rows[tm][i]);
+        at += c.tp_recv_rows[tm][i];
+      }
     }
     return x;
   };
   auto put_rows = [&](std::int64_t le, const Mat& rows, Mat& to) {
     Index at = 0;
-    for (int src = 0; src < ep; ++src) {
-      const auto i = static_cast<std::size_t>(src * local + le);
-      to.middleRows(c.segment[i], c.recv_rows[i]) = rows.middleRows(at, c.recv_rows[i]);
-      at += c.recv_rows[i];
+    for (std::size_t tm = 0; tm < c.tp_recv_rows.size(); ++tm) {
+      for (int src = 0; src < ep; ++src) {
+        const auto i = static_cast<std::size_t>(src * local + le);
+        to.middleRows(c.tp_segment[tm][i], c.tp_recv_rows[tm][i]) = rows.middleRows(at, c.tp_recv_rows[tm][i]);
+        at += c.tp_recv_rows[tm][i];
+      }
     }
   };
+  const int tp = tp_.group->size();
   const bool forward = phase == OpPhase::forward || recompute;
 
   if (op == "router" && forward) {
@@ -105,11 +112,12 @@ void GptChunk::run_moe_op(std::string_view op, OpPhase phase, std::int64_t l, Ca
     for (std::size_t i = 0; i < c.order.size(); ++i) c.send.row(static_cast<Index>(i)) = y.row(static_cast<Index>(c.order[i] / ku));
     if (ep == 1) dispatch(c, false);  // no EP instruction: the exchange is a copy
   } else if (op == "expert_fc1" && forward) {
+    if (tp == 1) moe_tp_gather(c, false);  // no TP instruction: the gather is a copy
     c.x.assign(static_cast<std::size_t>(local), Mat());
     c.u.assign(c.x.size(), Mat());
     for (std::int64_t le = 0; le < local; ++le) {
       const auto e = static_cast<std::size_t>(le);
-      c.x[e] = expert_rows(le, c.rows);
+      c.x[e] = expert_rows(le, c.gathered);
       if (c.x[e].rows() > 0) c.u[e] = c.x[e] * expert_param(le, "fc1.weight").value;
     }
   } else if (op == "expert_act" && forward) {
@@ -118,13 +126,15 @@ void GptChunk::run_moe_op(std::string_view op, OpPhase phase, std::int64_t l, Ca
       if (c.x[e].rows() > 0) c.a[e] = swiglu ? kernels::swiglu_forward<float>(c.u[e]) : kernels::bias_gelu_forward<float>(c.u[e], Vec::Zero(c.u[e].cols()));
     }
   } else if (op == "expert_fc2" && forward) {
-    c.results.resize(c.rows.rows(), c.rows.cols());
+    // Row-parallel fc2: this TP rank's slice of each output, summed over TP by the reduce-scatter.
+    c.partial = Mat::Zero(c.gathered.rows(), c.gathered.cols());
     for (std::int64_t le = 0; le < local; ++le) {
       const auto e = static_cast<std::size_t>(le);
-      if (c.x[e].rows() > 0) put_rows(le, Mat(c.a[e] * expert_param(le, "fc2.weight").value), c.results);
+      if (c.x[e].rows() > 0) put_rows(le, Mat(c.a[e] * expert_param(le, "fc2.weight").value), c.partial);
     }
-    if (ep == 1) combine(c, false);
+    if (tp == 1) moe_tp_reduce(c, false);
   } else if (op == "mlp_residual" && forward) {
+    if (ep == 1) combine(c, false);
     // Each pair's result back in pair order, weighted by its gate, summed per token.
     const Index tokens = lc.y2.rows(), h = lc.y2.cols();
     c.out.resize(c.back.rows(), h);
@@ -146,12 +156,13 @@ void GptChunk::run_moe_op(std::string_view op, OpPhase phase, std::int64_t l, Ca
     for (std::size_t q = 0; q < c.gate.size(); ++q) c.dlogits(static_cast<Index>(q / ku), c.expert[q]) += dy.row(static_cast<Index>(q / ku)).dot(c.out.row(static_cast<Index>(q)));
     if (ep == 1) combine(c, true);
   } else if (op == "expert_fc2" && phase == OpPhase::backward_input) {
+    if (tp == 1) moe_tp_gather(c, true);
     c.dout.assign(static_cast<std::size_t>(local), Mat());
     c.du.assign(c.dout.size(), Mat());
     for (std::int64_t le = 0; le < local; ++le) {
       const auto e = static_cast<std::size_t>(le);
       if (c.x[e].rows() == 0) continue;
-      c.dout[e] = expert_rows(le, c.results);
+      c.dout[e] = expert_rows(le, c.gathered);
       c.du[e] = c.dout[e] * expert_param(le, "fc2.weight").value.transpose();  // the activation's gradient, until expert_act's
     }
   } else if (op == "expert_act" && phase == OpPhase::backward_input) {
@@ -160,13 +171,15 @@ void GptChunk::run_moe_op(std::string_view op, OpPhase phase, std::int64_t l, Ca
       c.du[e] = swiglu ? kernels::swiglu_backward<float>(c.du[e], c.u[e]) : Mat(kernels::bias_gelu_backward<float>(c.du[e], c.u[e], Vec::Zero(c.u[e].cols())).dx);
     }
   } else if (op == "expert_fc1" && phase == OpPhase::backward_input) {
-    c.rows.resize(c.results.rows(), c.results.cols());
+    // Column-parallel fc1: this TP rank's part of each input's gradient, summed over TP.
+    c.partial = Mat::Zero(c.gathered.rows(), c.gathered.cols());
     for (std::int64_t le = 0; le < local; ++le) {
       const auto e = static_cast<std::size_t>(le);
-      if (c.x[e].rows() > 0) put_rows(le, Mat(c.du[e] * expert_param(le, "fc1.weight").value.transpose()), c.rows);
+      if (c.x[e].rows() > 0) put_rows(le, Mat(c.du[e] * expert_param(le, "fc1.weight").value.transpose()), c.partial);
     }
-    if (ep == 1) dispatch(c, true);
+    if (tp == 1) moe_tp_reduce(c, true);
   } else if (op == "router" && phase == OpPhase::backward_input) {
+    if (ep == 1) dispatch(c, true);
     const Index tokens = lc.y2.rows(), h = lc.y2.cols();
     Mat dyin = Mat::Zero(tokens, h);
     for (std::size_t i = 0; i < c.order.size(); ++i) dyin.row(static_cast<Index>(c.order[i] / ku)) += c.send.row(static_cast<Index>(i));
@@ -250,12 +263,67 @@ void GptChunk::combine(MoeCache& c, bool backward) {
                     std::span<float>(c.back.data(), static_cast<std::size_t>(c.back.size())), c.send_counts);
 }
 
+// Megatron-core's token dispatcher with expert tensor parallelism: after the EP all-to-all
+// each TP rank holds the rows its own tokens sent; every TP rank's are gathered (each holds a
+// column slice of every local expert's fc1, a row slice of its fc2), and the partial outputs
+// are reduce-scattered back to the rows' TP rank. Blocks differ in size across TP ranks, so
+// each is padded to the largest (the counts are gathered first).
+void GptChunk::moe_tp_gather(MoeCache& c, bool backward) {
+  Group& g = *tp_.group;
+  const auto t = static_cast<std::size_t>(g.size());
+  const Index h = m_.hidden_size;
+  if (!backward) {
+    const std::size_t runs = c.recv_rows.size();
+    std::vector<std::uint64_t> mine(c.recv_rows.begin(), c.recv_rows.end()), all(runs * t);
+    if (t > 1) g.all_gather(mine, all);
+    else all = mine;  // TP 1: no collective (and no TP time in the Report)
+    c.tp_recv_rows.assign(t, std::vector<std::int64_t>(runs));
+    c.tp_segment.assign(t, std::vector<Index>(runs));
+    c.tp_block = 0;
+    for (std::size_t tm = 0; tm < t; ++tm) {
+      Index total = 0;
+      for (std::size_t i = 0; i < runs; ++i) total += c.tp_recv_rows[tm][i] = static_cast<std::int64_t>(all[tm * runs + i]);
+      c.tp_block = std::max(c.tp_block, total);
+    }
+    // Runs in the order dispatch() received them: source member outermost, then local expert.
+    for (std::size_t tm = 0; tm < t; ++tm) {
+      Index at = static_cast<Index>(tm) * c.tp_block;
+      for (std::size_t i = 0; i < runs; ++i) {
+        c.tp_segment[tm][i] = at;
+        at += c.tp_recv_rows[tm][i];
+      }
+    }
+  }
+  const Mat& from = backward ? c.results : c.rows;
+  Mat padded = Mat::Zero(c.tp_block, h);
+  padded.topRows(from.rows()) = from;
+  if (t == 1) {
+    c.gathered = std::move(padded);
+    return;
+  }
+  c.gathered.resize(c.tp_block * static_cast<Index>(t), h);
+  g.all_gather(std::span<const float>(padded.data(), static_cast<std::size_t>(padded.size())), std::span<float>(c.gathered.data(), static_cast<std::size_t>(c.gathered.size())));
+}
+
+void GptChunk::moe_tp_reduce(MoeCache& c, bool backward) {
+  Group& g = *tp_.group;
+  Mat mine(c.tp_block, m_.hidden_size);
+  if (g.size() == 1) mine = std::move(c.partial);
+  else g.reduce_scatter_sum(std::span<const float>(c.partial.data(), static_cast<std::size_t>(c.partial.size())), std::span<float>(mine.data(), static_cast<std::size_t>(mine.size())));
+  Index rows = 0;
+  for (const auto n : c.recv_rows) rows += n;
+  (backward ? c.rows : c.results) = mine.topRows(rows);
+  c.partial = Mat();
+}
+
 void GptChunk::ep_collective(std::string_view what, OpPhase phase, std::int64_t layer, int mb) {
   LayerCache& lc = layer_cache(cache(mb), layer);
   if (!lc.moe) throw std::logic_error("an EP instruction on layer " + std::to_string(layer) + " before its router");
   const bool backward = phase == OpPhase::backward_input;
   if (what.starts_with("ep_dispatch")) dispatch(*lc.moe, backward);
   else if (what.starts_with("ep_combine")) combine(*lc.moe, backward);
+  else if (what == "moe_tp_all_gather") moe_tp_gather(*lc.moe, backward);
+  else if (what == "moe_tp_reduce_scatter") moe_tp_reduce(*lc.moe, backward);
   else throw std::logic_error("an EP instruction the executor does not know: " + std::string(what));
 }
 

@@ -124,13 +124,16 @@ std::vector<ParamSpec> layer_specs(const plan::ModelConfig& m, std::int64_t laye
   norm("ln2");
   if (is_moe_layer(m, layer)) {
     // A router and num_moe_experts expert MLPs in place of the MLP (Shazeer et al. 2017;
-    // Fedus et al. 2021). No biases: execute() refuses MoE with add_bias_linear.
+    // Fedus et al. 2021). No biases: execute() refuses MoE with add_bias_linear. The router
+    // sees each TP rank's share of the tokens (sequence parallelism, which MoE with TP needs),
+    // so TP sums its gradient; each expert is split over TP as the dense MLP is (expert tensor
+    // parallelism = TP, Megatron-core's default).
     const Index f = expert_ffn(m);
-    s.push_back({p + "router.weight", h, m.moe.num_moe_experts, Split::replicated, Init::normal, 0.02, false});
+    s.push_back({p + "router.weight", h, m.moe.num_moe_experts, Split::replicated, Init::normal, 0.02, true});
     for (std::int64_t e = 0; e < m.moe.num_moe_experts; ++e) {
       const std::string x = p + "experts." + std::to_string(e) + ".";
-      s.push_back({x + "fc1.weight", h, f * (swiglu ? 2 : 1), Split::replicated, Init::normal, 0.02, false, e});
-      s.push_back({x + "fc2.weight", f, h, Split::replicated, Init::normal, out_std, false, e});
+      s.push_back({x + "fc1.weight", h, f * (swiglu ? 2 : 1), swiglu ? Split::column_halves : Split::columns, Init::normal, 0.02, false, e});
+      s.push_back({x + "fc2.weight", f, h, Split::rows, Init::normal, out_std, false, e});
     }
     return s;
   }

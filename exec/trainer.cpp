@@ -244,7 +244,8 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
         case models::InstrKind::send: g_.pp->send(in.peer_stage, in.tag, span_of(chunk.flowing(it.microbatch))); break;
         case models::InstrKind::compute: chunk.run(program_.name(in), in.phase, in.layer, it.microbatch); break;
         case models::InstrKind::collective:
-          if (in.stream == models::Stream::tp) chunk.tp_collective(in.collective, in.phase, it.microbatch);
+          if (in.stream == models::Stream::tp && program_.name(in).starts_with("moe_tp")) chunk.ep_collective(program_.name(in), in.phase, in.layer, it.microbatch);
+          else if (in.stream == models::Stream::tp) chunk.tp_collective(in.collective, in.phase, it.microbatch);
           else if (in.stream == models::Stream::ep) chunk.ep_collective(program_.name(in), in.phase, in.layer, it.microbatch);
           else if (in.stream == models::Stream::cp) chunk.cp_collective(program_.name(in), in.phase, in.layer, it.microbatch);
           else throw std::logic_error("the executor has no " + std::string(models::to_string(in.stream)) + " stream (" + program_.name(in) + ")");

@@ -32,8 +32,11 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
     // (Megatron's f before the output layer); the vocabulary-parallel embedding's output is
     // reduced as a row-parallel layer's (VocabParallelEmbedding: all-reduce, or reduce-scatter
     // with SP), and its backward gathers the sequence back under SP.
-    const bool norm = op == "input_norm" || op == "mlp_norm" || op == "final_norm";
-    const bool residual = op == "attention_residual" || op == "mlp_residual";
+    // An MoE layer's MLP block gathers and scatters inside its token dispatcher instead (below),
+    // unless shared experts, a TP-split dense MLP beside the experts, need the sequence whole.
+    const bool moe_block_gathers = !moe_layer || m.moe.moe_shared_expert_intermediate_size > 0;
+    const bool norm = op == "input_norm" || (op == "mlp_norm" && moe_block_gathers) || op == "final_norm";
+    const bool residual = op == "attention_residual" || (op == "mlp_residual" && moe_block_gathers);
     const Collective reduce = sp ? Collective::reduce_scatter : Collective::all_reduce;
     auto add = [&](Collective c) { out.push_back({Stream::tp, c, plan::GroupKind::tp, bytes, "tp"}); };
     if (forward && !before && norm && sp) add(Collective::all_gather);
@@ -43,16 +46,36 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
     if (forward && !before && op == "embedding") add(reduce);
     if (!forward && before && op == "embedding" && sp) add(Collective::all_gather);
   }
-  if (par.expert_model_parallel_size > 1 && moe_layer) {
-    // Dispatch after the router, combine before the residual, and their mirror images backward.
-    // With sequence parallelism (required for MoE with TP) each TP rank dispatches its 1/TP of
-    // the tokens (Megatron-core's all-to-all dispatcher).
+  if (moe_layer && (par.expert_model_parallel_size > 1 || t > 1)) {
+    // Megatron-core's all-to-all token dispatcher: with sequence parallelism (required for MoE
+    // with TP) each TP rank routes its 1/TP of the tokens; dispatch is an all-to-all over EP,
+    // then an all-gather over the experts' TP group (expert tensor parallelism = TP, each rank
+    // holding a column/row slice of every local expert); combine is the reduce-scatter over TP
+    // of the experts' partial outputs, then the all-to-all back. The backward mirrors both.
+    const bool ep = par.expert_model_parallel_size > 1;
     const double routed = (sp ? tokens / t : tokens) * d(m.moe.moe_router_topk) * hottest_expert_load(m.moe) * d(m.hidden_size) * e;
-    auto add = [&](std::string_view what) { out.push_back({Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, what}); };
-    if (forward && !before && op == "router") add("ep_dispatch");
-    if (forward && before && op == "mlp_residual") add("ep_combine");
-    if (!forward && !before && op == "mlp_residual") add("ep_combine");
-    if (!forward && before && op == "router") add("ep_dispatch");
+    auto a2a = [&](std::string_view what) {
+      if (ep) out.push_back({Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, what});
+    };
+    auto tp = [&](Collective c) {
+      if (t > 1) out.push_back({Stream::tp, c, plan::GroupKind::tp, routed * t, "moe_tp"});
+    };
+    if (forward && !before && op == "router") {
+      a2a("ep_dispatch");
+      tp(Collective::all_gather);
+    }
+    if (forward && before && op == "mlp_residual") {
+      tp(Collective::reduce_scatter);
+      a2a("ep_combine");
+    }
+    if (!forward && !before && op == "mlp_residual") {
+      a2a("ep_combine");
+      tp(Collective::all_gather);
+    }
+    if (!forward && before && op == "router") {
+      tp(Collective::reduce_scatter);
+      a2a("ep_dispatch");
+    }
   }
   if (par.context_parallel_size > 1 && op == "attention") {
     // Ring attention passes K and V around the CP ring: (cp - 1) blocks before the forward and

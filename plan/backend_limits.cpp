@@ -16,10 +16,9 @@ void cpu_limits(const Plan& plan, Diagnostics& d) {
   const auto& par = plan.parallelism;
   const auto& m = plan.model;
   if (m.is_moe()) {
-    // exec/moe.cpp: dropless top-k routing without shared experts or biases, experts whole on
-    // their EP rank (no expert tensor parallelism); ZeRO 1-2 shard their optimizer state over
+    // exec/moe.cpp: dropless top-k routing without shared experts or biases, experts split
+    // over TP (expert tensor parallelism = TP); ZeRO 1-2 shard their optimizer state over
     // expert data parallelism, but ZeRO-3 does not shard their parameters between uses.
-    if (par.tensor_model_parallel_size > 1) d.error("parallelism.tensor_model_parallel_size", "the CPU backend runs MoE with TP 1 only (no expert tensor parallelism)");
     if (par.zero_stage > 2) d.error("parallelism.zero_stage", "the CPU backend runs MoE with ZeRO 0-2 only (experts' parameters are not sharded between uses)");
     if (m.moe.moe_shared_expert_intermediate_size > 0) d.error("model.moe.moe_shared_expert_intermediate_size", "the CPU backend has no shared experts (must be 0)");
     if (m.moe.capacity_factor > 0) d.error("model.moe.capacity_factor", "the CPU backend's routing is dropless (must be 0)");
