@@ -4,6 +4,7 @@
 
 #include "models/estimate.hpp"
 #include "models/flops.hpp"
+#include "models/headline.hpp"
 
 namespace meshwork::exec {
 
@@ -19,15 +20,7 @@ report::Report measured_report(const plan::Plan& plan, const std::vector<StepRec
   r.method = report::Method::measured;
   const double step_s = steady_step_seconds(steps);
   const auto n = static_cast<double>(std::max<std::size_t>(1, measured.steps > 0 ? measured.steps : steps.size()));
-  const double gpus = static_cast<double>(plan.cluster.num_gpus);
-  const auto flops = models::step_flops(plan);
-  const double peak = peak_flops_per_gpu;
-  r.step_time_s = step_s;
-  r.model_tflops_per_gpu = step_s > 0 ? flops.model / step_s / gpus / 1e12 : 0;
-  r.hardware_tflops_per_gpu = step_s > 0 ? flops.hardware / step_s / gpus / 1e12 : 0;
-  r.mfu = peak > 0 ? r.model_tflops_per_gpu * 1e12 / peak : 0;
-  r.hfu = peak > 0 ? r.hardware_tflops_per_gpu * 1e12 / peak : 0;
-  r.tokens_per_s = step_s > 0 ? static_cast<double>(plan.training.global_batch_size * plan.model.seq_length) / step_s : 0;
+  models::set_headline_figures(r, plan, step_s, models::step_flops(plan), peak_flops_per_gpu);
   const OpSeconds& ops = measured.ops;
   report::Breakdown b;
   double compute = 0;

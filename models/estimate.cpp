@@ -9,6 +9,7 @@
 #include "models/comm.hpp"
 #include "models/compute_time.hpp"
 #include "models/hardware.hpp"
+#include "models/headline.hpp"
 #include "models/layer_comm.hpp"
 #include "models/memory.hpp"
 #include "models/op_table.hpp"
@@ -512,16 +513,8 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     b.optimizer_s = (owned_dense + owned_expert) * bytes_per_param / timer.bytes_per_s(OpKind::optimizer);
   }
 
-  r.step_time_s = b.total();
-  const StepFlops flops = step_flops(p, options.flops);
-  const double gpus = d(p.cluster.num_gpus);
-  r.model_tflops_per_gpu = flops.model / r.step_time_s / gpus / 1e12;
-  r.hardware_tflops_per_gpu = flops.hardware / r.step_time_s / gpus / 1e12;
-  r.mfu = r.model_tflops_per_gpu * 1e12 / peak;
+  set_headline_figures(r, p, b.total(), step_flops(p, options.flops), peak);
   r.mfu_attention = options.flops.causal_attention || p.training.attention_flops == plan::AttentionFlops::causal ? "causal" : "full";
-  r.hfu = r.hardware_tflops_per_gpu * 1e12 / peak;
-  r.tokens_per_s = d(derived.tokens_per_step) / r.step_time_s;
-  if (p.training.tokens > 0) r.time_to_train_s = p.training.tokens / r.tokens_per_s;
 
   attach_memory(p, r);
 

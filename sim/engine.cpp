@@ -23,6 +23,7 @@
 #include "models/compute_time.hpp"
 #include "models/estimate.hpp"
 #include "models/flops.hpp"
+#include "models/headline.hpp"
 #include "models/program.hpp"
 #include "models/program_trace.hpp"
 #include "plan/plan_io.hpp"
@@ -994,20 +995,8 @@ class Simulation {
     b.bubble_s = std::min(waiting, compute_bubble_s(layout_.coord(leads_[crit]).pp));
     b.pp_s = waiting - b.bubble_s;
     b.stalls_s = std::max(0.0, makespan_ - b.total());
-    r.step_time_s = makespan_;
     r.bubble_fraction = (c.busy_s + c.recompute_s) > 0 ? b.bubble_s / (c.busy_s + c.recompute_s) : 0;
-    const models::StepFlops flops = models::step_flops(p_);
-    const double gpus = static_cast<double>(p_.cluster.num_gpus);
-    const double peak = plan::peak_tflops(p_.cluster.gpu, p_.training.precision);
-    r.model_tflops_per_gpu = flops.model / makespan_ / gpus / 1e12;
-    r.hardware_tflops_per_gpu = flops.hardware / makespan_ / gpus / 1e12;
-    if (peak > 0) {
-      r.mfu = r.model_tflops_per_gpu / peak;
-      r.hfu = r.hardware_tflops_per_gpu / peak;
-    }
-    const double tokens = static_cast<double>(p_.training.global_batch_size) * static_cast<double>(p_.model.seq_length);
-    r.tokens_per_s = tokens / makespan_;
-    if (p_.training.tokens > 0) r.time_to_train_s = p_.training.tokens / r.tokens_per_s;
+    models::set_headline_figures(r, p_, makespan_, models::step_flops(p_), plan::peak_tflops(p_.cluster.gpu, p_.training.precision) * 1e12);
     models::attach_power(p_, r);
     if (options_.free_communication) r.notes.emplace_back("simulated with free communication");
     return r;

@@ -11,9 +11,12 @@
 #include "exec/checkpoint.hpp"
 #include "exec/execute.hpp"
 #include "exec/launch.hpp"
+#include "exec/measured_report.hpp"
 #include "exec/params.hpp"
 #include "exec/reference_check.hpp"
 #include "exec/synthetic_batch.hpp"
+#include "models/estimate.hpp"
+#include "models/flops.hpp"
 #include "models/op_table.hpp"
 #include "exec/trainer.hpp"
 #include "plan/plan_io.hpp"
@@ -58,6 +61,31 @@ TEST(Launch, InconsistentVariablesAreAnError) {
   r = with({{"SLURM_PROCID", "x"}, {"SLURM_NTASKS", "2"}});
   EXPECT_FALSE(r.launch);
   EXPECT_NE(r.error.find("not whole numbers"), std::string::npos) << r.error;
+}
+
+// The measured Report's headline figures come from the measured step by the one function the
+// estimate and the simulator use (models/headline): its time to train too, which used to keep
+// the estimate's.
+TEST(MeasuredReport, HeadlineFiguresAreTheMeasuredSteps) {
+  auto loaded = plan::load_plan(std::string(MESHWORK_SOURCE_DIR) + "/scenarios/cpu/tiny-dp2-2rank.yaml");
+  ASSERT_TRUE(loaded.ok());
+  plan::Plan p = loaded.plan;
+  p.training.tokens = 1e6;
+  std::vector<StepRecord> steps(3);  // the first step is left out
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    steps[i].step = static_cast<std::int64_t>(i) + 1;
+    steps[i].seconds = i == 0 ? 9.0 : 2.0;
+  }
+  const double peak = 1e12;
+  const report::Report r = measured_report(p, steps, MeasuredSeconds{}, peak);
+  const double tokens = static_cast<double>(p.training.global_batch_size * p.model.seq_length);
+  const auto flops = models::step_flops(p);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 2.0);
+  EXPECT_DOUBLE_EQ(r.tokens_per_s, tokens / 2.0);
+  EXPECT_DOUBLE_EQ(r.time_to_train_s, 1e6 / (tokens / 2.0));
+  EXPECT_DOUBLE_EQ(r.model_tflops_per_gpu, flops.model / 2.0 / static_cast<double>(p.cluster.num_gpus) / 1e12);
+  EXPECT_DOUBLE_EQ(r.mfu, r.model_tflops_per_gpu * 1e12 / peak);
+  EXPECT_NE(r.time_to_train_s, models::estimate(p).time_to_train_s);
 }
 
 TEST(Params, ShardsPutBackTogetherGiveTheFullTensor) {

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The optimizer, sharded or not, gives the same training: two plans that differ only in
-# parallelism.zero_stage run 4 steps from the same initial parameters and data, and their
-# losses agree at every step to 1e-5 (the reductions' order differs, so not bit for bit).
-# --verify re-syncs its reference to the run's parameters every step, so it checks gradients,
-# not the update; this checks the update (ZeRO's reduce-scatter, AdamW on each shard and the
-# all-gather, for dense and expert parameters alike) against the unsharded one.
-# Usage: zero_agreement_test.sh MPIEXEC MESHWORK PLAN_A PLAN_B WORKDIR
+# Two meshes of one model and global batch train alike: they run 4 steps from the same initial
+# parameters and data, and their losses agree at every step to 1e-5 (the reductions' order
+# differs, so not bit for bit). --verify re-syncs its reference to the run's parameters every
+# step, so it checks gradients, not the update; this checks whole steps, the update included
+# (ZeRO's reduce-scatter, AdamW on each shard and the all-gather, for dense and expert
+# parameters alike; CP's split of the sequence with its DP x CP reduction).
+# Usage: train_alike_test.sh MPIEXEC MESHWORK PLAN_A PLAN_B WORKDIR
 set -uo pipefail
 mpiexec=$1 meshwork=$2 a=$3 b=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
@@ -19,4 +19,4 @@ for s in 1 2 3 4; do
   awk -v x="$la" -v y="$lb" 'BEGIN { d = x - y; if (d < 0) d = -d; exit !(d <= 1e-5 * y) }' || fail "step $s: loss $la ($a) against $lb ($b)"
   echo "step $s: $la and $lb"
 done
-echo "zero stages agree over 4 steps"
+echo "the two plans train alike over 4 steps"
