@@ -4,6 +4,7 @@
 // is compared. Each main view is written as a PNG for review (not compared by pixel) to
 // $MESHWORK_SCREENSHOT_DIR, else screenshots/ beside the test.
 #include <QAbstractItemView>
+#include <QComboBox>
 #include <QDir>
 #include <QLabel>
 #include <QProgressBar>
@@ -140,6 +141,30 @@ class MainWindowTest : public QObject {
     QCOMPARE(editor->field_view()->currentIndex().row(), row);
     QVERIFY(fields->setData(value, "8"));
     QVERIFY(w.results()->report().has_value());
+  }
+
+  // Choosing an execution backend lists what it cannot run as warnings on the fields (the list
+  // `validate --backend` prints); the plan stays valid and estimated.
+  void the_execution_backend_check_lists_its_limits() {
+    MainWindow w;
+    QVERIFY(w.open_plan(kDefault));
+    PlanEditor* editor = w.plan_editor();
+    auto* backend = editor->findChild<QComboBox*>("execution_backend");
+    QVERIFY(backend != nullptr);
+    const int before = editor->diagnostics_model()->rowCount();
+    backend->setCurrentIndex(backend->findData(QStringLiteral("cuda")));
+    DiagnosticsModel* diags = editor->diagnostics_model();
+    bool listed = false;
+    for (int r = 0; r < diags->rowCount(); ++r) {
+      const auto& d = diags->at(r);
+      listed = listed || (d.path == "parallelism.tensor_model_parallel_size" && d.severity == plan::Severity::warning &&
+                          d.message.find("execute --backend cuda") != std::string::npos);
+    }
+    QVERIFY(listed);
+    QVERIFY(w.results()->report().has_value());
+    screenshot(w, 0, "plan-editor-cuda-backend");
+    backend->setCurrentIndex(0);
+    QCOMPARE(editor->diagnostics_model()->rowCount(), before);
   }
 
   void presets_and_hf_import_replace_the_model() {
