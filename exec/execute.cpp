@@ -278,7 +278,7 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
     for (std::size_t i = 0; i < limits.items().size(); ++i) out.error += (i == 0 ? " " : "; ") + limits.items()[i].path + ": " + limits.items()[i].message;
     return out;
   }
-  if (options.bitflip.step > 0 && par.zero_stage == 3 && par.data_parallel_size > 1) {
+  if (options.bitflip.step > 0 && par.zero_stage == 3 && par.data_parallel_size * par.context_parallel_size > 1) {
     out.error = "--inject-bitflip: ZeRO-3 keeps one copy of each parameter and gradient shard, so no replica can be compared (use ZeRO 0-2)";
     return out;
   }

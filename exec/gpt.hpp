@@ -89,9 +89,9 @@ class GptChunk {
   // its token dispatcher's TP all-gather or reduce-scatter ("moe_tp_..."), in the forward (or
   // recomputation) or the backward.
   void ep_collective(std::string_view what, models::OpPhase phase, std::int64_t layer, int mb);
-  // Ring attention's exchanges (`what` "cp": every member's K and V blocks, before the
-  // attention's forward, recomputation or backward; "cp_grad": the blocks' K and V gradients
-  // back to their owners, after its backward).
+  // Ring attention's exchanges (`what` "cp_ring_exchange": every member's K and V blocks,
+  // before the attention's forward, recomputation or backward; "cp_grad_ring_exchange": the
+  // blocks' K and V gradients back to their owners, after its backward).
   void cp_collective(std::string_view what, models::OpPhase phase, std::int64_t layer, int mb);
 
   // The whole forward and backward of micro-batch `mb` on one rank (TP 1): the op table's ops in

@@ -295,6 +295,7 @@ void GptChunk::moe_tp_gather(MoeCache& c, bool backward) {
     }
   }
   const Mat& from = backward ? c.results : c.rows;
+  if (c.tp_block * static_cast<Index>(t) * h > std::numeric_limits<int>::max()) throw std::length_error("MoE TP gather of more than 2^31 floats");
   Mat padded = Mat::Zero(c.tp_block, h);
   padded.topRows(from.rows()) = from;
   if (t == 1) {

@@ -17,9 +17,9 @@ void rope_apply(Mat<T>& x, Index heads, Index head_dim, Index seq, bool inverse,
 
 template <class T>
 void rope_apply(Mat<T>& x, Index heads, Index head_dim, std::span<const Index> positions, bool inverse, double base) {
-  if (head_dim % 2 != 0 || x.cols() != heads * head_dim || positions.empty()) {
-    throw std::invalid_argument("rope_apply: an odd head width, no positions, or a shape that is not [rows, heads * head_dim]");
-  }
+  require(head_dim % 2 == 0, "rope_apply", "head width " + std::to_string(head_dim) + " is odd (RoPE turns dimensions in pairs)");
+  require(x.cols() == heads * head_dim, "rope_apply", "x " + shape_of(x) + " is not [rows, " + std::to_string(heads) + " heads x " + std::to_string(head_dim) + "]");
+  require(!positions.empty(), "rope_apply", "no positions");
   const auto seq = static_cast<Index>(positions.size());
   const Index half = head_dim / 2;
   std::vector<double> theta(static_cast<std::size_t>(half));

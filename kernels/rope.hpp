@@ -7,11 +7,10 @@
 
 #include <span>
 
+#include "kernels/rope_base.hpp"
 #include "kernels/tensor.hpp"
 
 namespace meshwork::kernels {
-
-inline constexpr double kRopeBase = 10000.0;
 
 // x: [rows, heads * head_dim], row r holding the token at position r mod seq (samples of seq
 // tokens, one after the other). Rotated in place; `inverse` rotates back by the opposite

@@ -39,7 +39,9 @@ class StageLowering {
     counts_ = count_params(p.model);
     chunks_ = plan::layers_per_chunk(p);
     dp_cp_ = std::max<std::int64_t>(1, par.data_parallel_size * par.context_parallel_size);
-    expert_dp_ = std::max<std::int64_t>(1, par.data_parallel_size / par.expert_model_parallel_size);
+    // Experts are replicated over CP too (each member sees its share of the tokens), so their
+    // gradients are reduced over CP x DP/EP (Megatron-core's expert data-parallel group).
+    expert_dp_ = std::max<std::int64_t>(1, par.data_parallel_size * par.context_parallel_size / par.expert_model_parallel_size);
   }
 
   // `expected`: the instructions to make room for (the previous stage's count: stages differ

@@ -128,7 +128,7 @@ std::vector<MeshDim> RankLayout::varying(GroupKind g) const {
     case GroupKind::cp: dims = {MeshDim::cp}; break;
     case GroupKind::ep: dims = {MeshDim::ep}; break;
     case GroupKind::dp: dims = {MeshDim::ep, MeshDim::dp}; break;
-    case GroupKind::expert_dp: dims = {MeshDim::dp}; break;
+    case GroupKind::expert_dp: dims = {MeshDim::cp, MeshDim::dp}; break;
     case GroupKind::pp: dims = {MeshDim::pp}; break;
     case GroupKind::dp_cp: dims = {MeshDim::cp, MeshDim::ep, MeshDim::dp}; break;
   }

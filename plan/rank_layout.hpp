@@ -29,7 +29,7 @@ enum class GroupKind {
   cp,         // context parallel
   ep,         // expert parallel
   dp,         // data parallel (dense parameters): ep x dp/ep
-  expert_dp,  // data parallel of expert parameters: dp/ep
+  expert_dp,  // data parallel of expert parameters: cp x dp/ep (Megatron-core's expert-DP group spans CP)
   pp,         // pipeline
   dp_cp,      // gradient reduction of dense parameters with CP: cp x ep x dp/ep
 };

@@ -52,6 +52,11 @@ class Validator {
       d_.error("model.num_query_groups", str(m_.num_query_groups) + " does not divide num_attention_heads " +
                                              str(m_.num_attention_heads));
     }
+    // RoPE turns a head's dimensions in pairs (Su et al. 2021, eq. 34; Megatron's rotary
+    // embedding asserts the same).
+    if (m_.position_embedding_type == PositionEmbedding::rope && m_.kv_channels > 0 && m_.kv_channels % 2 != 0) {
+      d_.error("model.kv_channels", str(m_.kv_channels) + " is odd: RoPE rotates each head's dimensions in pairs");
+    }
   }
 
   // The mesh against the GPU count; true when the rank layout can be built.

@@ -307,12 +307,12 @@ struct CudaGpt::Impl {
     linear(L.y1.data(), lp(l, "q"), L.q.data(), H, q_cols);
     linear(L.y1.data(), lp(l, "k"), L.k.data(), H, kv_cols);
     linear(L.y1.data(), lp(l, "v"), L.v.data(), H, kv_cols);
-    if (rope) {
-      gpt_rope(L.q.data(), tokens, heads, hd, seq, false, s);
-      gpt_rope(L.k.data(), tokens, groups, hd, seq, false, s);
-    }
     {
       auto t = op(models::OpKind::attention);
+      if (rope) {  // timed with the attention, as the backward's inverse rotation is
+        gpt_rope(L.q.data(), tokens, heads, hd, seq, false, s);
+        gpt_rope(L.k.data(), tokens, groups, hd, seq, false, s);
+      }
       rows_to_heads(L.q.data(), L.qh.data(), samples, seq, heads, heads, hd, s);
       rows_to_heads(L.k.data(), L.kh.data(), samples, seq, heads, groups, hd, s);
       rows_to_heads(L.v.data(), L.vh.data(), samples, seq, heads, groups, hd, s);

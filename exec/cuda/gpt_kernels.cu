@@ -1,8 +1,10 @@
 #include "exec/cuda/gpt_kernels.hpp"
 
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/cuda_check.hpp"
-#include "kernels/rope.hpp"
+#include "kernels/rope_base.hpp"
 
 namespace meshwork::exec::cuda {
 
@@ -170,6 +172,7 @@ void embedding_backward_word(const std::int64_t* ids, const bf16* dx, float* dwo
 }
 
 void gpt_rope(bf16* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::int64_t seq, bool inverse, cudaStream_t stream) {
+  if (head_dim % 2 != 0) throw std::invalid_argument("gpt_rope: head width " + std::to_string(head_dim) + " is odd (RoPE turns dimensions in pairs)");
   if (rows * heads * (head_dim / 2) == 0) return;
   rope_kernel<<<blocks_for(rows * heads * (head_dim / 2)), kThreads, 0, stream>>>(x, rows, heads, head_dim, seq, inverse ? -1.0 : 1.0, kernels::kRopeBase);
   check_launch();

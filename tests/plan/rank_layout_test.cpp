@@ -88,6 +88,14 @@ TEST(RankLayout, ExpertParallelismIsCarvedOutOfDataParallelism) {
   EXPECT_EQ(l.group_size(GroupKind::dp), 4);
 }
 
+TEST(RankLayout, ExpertDataParallelismSpansContextParallelism) {
+  // MoE with CP (EP 1): each CP member holds every expert and its share of the tokens, so the
+  // experts' gradients are reduced over CP x DP, as the dense ones are.
+  RankLayout l({.tp = 1, .cp = 2, .ep = 1, .dp = 2, .pp = 1}, order("tp-cp-ep-dp-pp"));
+  EXPECT_EQ(l.group_members(GroupKind::expert_dp, 0), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(l.group_members(GroupKind::expert_dp, 0), l.group_members(GroupKind::dp_cp, 0));
+}
+
 TEST(RankLayout, DataAndContextParallelGroupForGradientReduction) {
   RankLayout l({.tp = 2, .cp = 2, .ep = 1, .dp = 2, .pp = 1}, order("tp-cp-ep-dp-pp"));
   EXPECT_EQ(l.group_members(GroupKind::cp, 0), (Ranks{0, 2}));

@@ -192,6 +192,16 @@ TEST(Validate, ExpertParallelismWithContextParallelismIsRefused) {
   EXPECT_TRUE(has_error(check(p), "parallelism.expert_model_parallel_size", "context_parallel_size > 1"));
 }
 
+TEST(Validate, RopeNeedsAnEvenHeadWidth) {
+  Plan p = base_plan();
+  p.model.position_embedding_type = PositionEmbedding::rope;
+  ASSERT_FALSE(check(p).has_errors()) << dump(check(p));
+  p.model.kv_channels = 63;
+  EXPECT_TRUE(has_error(check(p), "model.kv_channels", "63 is odd: RoPE rotates"));
+  p.model.position_embedding_type = PositionEmbedding::learned_absolute;
+  EXPECT_FALSE(has_error(check(p), "model.kv_channels"));
+}
+
 // The execution backends' limits (plan/backend_limits): valid plans each backend cannot run,
 // named on their fields; the CPU backend runs dense meshes of every kind.
 TEST(Validate, BackendLimitsNameTheFieldsABackendCannotRun) {
