@@ -235,14 +235,6 @@ BuildResult build(const plan::ClusterConfig& c) {
       const std::vector<VertexId> ports = rail_order(nics, c.nics_per_node, down, per_rail);
       Fabric f{b, c, ports, nic_gbytes, -1};
       f.rail_ports = per_rail;
-      // GPU g of node n uses NIC i = g * nics / gpus (add_nodes), at port i * per_rail + n.
-      const std::int64_t gpus_per_nic = std::max<std::int64_t>(1, c.gpus_per_node / c.nics_per_node);
-      for (std::int64_t n = 0; n < nodes; ++n) {
-        for (std::int64_t g = 0; g < c.gpus_per_node; ++g) {
-          const std::int64_t nic = g * c.nics_per_node / c.gpus_per_node;
-          b.t.port_order.push_back((nic * per_rail + n) * gpus_per_nic + g % gpus_per_nic);
-        }
-      }
       out.error = topo.tiers <= 2 ? f.two_tier() : f.three_tier();
       b.t.kind = "rail_optimized (" + tiers + ")";
       break;

@@ -46,11 +46,6 @@ struct Topology {
   std::int64_t gpus_per_node = 0;
   std::int64_t nodes = 0;
   std::string kind;            // "single_node", "fat_tree (3 tiers)", "rail_optimized"...
-  // Per GPU, the number destination-mod-k routing reads: its NIC's position among the leaves'
-  // ports, times the GPUs per NIC, plus its place among them (the order in which a subnet
-  // manager numbers the end ports, leaf by leaf). Empty when that is the GPU index, as on a
-  // fat tree whose ports are in node order; a rail-optimized fabric puts them in rail order.
-  std::vector<std::int64_t> port_order;
 
   [[nodiscard]] std::int64_t count(VertexKind k) const;
   [[nodiscard]] std::int64_t count(LinkTier t) const;
