@@ -162,38 +162,33 @@ void GptChunk::cp_collective(std::string_view what, OpPhase phase, std::int64_t 
   }
 }
 
-kernels::MultiHeadAttentionForward<float> GptChunk::cp_attention_forward(const Cache& c, LayerCache& lc, Index heads) {
+GptChunk::RingBlocks GptChunk::take_ring_blocks(LayerCache& lc) {
   const int n = cp_->size(), r = cp_->rank();
   if (static_cast<int>(lc.kb.size()) != n) throw std::logic_error("CP attention before its K and V exchange");
-  std::vector<Mat> k, v;
-  std::vector<std::vector<Index>> positions;
+  RingBlocks b;
   for (int i = 0; i < n; ++i) {  // the ring's order: own block first, then the one from r - 1, ...
-    const auto m = static_cast<std::size_t>((r - i + n) % n);
-    k.push_back(std::move(lc.kb[m]));
-    v.push_back(std::move(lc.vb[m]));
-    positions.push_back(cp_positions_[m]);
+    b.owner.push_back(static_cast<std::size_t>((r - i + n) % n));
+    b.k.push_back(std::move(lc.kb[b.owner.back()]));
+    b.v.push_back(std::move(lc.vb[b.owner.back()]));
+    b.positions.push_back(cp_positions_[b.owner.back()]);
   }
-  lc.kb.clear();
+  lc.kb.clear();  // ring attention keeps only its own block between uses
   lc.vb.clear();
-  return kernels::blockwise_causal_attention_forward<float>(lc.q, c.batch.positions, k, v, positions, heads);
+  return b;
+}
+
+kernels::MultiHeadAttentionForward<float> GptChunk::cp_attention_forward(const Cache& c, LayerCache& lc, Index heads) {
+  const RingBlocks b = take_ring_blocks(lc);
+  return kernels::blockwise_causal_attention_forward<float>(lc.q, c.batch.positions, b.k, b.v, b.positions, heads);
 }
 
 void GptChunk::cp_attention_backward(const Cache& c, LayerCache& lc, const Mat& dout, Index heads, Index groups) {
-  const int n = cp_->size(), r = cp_->rank();
+  const int n = cp_->size();
   const Index hd = m_.kv_channels;
-  if (static_cast<int>(lc.kb.size()) != n) throw std::logic_error("CP attention's backward before its K and V exchange");
-  std::vector<Mat> k, v;
-  std::vector<std::vector<Index>> positions;
-  std::vector<std::size_t> owner;
-  for (int i = 0; i < n; ++i) {
-    owner.push_back(static_cast<std::size_t>((r - i + n) % n));
-    k.push_back(std::move(lc.kb[owner.back()]));
-    v.push_back(std::move(lc.vb[owner.back()]));
-    positions.push_back(cp_positions_[owner.back()]);
-  }
-  lc.kb.clear();
-  lc.vb.clear();
-  auto g = kernels::blockwise_causal_attention_backward<float>(dout, lc.q, c.batch.positions, k, v, positions, lc.att, lc.lse, heads);
+  const RingBlocks b = take_ring_blocks(lc);
+  const auto& owner = b.owner;
+  const auto& positions = b.positions;
+  auto g = kernels::blockwise_causal_attention_backward<float>(dout, lc.q, c.batch.positions, b.k, b.v, positions, lc.att, lc.lse, heads);
   lc.dq = std::move(g.dq);
   if (rope_) kernels::rope_apply<float>(lc.dq, heads, hd, std::span<const Index>(c.batch.positions), true);
   const Index rows = lc.kg.rows();

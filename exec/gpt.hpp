@@ -129,6 +129,13 @@ class GptChunk {
   // Ring attention over the CP members' blocks (kernels/context_parallel_attention), visited
   // in ring order from this member's own; the backward leaves every block's K and V gradients
   // for the cp_grad exchange.
+  struct RingBlocks {
+    std::vector<Mat> k, v;                   // in ring order
+    std::vector<std::vector<Index>> positions;
+    std::vector<std::size_t> owner;          // the CP member each came from
+  };
+  // The exchanged blocks, moved out of the layer's cache in ring order.
+  RingBlocks take_ring_blocks(LayerCache& lc);
   kernels::MultiHeadAttentionForward<float> cp_attention_forward(const Cache& c, LayerCache& lc, Index heads);
   void cp_attention_backward(const Cache& c, LayerCache& lc, const Mat& dout, Index heads, Index groups);
   Param& p(std::int64_t layer, const char* name);
