@@ -54,7 +54,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
   cmd->add_flag("--fine", *fine, "One event per instruction, every collective as flows (slower; the reference)");
   cmd->add_flag("--per-message", *per_message, "Every ring step of a collective as its own messages (slower; the reference for the per-edge flows)");
   cmd->add_option("--horizon", *horizon, "Add the reliability of a run this long (\"54d\", or \"tokens\" for the plan's token target) at the simulated step time");
-  cmd->add_option("--fail", *fail, "A failure inside the step: TARGET@TIME, TARGET gpuN, nodeN or a link (leaf3-spine1), e.g. node2@1.5s");
+  cmd->add_option("--fail", *fail, "A failure inside the step: TARGET@TIME, TARGET gpuN, nodeN, a link (leaf3-spine1) or a switch or NIC (spine2, nic5), e.g. node2@1.5s; links and switches are routed around after cluster.topology.reroute_s");
   cmd->add_option("--trials", *trials, "With --horizon: Monte Carlo trials (default: the plan's run.trials)");
   cmd->add_option("--trace-ranks", *trace_ranks, "Ranks to trace, comma-separated (default: the first rank of each stage)")->delimiter(',');
   auto ignore_memory = std::make_shared<bool>(false);
@@ -111,13 +111,14 @@ void add_simulate_command(CLI::App& app, Io& io) {
     if (tty) io.err << "\r                  \r" << std::flush;
     if (r.interruption) {
       const auto& i = *r.interruption;
-      char line[400];
+      char line[600];
       std::snprintf(line, sizeof line,
-                    "plan %s: %s failed %.3f s into the step; the step cannot finish: %lld ranks stopped with it, %lld of the other %lld wait for "
-                    "good from %.3f s (NCCL's watchdog ends the job after failures.detection_s)\n",
+                    "plan %s: %s failed %.3f s into the step; the step cannot finish: %lld ranks stopped with it, %lld of the other %lld are "
+                    "blocked from %.3f s until NCCL's watchdog ends the job (failures.detection_s)\n",
                     p.name.c_str(), i.target.c_str(), i.at_s, static_cast<long long>(i.ranks_stopped), static_cast<long long>(i.ranks_waiting),
                     static_cast<long long>(i.ranks - i.ranks_stopped), i.stalled_s);
       io.out << line;
+      if (!i.partitioned.empty()) io.out << "  why: " << i.partitioned << " (the fabric has no other path for it)\n";
       return;
     }
     if (!r.report) {
@@ -209,6 +210,11 @@ void add_simulate_command(CLI::App& app, Io& io) {
         std::snprintf(buf, sizeof buf, "    %-28s %10.3g B  %5.1f%%\n", l.name.c_str(), l.bytes, l.busy_fraction * 100);
         io.out << buf;
       }
+    }
+    if (r.reroute) {
+      std::snprintf(buf, sizeof buf, "  %s failed %.4g s into the step and was routed around %.4g s later: %lld played flows moved\n",
+                    r.reroute->target.c_str(), r.reroute->at_s, r.reroute->reroute_s, static_cast<long long>(r.reroute->flows_moved));
+      io.out << buf;
     }
     if (*explain) {
       // Where the step went: each part's share of the step, largest first.

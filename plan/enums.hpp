@@ -23,7 +23,7 @@ enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 enum class GradientCompression { none, onebit, topk };
 enum class IntraNodeKind { nvswitch, nvlink_mesh, pcie, shared_memory };
 enum class TopologyKind { single_node, fat_tree, rail_optimized, multi_plane };
-enum class Routing { d_mod_k, ecmp_hash };
+enum class Routing { d_mod_k, ecmp_hash, adaptive };
 enum class CollectiveAlgorithm { automatic, ring, tree, nvls, hierarchical };
 enum class FailureEventKind { gpu_down, node_down, nic_down, link_down, switch_down, maintenance };
 enum class CheckpointMode { sync, async };
@@ -77,7 +77,7 @@ MESHWORK_ENUM_NAMES(TopologyKind, std::pair{TopologyKind::single_node, std::stri
                     std::pair{TopologyKind::rail_optimized, std::string_view("rail_optimized")},
                     std::pair{TopologyKind::multi_plane, std::string_view("multi_plane")});
 MESHWORK_ENUM_NAMES(Routing, std::pair{Routing::d_mod_k, std::string_view("d_mod_k")},
-                    std::pair{Routing::ecmp_hash, std::string_view("ecmp_hash")});
+                    std::pair{Routing::ecmp_hash, std::string_view("ecmp_hash")}, std::pair{Routing::adaptive, std::string_view("adaptive")});
 MESHWORK_ENUM_NAMES(CollectiveAlgorithm, std::pair{CollectiveAlgorithm::automatic, std::string_view("auto")},
                     std::pair{CollectiveAlgorithm::ring, std::string_view("ring")},
                     std::pair{CollectiveAlgorithm::tree, std::string_view("tree")},

@@ -187,6 +187,30 @@ struct TopologyConfig {
   std::int64_t pod_gpus = 0;           // 3-tier fat tree: GPUs per pod (0: Al-Fares pods of k/2 leaves)
   double pod_oversubscription = 1.0;   // pods: a pod's down-links over its up-links to the core
   Routing routing = Routing::d_mod_k;  // how a flow picks one of its equal-cost paths
+  // Flows between two GPUs, each hashed onto its own path (ecmp_hash) or placed (adaptive):
+  // NCCL's ring channels per NIC (2: its channel duplication) x NCCL_IB_QPS_PER_CONNECTION (1).
+  std::int64_t flows_per_peer = 2;
+  // Seconds from a link or switch failing until its traffic takes other paths; < 0: the
+  // routing's own (adaptive: 0, ecmp_hash: 1, d_mod_k: OpenSM's 10 s sweep; plan/topology_defaults).
+  double reroute_s = -1;
+
+  // reroute_s, or the routing's own when it is negative:
+  // - adaptive: 0. The switch moves packets off a dead port by itself, in microseconds
+  //   (InfiniBand adaptive routing, Spectrum-X): nothing a step would see.
+  // - d_mod_k: 10 s. OpenSM's default sweep_interval (opensm(8), "-s, --sweep"): new routes are
+  //   computed and uploaded at the subnet manager's next heavy sweep.
+  // - ecmp_hash: 1 s. An assumption, not a measurement: BFD's detection time (RFC 5880 §6.8.4:
+  //   the multiplier times the interval, commonly 3 x 300 ms) before the path leaves the ECMP
+  //   group. Set reroute_s for a fabric whose figure is known.
+  [[nodiscard]] double effective_reroute_s() const {
+    if (reroute_s >= 0) return reroute_s;
+    switch (routing) {
+      case Routing::adaptive: return 0;
+      case Routing::ecmp_hash: return 1;
+      case Routing::d_mod_k: break;
+    }
+    return 10;
+  }
 
   bool operator==(const TopologyConfig&) const = default;
 };

@@ -159,7 +159,9 @@ void describe(V& v, TopologyConfig& s) {
   v.field(s.link_latency_us, {.key = "link_latency_us", .doc = "Latency of one switch hop.", .unit = Unit::microseconds, .min = 0, .max = 1e6});
   v.field(s.planes, {.key = "planes", .doc = "multi_plane: parallel fat trees, each NIC with one port (of its bandwidth / planes) on each (Alibaba HPN: 2).", .min = 1, .max = 16});
   v.field(s.pod_gpus, {.key = "pod_gpus", .doc = "3-tier fat tree: GPUs per pod, non-blocking inside (Llama 3: 3072); 0 for the k-ary tree's pods of k/2 leaves.", .min = 0, .max = kMaxGpus});
-  v.field(s.routing, {.key = "routing", .doc = "How a flow picks among equal-cost paths: d_mod_k (by destination, InfiniBand's fat-tree routing; shift patterns such as rings do not collide) or ecmp_hash (per-flow hash, Ethernet ECMP; flows can collide)."});
+  v.field(s.routing, {.key = "routing", .doc = "How a flow picks among equal-cost paths: d_mod_k (by destination, InfiniBand's fat-tree routing; shift patterns such as rings do not collide), ecmp_hash (per-flow hash, Ethernet ECMP; flows can collide) or adaptive (switches spread each flow's packets onto the least-loaded path: InfiniBand AR, Spectrum-X)."});
+  v.field(s.flows_per_peer, {.key = "flows_per_peer", .doc = "Flows between two GPUs (NCCL's channels per NIC x NCCL_IB_QPS_PER_CONNECTION), each hashed on its own path by ecmp_hash and placed on its own by adaptive (Llama 3: 16). d_mod_k routes them all alike.", .min = 1, .max = 256});
+  v.field(s.reroute_s, {.key = "reroute_s", .doc = "Seconds from a link or switch failing until its traffic moves to other paths; negative: the routing's (adaptive 0, ecmp_hash 1, d_mod_k 10: OpenSM's sweep).", .unit = Unit::seconds, .min = -1, .max = 1e6, .default_text = "by routing: adaptive 0, ecmp_hash 1, d_mod_k 10"});
   v.field(s.pod_oversubscription, {.key = "pod_oversubscription", .doc = "Pods: a pod's down-links over its up-links to the core tier (Llama 3: 7).", .min = 1, .max = 1024});
 }
 

@@ -31,6 +31,7 @@
 #include "plan/validate.hpp"
 #include "report/trace.hpp"
 #include "sim/blocks.hpp"
+#include "sim/flow_routes.hpp"
 #include "sim/simulate.hpp"
 #include "sim/symmetry.hpp"
 #include "topology/builders.hpp"
@@ -46,6 +47,9 @@ using models::InstrKind;
 
 // Hosts' speed: nothing executes on them (compute is a sleep of the actor playing it).
 constexpr double kSpeed = 1e12;
+// A failed link until the fabric reroutes: packets go nowhere. A trickle rather than 0 keeps
+// SimGrid's sharing finite; a flow on it moves 1 byte in a thousand seconds.
+constexpr double kStalledBytesPerS = 1e-3;
 
 // What the compute stream waited for before an instruction: the kind of its `after`.
 enum class Wait { none, pipeline, tp, cp, ep, dp };
@@ -60,11 +64,6 @@ Wait wait_of(const Instr& in) {
     default: return Wait::none;
   }
 }
-
-struct Route {
-  std::vector<topology::Hop> hops;
-  double latency_s = 0;
-};
 
 // A class of flows: the flows of one type of every rank of one colour, played as the flow of
 // its representative.
@@ -219,16 +218,13 @@ class Simulation {
     }
     if (options_.failure) {
       // A daemon: a failure due after the step has ended does not hold the step.
-      sg4::Actor::create("failure", sink_, [this] {
-        sg4::this_actor::sleep_until(options_.failure->at_s);
-        for (auto* h : failing_hosts_) h->turn_off();
-        for (auto* l : failing_links_) l->turn_off();
-      })->daemonize();
+      sg4::Actor::create("failure", sink_, [this] { play_failure(); })->daemonize();
     }
     engine.run();
     lap("played");
     makespan_ = sg4::Engine::get_clock();
-    if (options_.failure && options_.failure->at_s < makespan_) {
+    const bool stopped = std::any_of(actors_.begin(), actors_.end(), [](const ActorState& st) { return !st.finished; });
+    if (options_.failure && options_.failure->at_s < makespan_ && (!failing_hosts_.empty() || stopped)) {
       // Who stopped with the failed host, who waits for good, and when the last one stopped.
       Interruption i;
       i.target = options_.failure->target;
@@ -240,6 +236,7 @@ class Simulation {
         if (failing_rank_[static_cast<std::size_t>(r)]) ++i.ranks_stopped;
         else if (!st.finished) ++i.ranks_waiting;
       }
+      i.partitioned = partitioned_;
       out.interruption = i;
       out.played_actors = colouring_.colours;
       return out;
@@ -263,6 +260,22 @@ class Simulation {
       for (const auto& [slot, count] : fc.on_slot) link_bytes_[slot] += fc.bytes * count;
     }
     out.hottest_links = hottest_links();
+    if (!failing_links_.empty() && options_.failure->at_s < makespan_) {
+      Reroute rr;
+      rr.target = options_.failure->target;
+      rr.at_s = options_.failure->at_s;
+      rr.reroute_s = p_.cluster.topology.effective_reroute_s();
+      rr.flows_moved = flows_moved_;
+      out.reroute = rr;
+      char note[400];
+      std::snprintf(note, sizeof note,
+                    "%s failed %.4g s into the step; the fabric moved its traffic to other paths %.4g s later (cluster.topology.reroute_s, %s), "
+                    "%lld played flows moved: the step is slower, not stopped",
+                    rr.target.c_str(), rr.at_s, rr.reroute_s,
+                    p_.cluster.topology.reroute_s >= 0 ? "as set" : p_.cluster.topology.routing == plan::Routing::d_mod_k ? "d_mod_k: OpenSM's sweep" : "the routing's",
+                    static_cast<long long>(rr.flows_moved));
+      out.report->notes.emplace_back(note);
+    }
     return out;
   }
 
@@ -295,16 +308,23 @@ class Simulation {
       for (std::int64_t r = n * per; r < std::min(world_, (n + 1) * per); ++r) failing_rank_[static_cast<std::size_t>(r)] = true;
       return std::nullopt;
     }
-    for (auto e : boost::make_iterator_range(boost::edges(topo_.graph))) {
-      auto a = boost::source(e, topo_.graph), b = boost::target(e, topo_.graph);
-      const std::string ab = topology::vertex_name(topo_, a) + "-" + topology::vertex_name(topo_, b);
-      const std::string ba = topology::vertex_name(topo_, b) + "-" + topology::vertex_name(topo_, a);
-      if (ab == target || ba == target) {
-        failing_link_ = topo_.graph[e].id;
-        return std::nullopt;
-      }
+    // A link (either end first) or a switch or NIC (every link of it): the fabric as it is
+    // after the fault, which the flows take once rerouted.
+    topology::Topology after = topo_;
+    bool named = !topology::apply_fault(after, {topology::FaultKind::down, target, 0});
+    if (const auto dash = target.find('-'); !named && dash != std::string::npos) {
+      named = !topology::apply_fault(after, {topology::FaultKind::down, target.substr(dash + 1) + "-" + target.substr(0, dash), 0});
     }
-    return "no GPU (gpuN), node (nodeN) or link (as `meshwork topology` names them) is named \"" + target + "\"";
+    if (!named) return "no GPU (gpuN), node (nodeN), switch, NIC or link (as `meshwork topology` names them) is named \"" + target + "\"";
+    std::vector<double> before(boost::num_edges(topo_.graph), 0.0);
+    for (auto e : boost::make_iterator_range(boost::edges(topo_.graph))) before[static_cast<std::size_t>(topo_.graph[e].id)] = topo_.graph[e].bandwidth_gbytes_per_s;
+    for (auto e : boost::make_iterator_range(boost::edges(after.graph))) {
+      const auto& l = after.graph[e];
+      if (l.bandwidth_gbytes_per_s <= 0 && before[static_cast<std::size_t>(l.id)] > 0) failing_link_ids_.push_back(l.id);
+    }
+    if (failing_link_ids_.empty()) return "\"" + target + "\" is already down";
+    after_ = std::make_unique<topology::Topology>(std::move(after));
+    return std::nullopt;
   }
 
   // Who each rank sends to: its ring successor in every group a collective uses (type k of
@@ -368,19 +388,44 @@ class Simulation {
       links_[static_cast<std::size_t>(l.id)] = {std::max(l.bandwidth_gbytes_per_s, 1e-9) * 1e9 * efficiency, l.latency_us * 1e-6,
                                                 boost::source(e, topo_.graph), boost::target(e, topo_.graph)};
     }
-    topology::Router router(topo_);
-    route_.assign(peer_.size(), std::vector<Route>(static_cast<std::size_t>(world_)));
+    if (options_.free_communication) {
+      route_.assign(peer_.size(), std::vector<Route>(static_cast<std::size_t>(world_)));
+      flows_per_edge_.assign(peer_.size(), 1);
+      return;
+    }
+    std::vector<double> latency_s(links_.size());
+    for (std::size_t i = 0; i < links_.size(); ++i) latency_s[i] = links_[i].latency_s;
+    FlowRoutes routes = route_flows(topo_, p_.cluster.topology, peer_, latency_s);
     for (std::size_t t = 0; t < peer_.size(); ++t) {
       for (std::int64_t a = 0; a < world_; ++a) {
-        const std::int64_t b = peer_[t][static_cast<std::size_t>(a)];
-        if (b < 0 || b == a || options_.free_communication) continue;
-        Route& mine = route_[t][static_cast<std::size_t>(a)];
-        mine.hops = p_.cluster.topology.routing == plan::Routing::d_mod_k
-                        ? router.route_d_mod_k(a, b)
-                        : router.route(a, b, static_cast<std::uint64_t>(a) * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(b));
-        if (mine.hops.empty()) throw std::runtime_error("no route from rank " + std::to_string(a) + " to " + std::to_string(b));
-        for (const auto& h : mine.hops) mine.latency_s += links_[static_cast<std::size_t>(h.link)].latency_s;
+        if (routes.route[t][static_cast<std::size_t>(a)].unreachable) {
+          throw std::runtime_error("no route from rank " + std::to_string(a) + " to " + std::to_string(peer_[t][static_cast<std::size_t>(a)]));
+        }
       }
+    }
+    route_ = std::move(routes.route);
+    flows_per_edge_ = std::move(routes.flows_per_edge);
+    base_types_ = peer_.size();
+    if (!after_) return;
+    // A link or switch that fails: every flow type again, on the fabric without it (types
+    // base_types_ and up), played once the fabric has rerouted. A pair the fault leaves without
+    // a path keeps its old route, which crosses the dead link: its flows fail there.
+    FlowRoutes rerouted = route_flows(*after_, p_.cluster.topology, peer_, latency_s);
+    for (std::size_t t = 0; t < base_types_; ++t) {
+      for (std::size_t a = 0; a < static_cast<std::size_t>(world_); ++a) {
+        Route& r = rerouted.route[t][a];
+        if (!r.unreachable) continue;
+        r = route_[t][a];
+        if (partitioned_.empty()) {
+          const std::string what = t < kinds_.size() ? std::string(plan::to_string(kinds_[t])) + " ring edge" : "pipeline transfer";
+          partitioned_ = "the " + what + " from rank " + std::to_string(a) + " to rank " + std::to_string(peer_[t][a]) + " has no path without " +
+                         options_.failure->target;
+        }
+      }
+      peer_.push_back(peer_[t]);
+      group_.push_back(group_[t]);
+      route_.push_back(std::move(rerouted.route[t]));
+      flows_per_edge_.push_back(rerouted.flows_per_edge[t]);
     }
   }
   bool has_flow(std::size_t t, std::int64_t r) const {
@@ -450,9 +495,9 @@ class Simulation {
     }
     fs.capacity.resize(2 * links_.size());
     for (std::size_t i = 0; i < links_.size(); ++i) fs.capacity[2 * i] = fs.capacity[2 * i + 1] = links_[i].bytes_per_s;
-    if (failing_link_ >= 0) {
+    if (!failing_link_ids_.empty()) {
       fs.mark.assign(fs.capacity.size(), 0);
-      fs.mark[static_cast<std::size_t>(2 * failing_link_)] = fs.mark[static_cast<std::size_t>(2 * failing_link_ + 1)] = 1;
+      for (const auto id : failing_link_ids_) fs.mark[static_cast<std::size_t>(2 * id)] = fs.mark[static_cast<std::size_t>(2 * id + 1)] = 1;
     }
     colouring_ = colour_ranks(fs, options_.mirror_alike);
 
@@ -529,7 +574,9 @@ class Simulation {
         const auto k = colouring_.link_colour[slot];
         if (k < 0 || by_colour[static_cast<std::size_t>(k)] != nullptr) continue;
         by_colour[static_cast<std::size_t>(k)] = zone->create_link("k" + std::to_string(k), links_[slot / 2].bytes_per_s)->set_latency(0);
-        if (failing_link_ >= 0 && slot / 2 == static_cast<std::size_t>(failing_link_)) failing_links_.push_back(by_colour[static_cast<std::size_t>(k)]);
+        if (std::find(failing_link_ids_.begin(), failing_link_ids_.end(), static_cast<std::int64_t>(slot / 2)) != failing_link_ids_.end()) {
+          failing_links_.push_back(by_colour[static_cast<std::size_t>(k)]);
+        }
       }
     }
     // Per flow class, the members it puts on one link of each colour it crosses.
@@ -562,6 +609,12 @@ class Simulation {
       }
     }
     flow_host_.assign(flow_class_.size(), nullptr);
+    crosses_failed_.assign(flow_class_.size(), false);
+    for (std::size_t i = 0; i < flow_class_.size(); ++i) {
+      for (const auto& [slot, count] : flow_class_[i].on_slot) {
+        if (std::find(failing_link_ids_.begin(), failing_link_ids_.end(), static_cast<std::int64_t>(slot / 2)) != failing_link_ids_.end()) crosses_failed_[i] = true;
+      }
+    }
     for (std::size_t i = 0; i < flow_class_.size(); ++i) {
       const FlowClass& fc = flow_class_[i];
       if (fc.members == 0) continue;
@@ -584,14 +637,88 @@ class Simulation {
   // watchdog fires; so does this actor, for good.
   static void hang() { sg4::this_actor::suspend(); }
 
-  // A flow of `type` from played rank `from`, standing for its class.
-  sg4::CommPtr send_flow(std::int64_t from, std::size_t type, double bytes) {
-    const std::size_t i = flow_class_of(from, type);
+  // The flow class `from`'s flows of `type` belong to now: once the fabric has rerouted
+  // around a failed link or switch, the class of the same flows on the faulted fabric.
+  std::size_t class_now(std::int64_t from, std::size_t type) const { return flow_class_of(from, rerouted_ ? type + base_types_ : type); }
+  // What one flow of class `i` carries of an edge's `bytes`: the edge is played as one flow
+  // over all its flows' paths (flow_routes.hpp).
+  double share(std::size_t i, double bytes) const { return bytes / flows_per_edge_[i % peer_.size()]; }
+
+  // A flow of `type` (an edge of `bytes`) from played rank `from`, standing for its class,
+  // which `cls` receives.
+  sg4::CommPtr send_flow(std::int64_t from, std::size_t type, double bytes, std::size_t* cls = nullptr) {
+    const std::size_t i = class_now(from, type);
+    if (cls != nullptr) *cls = i;
     FlowClass& fc = flow_class_[i];
-    fc.bytes += bytes;
+    const double b = share(i, bytes);
+    fc.bytes += b;
     ++fc.played;
     if (options_.free_communication || bytes <= 0) return nullptr;
-    return sg4::Comm::sendto_async(flow_host_[i], sink_, static_cast<std::uint64_t>(std::llround(bytes)));
+    if (rerouted_ && crosses_failed_[flow_class_of(from, type)]) ++flows_moved_;
+    return sg4::Comm::sendto_async(flow_host_[i], sink_, static_cast<std::uint64_t>(std::llround(b)));
+  }
+
+  // Waits for the flow in `slot`. The failure daemon may move it onto a new path meanwhile
+  // (it cancels the old flow and puts the new one in the slot): then waits for that. Returns
+  // false when the flow failed (its link went down and no path is left).
+  static bool wait_flow(const sg4::CommPtr& slot) {
+    for (;;) {
+      const sg4::CommPtr mine = slot;  // the daemon may drop the slot's reference
+      try {
+        // Activity's wait, not Comm's: Comm's would start a prepared flow itself.
+        static_cast<sg4::Activity&>(*mine).wait_for(-1.0);
+        return true;
+      } catch (const simgrid::NetworkFailureException&) {
+        if (slot == mine) return false;
+      }
+    }
+  }
+
+  // The failure of options_.failure: at its time a GPU's or node's host turns off; a link's
+  // or switch's links stall what crosses them (a trickle keeps SimGrid's rates finite) until
+  // the fabric reroutes, reroute_s later. Then every flow in flight or prepared on a failed
+  // link moves to its class on the faulted fabric with the bytes it has left, flows started
+  // later take that class (send_flow), and the links turn off: a pair left without a path
+  // fails there and its ranks wait, as NCCL's do until the watchdog.
+  void play_failure() {
+    sg4::this_actor::sleep_until(options_.failure->at_s);
+    for (auto* h : failing_hosts_) h->turn_off();
+    if (failing_links_.empty()) return;
+    for (auto* l : failing_links_) l->set_bandwidth(kStalledBytesPerS);
+    sg4::this_actor::sleep_until(options_.failure->at_s + p_.cluster.topology.effective_reroute_s());
+    rerouted_ = true;
+    for (auto& [slot, cls] : in_flight_) move_flow(*slot, *cls, 0);
+    for (auto& [key, e] : p2p_) {
+      if (e.flow) move_flow(e.flow, e.cls, e.bytes);
+    }
+    for (auto* l : failing_links_) l->turn_off();
+  }
+  // Moves `flow` of class `cls` off the failed links, when it crosses one and its pair still
+  // has a path: a started flow with the bytes it has left, a prepared one (`bytes`: its edge's)
+  // unstarted on the new class.
+  void move_flow(sg4::CommPtr& flow, std::size_t& cls, double bytes) {
+    const std::size_t types = peer_.size(), type = cls % types;
+    if (!crosses_failed_[cls] || type >= base_types_) return;
+    const std::size_t to = cls + base_types_;
+    if (crosses_failed_[to]) return;  // partitioned: it fails when the links turn off
+    const auto state = flow->get_state();
+    if (state == sg4::Activity::State::FINISHED || state == sg4::Activity::State::FAILED || state == sg4::Activity::State::CANCELED) return;
+    ++flows_moved_;
+    if (state == sg4::Activity::State::INITED) {
+      flow = sg4::Comm::sendto_init(flow_host_[to], sink_)->set_payload_size(static_cast<std::uint64_t>(std::llround(share(to, bytes))));
+      flow_class_[cls].bytes -= share(cls, bytes);
+      flow_class_[to].bytes += share(to, bytes);
+      cls = to;
+      return;
+    }
+    const double left = flow->get_remaining();  // of one share of the old class
+    const double edge_left = left * flows_per_edge_[type];
+    const sg4::CommPtr old = flow;
+    flow = sg4::Comm::sendto_async(flow_host_[to], sink_, static_cast<std::uint64_t>(std::llround(share(to, edge_left))));
+    flow_class_[cls].bytes -= left;
+    flow_class_[to].bytes += share(to, edge_left);
+    cls = to;
+    old->cancel();
   }
 
   // A pipeline transfer: its flow starts once the sender has sent and the receiver posted
@@ -604,17 +731,18 @@ class Simulation {
     bool sent = false, posted = false;
     bool prepared = false;       // the receiver made the flow; the send starts it
     sg4::CommPtr flow;
-    sg4::SemaphorePtr ready;  // the receiver, waiting for a send without a flow
+    std::size_t cls = 0;         // the flow's class
+    sg4::SemaphorePtr ready;  // the receiver, waiting for the send
   };
   static std::uint64_t p2p_key(std::int64_t rank, std::int32_t tag) {
     return (static_cast<std::uint64_t>(rank) << 32) | static_cast<std::uint32_t>(tag);
   }
   void start(P2p& e) {
-    if (!e.flow && e.src >= 0 && e.bytes > 0) e.flow = send_flow(e.src, e.type, e.bytes);
+    if (!e.flow && e.src >= 0 && e.bytes > 0) e.flow = send_flow(e.src, e.type, e.bytes, &e.cls);
   }
   // The receiver `r` posts its receive of `in`. When the send has not come yet, it makes
-  // the flow (unstarted) that its sender's class will play, so that it can wait on that one
-  // flow whichever comes first: the sender is r's neighbour on in.peer_stage.
+  // the flow (unstarted) that its sender's class will play, and the send starts it: the
+  // sender is r's neighbour on in.peer_stage.
   void post(std::int64_t r, const Instr& in) {
     P2p& e = p2p_[p2p_key(r, in.tag)];
     e.posted = true;
@@ -632,26 +760,24 @@ class Simulation {
     e.type = my_stage == layout_.coord(after_sender).pp ? next_type : next_type + 1;
     e.bytes = in.bytes;
     e.prepared = true;
-    e.flow = sg4::Comm::sendto_init(flow_host_[flow_class_of(e.src, e.type)], sink_)->set_payload_size(static_cast<std::uint64_t>(std::llround(e.bytes)));
+    e.cls = class_now(e.src, e.type);
+    e.flow = sg4::Comm::sendto_init(flow_host_[e.cls], sink_)->set_payload_size(static_cast<std::uint64_t>(std::llround(share(e.cls, e.bytes))));
   }
   // Blocks until the last byte of the transfer to `key` (receiving rank, tag) is through;
   // returns the route latency still to wait.
   double receive(const std::pair<std::int64_t, std::int32_t>& key) {
     auto it = p2p_.find(p2p_key(key.first, key.second));
     P2p& e = it->second;
-    if (!e.flow && !e.sent) {
+    if (!e.sent) {
+      // Until the send (which starts a flow made here): the failure daemon may still move
+      // an unstarted flow to another path.
       e.ready = sg4::Semaphore::create(0);
       e.ready->acquire();
     }
     double latency = 0;
     if (e.flow) {
-      // Activity's wait, not Comm's: Comm's would start a prepared flow itself.
-      try {
-        static_cast<sg4::Activity&>(*e.flow).wait_for(-1.0);
-      } catch (const simgrid::NetworkFailureException&) {
-        hang();
-      }
-      latency = flow_class_[flow_class_of(e.src, e.type)].latency_s;
+      if (!wait_flow(e.flow)) hang();
+      latency = flow_class_[e.cls].latency_s;
     }
     p2p_.erase(it);
     return latency;
@@ -687,21 +813,28 @@ class Simulation {
       const int steps = options_.per_message ? static_cast<int>(std::llround(f.steps)) : 1;
       const double bytes = f.edge_bytes / steps;
       std::vector<sg4::CommPtr> flows;
+      std::vector<std::size_t> classes;
       for (int step = 0; step < steps; ++step) {
         flows.clear();
+        classes.clear();
         double latency = 0;
         for (const auto colour : colours) {
           const std::int64_t from = rep_[static_cast<std::size_t>(colour)];
-          latency = std::max(latency, flow_class_[flow_class_of(from, type)].latency_s * f.steps / steps);
-          if (auto flow = send_flow(from, type, bytes)) flows.push_back(std::move(flow));
-        }
-        for (auto& fl : flows) {
-          try {
-            fl->wait();
-          } catch (const simgrid::NetworkFailureException&) {
-            hang();
+          std::size_t cls = 0;
+          if (auto flow = send_flow(from, type, bytes, &cls)) {
+            flows.push_back(std::move(flow));
+            classes.push_back(cls);
           }
+          latency = std::max(latency, flow_class_[cls].latency_s * f.steps / steps);
         }
+        // The failure daemon may move these flows while they run.
+        if (!failing_links_.empty()) {
+          for (std::size_t j = 0; j < flows.size(); ++j) in_flight_.emplace(&flows[j], &classes[j]);
+        }
+        bool failed = false;
+        for (auto& fl : flows) failed = !wait_flow(fl) || failed;
+        for (auto& fl : flows) in_flight_.erase(&fl);
+        if (failed) hang();
         if (latency > 0) sg4::this_actor::sleep_for(latency);
       }
       // In-node phases (hierarchical, tree's chain): on NVLink, which nothing else shares.
@@ -900,10 +1033,11 @@ class Simulation {
             if (flow_class_of(e.src, e.type) != flow_class_of(lead, type) || e.bytes != bytes) {
               throw std::logic_error("pipeline transfer " + std::to_string(in.tag) + " from rank " + std::to_string(lead) + " is not the one its receiver expected");
             }
-            FlowClass& fc = flow_class_[flow_class_of(lead, type)];
-            fc.bytes += bytes;
+            FlowClass& fc = flow_class_[e.cls];
+            fc.bytes += share(e.cls, bytes);
             ++fc.played;
             e.flow->start();
+            if (e.ready) e.ready->release();
             break;
           }
           e.src = peer == lead ? -1 : lead;
@@ -1066,10 +1200,19 @@ class Simulation {
   sg4::Host* sink_ = nullptr;
   std::vector<std::int64_t> traced_;
   std::vector<bool> failing_rank_;                 // per rank: on the host that fails (failure)
-  std::int64_t failing_link_ = -1;                 // the topology link that fails
+  std::vector<std::int64_t> failing_link_ids_;     // the topology links that fail (a link, a switch's)
+  std::unique_ptr<topology::Topology> after_;      // the fabric without them
+  std::size_t base_types_ = 0;                     // flow types before failure; rerouted ones follow
+  std::vector<std::int32_t> flows_per_edge_;       // per flow type: flows an edge's bytes split into
+  std::vector<bool> crosses_failed_;               // per flow class: it crosses a failing link
+  bool rerouted_ = false;                          // the fabric has moved traffic off the failed links
+  std::int64_t flows_moved_ = 0;
+  std::string partitioned_;                        // the first pair the failure leaves without a path
   std::vector<sg4::Host*> failing_hosts_;
   std::vector<sg4::Link*> failing_links_;
   std::unordered_map<std::uint64_t, P2p> p2p_;  // by p2p_key(receiving rank, tag)
+  // Collective flows being waited for while a link failure is pending: slot -> its class.
+  std::map<sg4::CommPtr*, std::size_t*> in_flight_;
   std::unordered_map<std::uint64_t, Coll> colls_;  // by (type, stream, group kind, ordinal)
   std::vector<double> link_bytes_;                 // per directed link slot
   std::vector<ActorState> actors_;

@@ -55,7 +55,10 @@ std::string result_to_json(const SimulateResult& r) {
   if (r.interruption) {
     const auto& i = *r.interruption;
     j["interruption"] = {{"target", i.target},       {"at_s", i.at_s},   {"stalled_s", i.stalled_s}, {"ranks_stopped", i.ranks_stopped},
-                         {"ranks_waiting", i.ranks_waiting}, {"ranks", i.ranks}};
+                         {"ranks_waiting", i.ranks_waiting}, {"ranks", i.ranks}, {"partitioned", i.partitioned}};
+  }
+  if (r.reroute) {
+    j["reroute"] = {{"target", r.reroute->target}, {"at_s", r.reroute->at_s}, {"reroute_s", r.reroute->reroute_s}, {"flows_moved", r.reroute->flows_moved}};
   }
   j["error"] = r.error;
   return j.dump();
@@ -72,7 +75,12 @@ SimulateResult result_from_json(const std::string& text) {
   r.played_actors = j.at("played_actors").get<std::int64_t>();
   if (j.contains("interruption")) {
     const auto& i = j.at("interruption");
-    r.interruption = Interruption{i.at("target"), i.at("at_s"), i.at("stalled_s"), i.at("ranks_stopped"), i.at("ranks_waiting"), i.at("ranks")};
+    r.interruption = Interruption{i.at("target"), i.at("at_s"),  i.at("stalled_s"), i.at("ranks_stopped"), i.at("ranks_waiting"),
+                                  i.at("ranks"),  i.at("partitioned")};
+  }
+  if (j.contains("reroute")) {
+    const auto& x = j.at("reroute");
+    r.reroute = Reroute{x.at("target"), x.at("at_s"), x.at("reroute_s"), x.at("flows_moved")};
   }
   r.error = j.at("error").get<std::string>();
   return r;

@@ -51,10 +51,13 @@ struct SimulateOptions {
   bool per_message = false;
   // Play this Program instead of the plan's own lowering (tests time single collectives).
   const models::Program* program = nullptr;
-  // A failure inside the step: at `at_s`, a GPU ("gpu17", its rank), a node ("node3") or a
-  // link ("leaf3-spine1", as `meshwork topology` names them) goes down. SimGrid turns the
-  // host or link off: the ranks on it stop, flows crossing it fail, and whoever waits for
-  // them waits for good, as NCCL's ranks do until their watchdog fires.
+  // A failure inside the step: at `at_s`, a GPU ("gpu17", its rank), a node ("node3"), a
+  // link ("leaf3-spine1", as `meshwork topology` names them) or a switch or NIC ("spine2",
+  // "nic5") goes down. A GPU or node: SimGrid turns its host off, its ranks stop, and whoever
+  // waits for them waits until NCCL's watchdog ends the job. A link or switch: the flows on it
+  // stall until the fabric moves them to other paths, cluster.topology.reroute_s later (the
+  // bytes left go on on the new paths, which the faulted fabric's routes give); a pair left
+  // with no path (a GPU's only NIC link) waits like a dead GPU's peers.
   struct Failure {
     std::string target;
     double at_s = 0;
@@ -91,13 +94,25 @@ struct Interruption {
   double at_s = 0;
   double stalled_s = 0;              // when the last rank still working stopped
   std::int64_t ranks_stopped = 0;    // on the failed host or node
-  std::int64_t ranks_waiting = 0;    // blocked for good on a transfer or collective
+  std::int64_t ranks_waiting = 0;    // blocked on a transfer or collective until the watchdog ends the job
   std::int64_t ranks = 0;
+  // A link or switch failure that left some pair of peers without a path: the first such
+  // flow ("the DP ring edge from rank 3 to rank 4 has no path without nic3-leaf0"); empty otherwise.
+  std::string partitioned;
+};
+
+// A link or switch failure the fabric routed around: the step finished, slower.
+struct Reroute {
+  std::string target;
+  double at_s = 0;
+  double reroute_s = 0;          // until the flows on it moved (cluster.topology.reroute_s)
+  std::int64_t flows_moved = 0;  // played flows moved onto new paths, in flight or started after
 };
 
 struct SimulateResult {
   std::optional<report::Report> report;  // method: simulated; absent when interrupted
   std::optional<Interruption> interruption;
+  std::optional<Reroute> reroute;        // a link or switch failure routed around
   std::vector<LinkUse> hottest_links;    // most bytes first (up to 10)
   std::int64_t flows = 0;                // network flows, played or mirrored
   std::int64_t played_actors = 0;        // actors played (TP groups or ranks; the rest mirrored)

@@ -198,15 +198,21 @@ void Router::descend(const Cone& c, VertexId top, double r, std::vector<std::pai
 }
 
 std::vector<Hop> Router::route(std::int64_t src_gpu, std::int64_t dst_gpu, std::uint64_t flow_hash) {
+  return route_number(src_gpu, dst_gpu, static_cast<double>(mix(flow_hash) >> 11) * 0x1.0p-53, true);
+}
+
+std::vector<Hop> Router::route_number(std::int64_t src_gpu, std::int64_t dst_gpu, double number, bool fraction) {
   set_source(src_gpu);
   const Meeting m = meet(dst_gpu);
   if (m.hops <= 0) return {};
-  const double unit = static_cast<double>(mix(flow_hash) >> 11) * 0x1.0p-53;  // [0, 1)
-  if (!m.direct.empty()) return path(m, 0, unit * static_cast<double>(m.direct.size()), 0);
-  // Path number r, uniform over all of them: its turning point, then its up and down halves.
+  if (!m.direct.empty()) {
+    const auto n = static_cast<double>(m.direct.size());
+    return path(m, 0, fraction ? number * n : std::fmod(std::floor(number), n), 0);
+  }
+  // Path number r: its turning point, then its up and down halves.
   double total = 0;
   for (auto x : m.at) total += src_.paths[x] * dst_.paths[x];
-  double r = std::floor(unit * total);
+  double r = fraction ? std::floor(number * total) : std::fmod(std::floor(number), total);
   std::size_t xi = m.at.size() - 1;
   for (std::size_t i = 0; i < m.at.size(); ++i) {
     const double n = src_.paths[m.at[i]] * dst_.paths[m.at[i]];

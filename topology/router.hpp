@@ -42,6 +42,9 @@ class Router {
   // One shortest path, chosen among the equal-cost ones by `flow_hash` with each path equally
   // likely (as ECMP hashing does per flow); empty when unreachable or src == dst.
   [[nodiscard]] std::vector<Hop> route(std::int64_t src_gpu, std::int64_t dst_gpu, std::uint64_t flow_hash = 0);
+  // Equal-cost path number `number` mod info(src, dst).paths (with `fraction`, number in [0, 1)
+  // picks the path at that fraction of the range), each path having exactly one number.
+  [[nodiscard]] std::vector<Hop> route_number(std::int64_t src_gpu, std::int64_t dst_gpu, double number, bool fraction = false);
   // Destination-mod-k routing (Zahavi et al., "Optimized InfiniBand fat-tree routing for shift
   // all-to-all communication patterns", 2010; OpenSM's ftree): path number dst mod the path
   // count, so flows to consecutive destinations take different turning switches and a shift

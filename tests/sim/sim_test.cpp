@@ -95,6 +95,7 @@ TEST(Simulate, HashedRoutesCollideWhereTheEstimateAssumesNone) {
   const double estimated = models::estimate(p).step_time_s;
   const SimulateResult dmodk = simulate(p);
   p.cluster.topology.routing = plan::Routing::ecmp_hash;
+  p.cluster.topology.flows_per_peer = 1;  // one flow per ring edge, each hashed
   const SimulateResult hashed = simulate(p);
   ASSERT_TRUE(dmodk.report && hashed.report) << dmodk.error << hashed.error;
   EXPECT_NEAR(dmodk.report->step_time_s / estimated, 1.0, 0.02);
@@ -104,6 +105,33 @@ TEST(Simulate, HashedRoutesCollideWhereTheEstimateAssumesNone) {
   ASSERT_FALSE(hashed.hottest_links.empty());
   EXPECT_GE(hashed.hottest_links.front().bytes, 1.99 * dmodk.hottest_links.front().bytes);
   EXPECT_NE(hashed.hottest_links.front().name.find("spine"), std::string::npos) << hashed.hottest_links.front().name;
+}
+
+// Issue 21: NCCL opens several flows per ring edge (its channels, times the queue pairs per
+// connection), each hashed on its own; Llama 3 ran 16 (arXiv:2407.21783 §3.3.1). With more
+// flows per edge the collisions of the test above average out: the gradient all-reduce comes
+// back towards the collision-free figure of destination-mod-k, and the hottest link's load
+// towards the busiest one without collisions.
+TEST(Simulate, MoreFlowsPerPeerSpreadHashedRingsOverThePaths) {
+  auto loaded = plan::load_plan(std::string(MESHWORK_SOURCE_DIR) + "/scenarios/published/nar21-7.5b.yaml");
+  ASSERT_TRUE(loaded.ok());
+  plan::Plan p = loaded.plan;
+  const SimulateResult dmodk = simulate(p);
+  p.cluster.topology.routing = plan::Routing::ecmp_hash;
+  p.cluster.topology.flows_per_peer = 1;
+  const SimulateResult one = simulate(p);
+  p.cluster.topology.flows_per_peer = 16;
+  const SimulateResult sixteen = simulate(p);
+  ASSERT_TRUE(dmodk.report && one.report && sixteen.report) << dmodk.error << one.error << sixteen.error;
+  const double free_dp = dmodk.report->breakdown.dp_s;
+  EXPECT_GT(one.report->breakdown.dp_s, 1.5 * free_dp);
+  EXPECT_LT(sixteen.report->breakdown.dp_s, 0.8 * one.report->breakdown.dp_s);
+  EXPECT_LT(sixteen.hottest_links.front().bytes, one.hottest_links.front().bytes);
+  // Under d_mod_k an edge's flows all take its destination's path: the setting changes nothing.
+  p.cluster.topology.routing = plan::Routing::d_mod_k;
+  const SimulateResult dmodk16 = simulate(p);
+  ASSERT_TRUE(dmodk16.report) << dmodk16.error;
+  EXPECT_EQ(dmodk16.report->step_time_s, dmodk.report->step_time_s);
 }
 
 TEST(Simulate, AnImpossibleFabricIsAnErrorNotACrash) {
@@ -194,6 +222,70 @@ TEST(Simulate, EachCollectiveAlgorithmTakesItsCostModelsTime) {
   }
 }
 
+// Adaptive routing puts each flow on the least-loaded path: on a non-blocking tree the eight
+// pipeline pairs that cross the spines never share an up-link, so the exchange takes exactly
+// one flow's time, where per-flow hashing can put two on one link.
+TEST(Simulate, AdaptiveRoutingKeepsCrossLeafFlowsApartOnANonBlockingTree) {
+  const std::string head = "model: tiny\ntraining: {global_batch_size: 8, precision: bf16}\nparallelism: {pp: 2, dp: 8, zero_stage: 0}\n"
+                           "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 1, nics_per_node: 1, nic_bandwidth_gbps: 400, topology: ";
+  const auto prog = one_collective(plan::GroupKind::pp, models::Collective::all_gather, 2e9, 2, 8);
+  SimulateOptions o;
+  o.program = &prog;
+  const SimulateResult hashed = simulate(load(head + "{tiers: 2, switch_radix: 16, routing: ecmp_hash, flows_per_peer: 1}}\n"), o);
+  const SimulateResult adaptive = simulate(load(head + "{tiers: 2, switch_radix: 16, routing: adaptive, flows_per_peer: 1}}\n"), o);
+  ASSERT_TRUE(hashed.report && adaptive.report) << hashed.error << adaptive.error;
+  EXPECT_DOUBLE_EQ(adaptive.hottest_links.front().bytes, 1e9);
+  EXPECT_GE(hashed.hottest_links.front().bytes, 2e9);  // this hash puts two flows on one link
+  const double bw = 47e9;  // Hopper's achievable NIC rate (models/hardware.cpp)
+  EXPECT_NEAR(adaptive.report->step_time_s, 1e9 / bw, 2e-5 * adaptive.report->step_time_s + 1e-5);
+  EXPECT_LT(adaptive.report->step_time_s, hashed.report->step_time_s);
+}
+
+// Issue 21: a link or switch of a fat tree that fails inside the step costs the time until the
+// fabric reroutes, not the job: the flows on it stall for reroute_s, then go on over the other
+// paths with the bytes they had left. On an uncontended ring the step is longer by reroute_s.
+TEST(Simulate, AFailedFabricLinkOrSwitchIsRoutedAroundAfterTheRerouteTime) {
+  const std::string head = "model: tiny\ntraining: {global_batch_size: 8, precision: bf16}\nparallelism: {dp: 8, zero_stage: 0}\n"
+                           "cluster: {gpu: h100-sxm, num_gpus: 8, gpus_per_node: 1, nics_per_node: 1, nic_bandwidth_gbps: 400, "
+                           "topology: {tiers: 2, switch_radix: 8, reroute_s: ";
+  const auto prog = one_collective(plan::GroupKind::dp, models::Collective::all_reduce, 4e9, 1, 8);
+  SimulateOptions o;
+  o.program = &prog;
+  const SimulateResult whole = simulate(load(head + "0.05}}\n"), o);
+  ASSERT_TRUE(whole.report) << whole.error;
+  const double step = whole.report->step_time_s;
+  // Leaves of 4 GPUs, 4 spines: the ring's edge from GPU 3 to GPU 4 climbs to spine 0 (d_mod_k:
+  // destination 4 mod 4), as does the edge from 7 back to 0.
+  const std::string link = "leaf0-spine0";
+  for (const double reroute_s : {0.0, 0.05}) {
+    SCOPED_TRACE(reroute_s);
+    o.failure = SimulateOptions::Failure{link, step / 2};
+    const SimulateResult r = simulate(load(head + std::to_string(reroute_s) + "}}\n"), o);
+    ASSERT_TRUE(r.report) << r.error << (r.interruption ? r.interruption->partitioned : "");
+    ASSERT_TRUE(r.reroute);
+    EXPECT_GE(r.reroute->flows_moved, 1);
+    EXPECT_NEAR(r.report->step_time_s, step + reroute_s, 1e-6 * step + 1e-9);
+    bool noted = false;
+    for (const auto& n : r.report->notes) noted = noted || n.find("moved its traffic") != std::string::npos;
+    EXPECT_TRUE(noted);
+  }
+  // A whole spine, by its name, on 16 GPUs (radix 8: 4 leaves, 2 spines, each reached by 2
+  // cables): the other spine's cables take the four cross-leaf edges without contention.
+  const plan::Plan sixteen = load("model: tiny\ntraining: {global_batch_size: 16, precision: bf16}\nparallelism: {dp: 16, zero_stage: 0}\n"
+                                  "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 1, nics_per_node: 1, nic_bandwidth_gbps: 400, "
+                                  "topology: {tiers: 2, switch_radix: 8, reroute_s: 0.05}}\n");
+  const auto ring16 = one_collective(plan::GroupKind::dp, models::Collective::all_reduce, 4e9, 1, 16);
+  SimulateOptions s;
+  s.program = &ring16;
+  const SimulateResult whole16 = simulate(sixteen, s);
+  ASSERT_TRUE(whole16.report) << whole16.error;
+  s.failure = SimulateOptions::Failure{"spine0", whole16.report->step_time_s / 2};
+  const SimulateResult spine = simulate(sixteen, s);
+  ASSERT_TRUE(spine.report) << spine.error << (spine.interruption ? spine.interruption->partitioned : "");
+  EXPECT_NEAR(spine.report->step_time_s, whole16.report->step_time_s + 0.05, 1e-6 * whole16.report->step_time_s + 1e-9);
+  EXPECT_GE(spine.reroute->flows_moved, 1);
+}
+
 // One flow per ring edge against the ring played message by message, where the edges share
 // links: the pipeline pairs of 16 one-GPU nodes all cross a 2:1 tier on hashed paths (as in
 // the tests above). While the same flows share the same links all along, an edge's bytes take
@@ -281,6 +373,9 @@ TEST(Simulate, AFailureInsideTheStepStopsItWhereItHits) {
   EXPECT_DOUBLE_EQ(r.interruption->at_s, step / 2);
   EXPECT_EQ(r.interruption->ranks_stopped, 0);
   EXPECT_EQ(r.interruption->ranks_waiting, 8);
+  // Its GPU has no other way out: the report says which pair lost its path.
+  EXPECT_NE(r.interruption->partitioned.find("rank 3"), std::string::npos) << r.interruption->partitioned;
+  EXPECT_NE(r.interruption->partitioned.find("no path without nic3-leaf0"), std::string::npos) << r.interruption->partitioned;
   // A GPU of a pipeline, a tenth into the step: it stops, the rest wait for good.
   const plan::Plan pipe = pipeline("1f1b", 1);
   const SimulateResult clean = simulate(pipe);

@@ -12,6 +12,7 @@
 #include "plan/rank_layout.hpp"
 #include "topology/analysis.hpp"
 #include "topology/builders.hpp"
+#include "topology/faults.hpp"
 #include "topology/router.hpp"
 #include "topology/routing.hpp"
 
@@ -236,6 +237,29 @@ TEST(Pods, BadPodParametersAreDiagnostics) {
                                   plan::Format::yaml);
     EXPECT_NE(r.diagnostics.find(b.path), nullptr) << b.cluster;
   }
+}
+
+// A switch taken down leaves its peers the other equal-cost paths, by every routing. Radix 8
+// on 16 one-GPU nodes: 4 leaves of 4 up-links, 2 spines each reached by 2 parallel cables.
+TEST(Router, EveryRoutingGoesAroundASpineThatIsDown) {
+  const Topology whole = fabric("gpus_per_node: 1, nics_per_node: 1, topology: {tiers: 2, switch_radix: 8}", 16);
+  Topology t = whole;
+  ASSERT_FALSE(apply_fault(t, {FaultKind::down, "spine0", 0}));
+  Router before(whole), r(t);
+  const double paths = before.info(3, 4).paths;
+  ASSERT_GT(paths, 1);
+  EXPECT_EQ(r.info(3, 4).paths, paths / 2);
+  std::set<std::int64_t> down;
+  for (auto e : boost::make_iterator_range(boost::edges(t.graph))) {
+    if (t.graph[e].bandwidth_gbytes_per_s <= 0) down.insert(t.graph[e].id);
+  }
+  auto avoids = [&](const std::vector<Hop>& hops) {
+    return !hops.empty() && std::none_of(hops.begin(), hops.end(), [&](const Hop& h) { return down.count(h.link) > 0; });
+  };
+  for (std::uint64_t h = 0; h < 8; ++h) EXPECT_TRUE(avoids(r.route(3, 4, h)));
+  for (int n = 0; n < static_cast<int>(paths / 2); ++n) EXPECT_TRUE(avoids(r.route_number(3, 4, n)));
+  EXPECT_TRUE(avoids(r.route_d_mod_k(3, 4)));
+  EXPECT_TRUE(avoids(r.route_d_mod_k(15, 0)));
 }
 
 }  // namespace
