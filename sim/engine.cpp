@@ -768,9 +768,9 @@ class Simulation {
   double receive(const std::pair<std::int64_t, std::int32_t>& key) {
     auto it = p2p_.find(p2p_key(key.first, key.second));
     P2p& e = it->second;
-    if (!e.sent) {
-      // Until the send (which starts a flow made here): the failure daemon may still move
-      // an unstarted flow to another path.
+    if (!e.sent && (!e.flow || !failing_links_.empty())) {
+      // Until the send. With a link failure pending, also when the flow was made here
+      // (unstarted): the failure daemon may move it to another path before the send.
       e.ready = sg4::Semaphore::create(0);
       e.ready->acquire();
     }

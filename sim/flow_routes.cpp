@@ -23,7 +23,11 @@ FlowRoutes route_flows(const topology::Topology& topo, const plan::TopologyConfi
                        const std::vector<double>& link_latency_s) {
   FlowRoutes out;
   topology::Router router(topo);
-  const std::int64_t k = config.routing == plan::Routing::d_mod_k ? 1 : std::max<std::int64_t>(1, config.flows_per_peer);
+  // A multi-plane NIC is a port per plane, and NCCL spreads its channels over the ports as over
+  // NICs: an edge's flows go round the planes, at least one on each.
+  const std::int64_t planes = config.kind == plan::TopologyKind::multi_plane ? std::max<std::int64_t>(1, config.planes) : 1;
+  const std::int64_t per_plane = config.routing == plan::Routing::d_mod_k ? 1 : (std::max<std::int64_t>(1, config.flows_per_peer) + planes - 1) / planes;
+  const std::int64_t k = per_plane * planes;
   out.route.resize(peer.size());
   out.flows_per_edge.assign(peer.size(), 1);
   std::vector<double> load;  // adaptive: flows of this type placed on each directed link slot
@@ -40,19 +44,22 @@ FlowRoutes route_flows(const topology::Topology& topo, const plan::TopologyConfi
       if (b < 0 || b == a) continue;
       Route& mine = routes[ai];
       for (std::int64_t f = 0; f < k; ++f) {
+        const std::int64_t plane = planes > 1 ? f % planes : -1;
         switch (config.routing) {
-          case plan::Routing::d_mod_k: path = router.route_d_mod_k(a, b); break;
-          case plan::Routing::ecmp_hash: path = router.route(a, b, flow_hash(a, b, f, 0)); break;
+          case plan::Routing::d_mod_k: path = router.route_d_mod_k(a, b, plane); break;
+          case plan::Routing::ecmp_hash: path = router.route(a, b, flow_hash(a, b, f, 0), plane); break;
           case plan::Routing::adaptive: {
             // Every equal-cost path when there are few, else a hashed sample of them.
-            const double paths = router.info(a, b).paths;
+            const double paths = router.paths_in_plane(a, b, plane);
+            path.clear();
+            if (paths < 1) break;
             const bool all = paths <= kAdaptiveCandidates;
             const int candidates = all ? static_cast<int>(paths) : kAdaptiveCandidates;
             double best = std::numeric_limits<double>::infinity();
             for (int c = 0; c < candidates; ++c) {
               // Paths in turn from one the flow's hash picks, so that ties do not all fall on path 0.
-              auto candidate = all ? router.route_number(a, b, static_cast<double>((flow_hash(a, b, f, 0) % static_cast<std::uint64_t>(paths)) + static_cast<std::uint64_t>(c)))
-                                   : router.route(a, b, flow_hash(a, b, f, c));
+              auto candidate = all ? router.route_number(a, b, static_cast<double>((flow_hash(a, b, f, 0) % static_cast<std::uint64_t>(paths)) + static_cast<std::uint64_t>(c)), false, plane)
+                                   : router.route(a, b, flow_hash(a, b, f, c), plane);
               double worst = 0;
               for (const auto& h : candidate) worst = std::max(worst, load[h.slot()]);
               if (worst < best) {

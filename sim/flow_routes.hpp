@@ -14,6 +14,9 @@
 //   one whose busiest link carries the fewest flows of this type placed so far. Flowlet
 //   switching converges on that (CONGA, Alizadeh et al., SIGCOMM 2014; InfiniBand adaptive
 //   routing, Spectrum-X), without the collisions of a blind hash.
+// On a multi-plane fabric each NIC is a port per plane, which NCCL uses as so many NICs: an
+// edge's flows go round the planes (flow f on plane f mod planes, at least one per plane) and
+// are routed inside their plane as above, so an edge has its whole NIC, not one port's share.
 // A route holds every flow's path one after the other; the simulator plays the edge as one
 // flow of bytes / flows over that route, so that a link k of the paths share carries k shares:
 // the same rates as k flows held to one pace (a ring's channels move in step).

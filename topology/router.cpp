@@ -197,13 +197,28 @@ void Router::descend(const Cone& c, VertexId top, double r, std::vector<std::pai
   }
 }
 
-std::vector<Hop> Router::route(std::int64_t src_gpu, std::int64_t dst_gpu, std::uint64_t flow_hash) {
-  return route_number(src_gpu, dst_gpu, static_cast<double>(mix(flow_hash) >> 11) * 0x1.0p-53, true);
+std::vector<Hop> Router::route(std::int64_t src_gpu, std::int64_t dst_gpu, std::uint64_t flow_hash, std::int64_t plane) {
+  return route_number(src_gpu, dst_gpu, static_cast<double>(mix(flow_hash) >> 11) * 0x1.0p-53, true, plane);
 }
 
-std::vector<Hop> Router::route_number(std::int64_t src_gpu, std::int64_t dst_gpu, double number, bool fraction) {
+void Router::keep_plane(Meeting& m, std::int64_t plane) const {
+  if (plane < 0) return;
+  const auto on = [&](VertexId x) { return t_.graph[x].plane == plane; };
+  if (std::none_of(m.at.begin(), m.at.end(), on)) return;  // a path inside the node, or no such plane
+  m.at.erase(std::remove_if(m.at.begin(), m.at.end(), [&](VertexId x) { return !on(x); }), m.at.end());
+}
+
+double Router::paths_in_plane(std::int64_t src_gpu, std::int64_t dst_gpu, std::int64_t plane) {
   set_source(src_gpu);
-  const Meeting m = meet(dst_gpu);
+  Meeting m = meet(dst_gpu);
+  keep_plane(m, plane);
+  return summarise(m).paths;
+}
+
+std::vector<Hop> Router::route_number(std::int64_t src_gpu, std::int64_t dst_gpu, double number, bool fraction, std::int64_t plane) {
+  set_source(src_gpu);
+  Meeting m = meet(dst_gpu);
+  keep_plane(m, plane);
   if (m.hops <= 0) return {};
   if (!m.direct.empty()) {
     const auto n = static_cast<double>(m.direct.size());
@@ -228,9 +243,10 @@ std::vector<Hop> Router::route_number(std::int64_t src_gpu, std::int64_t dst_gpu
   return path(m, xi, r_src, r - r_src * dst_.paths[x]);
 }
 
-std::vector<Hop> Router::route_d_mod_k(std::int64_t src_gpu, std::int64_t dst_gpu) {
+std::vector<Hop> Router::route_d_mod_k(std::int64_t src_gpu, std::int64_t dst_gpu, std::int64_t plane) {
   set_source(src_gpu);
-  const Meeting m = meet(dst_gpu);
+  Meeting m = meet(dst_gpu);
+  keep_plane(m, plane);
   std::vector<Hop> hops;
   if (m.hops <= 0) return hops;
   const auto dst = static_cast<std::uint64_t>(dst_gpu);

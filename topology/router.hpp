@@ -41,15 +41,19 @@ class Router {
   [[nodiscard]] PathInfo info(std::int64_t src_gpu, std::int64_t dst_gpu);
   // One shortest path, chosen among the equal-cost ones by `flow_hash` with each path equally
   // likely (as ECMP hashing does per flow); empty when unreachable or src == dst.
-  [[nodiscard]] std::vector<Hop> route(std::int64_t src_gpu, std::int64_t dst_gpu, std::uint64_t flow_hash = 0);
+  // `plane` (>= 0, on a multi-plane fabric): only the paths through that plane's switches, as a
+  // NIC port on that plane sends (a path inside the node ignores it).
+  [[nodiscard]] std::vector<Hop> route(std::int64_t src_gpu, std::int64_t dst_gpu, std::uint64_t flow_hash = 0, std::int64_t plane = -1);
   // Equal-cost path number `number` mod info(src, dst).paths (with `fraction`, number in [0, 1)
   // picks the path at that fraction of the range), each path having exactly one number.
-  [[nodiscard]] std::vector<Hop> route_number(std::int64_t src_gpu, std::int64_t dst_gpu, double number, bool fraction = false);
+  [[nodiscard]] std::vector<Hop> route_number(std::int64_t src_gpu, std::int64_t dst_gpu, double number, bool fraction = false, std::int64_t plane = -1);
+  // The equal-cost paths through `plane` (all of them when plane < 0).
+  [[nodiscard]] double paths_in_plane(std::int64_t src_gpu, std::int64_t dst_gpu, std::int64_t plane);
   // Destination-mod-k routing (Zahavi et al., "Optimized InfiniBand fat-tree routing for shift
   // all-to-all communication patterns", 2010; OpenSM's ftree): path number dst mod the path
   // count, so flows to consecutive destinations take different turning switches and a shift
   // pattern (every ring edge of a collective) does not collide on a full tree.
-  [[nodiscard]] std::vector<Hop> route_d_mod_k(std::int64_t src_gpu, std::int64_t dst_gpu);
+  [[nodiscard]] std::vector<Hop> route_d_mod_k(std::int64_t src_gpu, std::int64_t dst_gpu, std::int64_t plane = -1);
   // Adds `amount` split evenly over all equal-cost paths into `loads` (2 slots per link).
   // Returns false when unreachable.
   bool spread(std::int64_t src_gpu, std::int64_t dst_gpu, double amount, std::vector<double>& loads);
@@ -80,6 +84,8 @@ class Router {
   bool grow(Cone& c);
   static std::int64_t levels(const Cone& c);
   Meeting meet(std::int64_t dst_gpu);
+  // Keeps the turning points of `plane` (none when plane < 0 or none is on it).
+  void keep_plane(Meeting& m, std::int64_t plane) const;
   [[nodiscard]] PathInfo summarise(const Meeting& m) const;
   void descend(const Cone& c, VertexId top, double r, std::vector<std::pair<VertexId, Graph::edge_descriptor>>& out) const;
   // The path through turning point m.at[turn] whose up half is number r_src of the source's

@@ -241,6 +241,29 @@ TEST(Simulate, AdaptiveRoutingKeepsCrossLeafFlowsApartOnANonBlockingTree) {
   EXPECT_LT(adaptive.report->step_time_s, hashed.report->step_time_s);
 }
 
+// Issue 21: a multi-plane NIC is a port on each plane, and NCCL uses the ports as so many NICs:
+// an edge's flows go round the planes, so a ring moves at the whole NIC's rate, as on one fat
+// tree of full-rate ports. Before, each edge took one port, half (or an eighth) of its NIC.
+TEST(Simulate, MultiPlaneFabricsGiveAnEdgeItsWholeNic) {
+  const std::string head = "model: tiny\ntraining: {global_batch_size: 8, precision: bf16}\nparallelism: {dp: 8, zero_stage: 0}\n"
+                           "cluster: {gpu: h100-sxm, num_gpus: 8, gpus_per_node: 1, nics_per_node: 1, nic_bandwidth_gbps: 400, topology: ";
+  const auto prog = one_collective(plan::GroupKind::dp, models::Collective::all_reduce, 4e9, 1, 8);
+  SimulateOptions o;
+  o.program = &prog;
+  for (const std::string routing : {"d_mod_k", "ecmp_hash", "adaptive"}) {
+    SCOPED_TRACE(routing);
+    const SimulateResult tree = simulate(load(head + "{tiers: 2, switch_radix: 8, routing: " + routing + "}}\n"), o);
+    ASSERT_TRUE(tree.report) << tree.error;
+    for (const int planes : {2, 8}) {
+      SCOPED_TRACE(planes);
+      const SimulateResult multi =
+          simulate(load(head + "{kind: multi_plane, planes: " + std::to_string(planes) + ", tiers: 2, switch_radix: 8, routing: " + routing + "}}\n"), o);
+      ASSERT_TRUE(multi.report) << multi.error;
+      EXPECT_NEAR(multi.report->step_time_s / tree.report->step_time_s, 1.0, 0.02);
+    }
+  }
+}
+
 // Issue 21: a link or switch of a fat tree that fails inside the step costs the time until the
 // fabric reroutes, not the job: the flows on it stall for reroute_s, then go on over the other
 // paths with the bytes they had left. On an uncontended ring the step is longer by reroute_s.
