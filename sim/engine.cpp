@@ -655,7 +655,19 @@ class Simulation {
     ++fc.played;
     if (options_.free_communication || bytes <= 0) return nullptr;
     if (rerouted_ && crosses_failed_[flow_class_of(from, type)]) ++flows_moved_;
-    return sg4::Comm::sendto_async(flow_host_[i], sink_, static_cast<std::uint64_t>(std::llround(b)));
+    sg4::CommPtr flow = sg4::Comm::sendto_async(flow_host_[i], sink_, static_cast<std::uint64_t>(std::llround(b)));
+    const std::size_t now = class_now(from, type);
+    if (now != i) {
+      // The fabric rerouted while the flow was being started (starting it let the failure
+      // daemon run): it goes on the new paths, all of it.
+      flow->cancel();
+      fc.bytes -= b;
+      flow_class_[now].bytes += share(now, bytes);
+      if (cls != nullptr) *cls = now;
+      if (crosses_failed_[i]) ++flows_moved_;
+      flow = sg4::Comm::sendto_async(flow_host_[now], sink_, static_cast<std::uint64_t>(std::llround(share(now, bytes))));
+    }
+    return flow;
   }
 
   // Waits for the flow in `slot`. The failure daemon may move it onto a new path meanwhile
@@ -687,16 +699,24 @@ class Simulation {
     for (auto* l : failing_links_) l->set_bandwidth(kStalledBytesPerS);
     sg4::this_actor::sleep_until(options_.failure->at_s + p_.cluster.topology.effective_reroute_s());
     rerouted_ = true;
-    for (auto& [slot, cls] : in_flight_) move_flow(*slot, *cls, 0);
+    // Two passes: the first swaps unstarted replacements into the slots without handing
+    // control to any actor (the slots and the maps stay as they are meanwhile); the second
+    // starts them and cancels the old flows, which lets the waiters run.
+    std::vector<std::pair<sg4::CommPtr, sg4::CommPtr>> moved;  // (old started flow, its replacement)
+    for (auto& [slot, cls] : in_flight_) move_flow(*slot, *cls, 0, moved);
     for (auto& [key, e] : p2p_) {
-      if (e.flow) move_flow(e.flow, e.cls, e.bytes);
+      if (e.flow) move_flow(e.flow, e.cls, e.bytes, moved);
+    }
+    for (auto& [old, fresh] : moved) {
+      fresh->start();
+      old->cancel();
     }
     for (auto* l : failing_links_) l->turn_off();
   }
   // Moves `flow` of class `cls` off the failed links, when it crosses one and its pair still
-  // has a path: a started flow with the bytes it has left, a prepared one (`bytes`: its edge's)
-  // unstarted on the new class.
-  void move_flow(sg4::CommPtr& flow, std::size_t& cls, double bytes) {
+  // has a path: a started flow with the bytes it has left (queued in `started`, to start), a
+  // prepared one (`bytes`: its edge's) unstarted on the new class, for its sender to start.
+  void move_flow(sg4::CommPtr& flow, std::size_t& cls, double bytes, std::vector<std::pair<sg4::CommPtr, sg4::CommPtr>>& started) {
     const std::size_t types = peer_.size(), type = cls % types;
     if (!crosses_failed_[cls] || type >= base_types_) return;
     const std::size_t to = cls + base_types_;
@@ -704,21 +724,15 @@ class Simulation {
     const auto state = flow->get_state();
     if (state == sg4::Activity::State::FINISHED || state == sg4::Activity::State::FAILED || state == sg4::Activity::State::CANCELED) return;
     ++flows_moved_;
-    if (state == sg4::Activity::State::INITED) {
-      flow = sg4::Comm::sendto_init(flow_host_[to], sink_)->set_payload_size(static_cast<std::uint64_t>(std::llround(share(to, bytes))));
-      flow_class_[cls].bytes -= share(cls, bytes);
-      flow_class_[to].bytes += share(to, bytes);
-      cls = to;
-      return;
-    }
-    const double left = flow->get_remaining();  // of one share of the old class
-    const double edge_left = left * flows_per_edge_[type];
+    const bool unstarted = state == sg4::Activity::State::INITED;
+    // Bytes of the edge still to go: a started flow's remainder is one share of its class.
+    const double edge_left = unstarted ? bytes : flow->get_remaining() * flows_per_edge_[type];
     const sg4::CommPtr old = flow;
-    flow = sg4::Comm::sendto_async(flow_host_[to], sink_, static_cast<std::uint64_t>(std::llround(share(to, edge_left))));
-    flow_class_[cls].bytes -= left;
+    flow = sg4::Comm::sendto_init(flow_host_[to], sink_)->set_payload_size(static_cast<std::uint64_t>(std::llround(share(to, edge_left))));
+    flow_class_[cls].bytes -= share(cls, edge_left);
     flow_class_[to].bytes += share(to, edge_left);
     cls = to;
-    old->cancel();
+    if (!unstarted) started.emplace_back(old, flow);
   }
 
   // A pipeline transfer: its flow starts once the sender has sent and the receiver posted
@@ -814,6 +828,10 @@ class Simulation {
       const double bytes = f.edge_bytes / steps;
       std::vector<sg4::CommPtr> flows;
       std::vector<std::size_t> classes;
+      // Slots that stay put: the failure daemon may move each flow from the moment it starts
+      // (starting the next one lets it run).
+      flows.reserve(colours.size());
+      classes.reserve(colours.size());
       for (int step = 0; step < steps; ++step) {
         flows.clear();
         classes.clear();
@@ -824,12 +842,9 @@ class Simulation {
           if (auto flow = send_flow(from, type, bytes, &cls)) {
             flows.push_back(std::move(flow));
             classes.push_back(cls);
+            if (!failing_links_.empty()) in_flight_.emplace(&flows.back(), &classes.back());
           }
           latency = std::max(latency, flow_class_[cls].latency_s * f.steps / steps);
-        }
-        // The failure daemon may move these flows while they run.
-        if (!failing_links_.empty()) {
-          for (std::size_t j = 0; j < flows.size(); ++j) in_flight_.emplace(&flows[j], &classes[j]);
         }
         bool failed = false;
         for (auto& fl : flows) failed = !wait_flow(fl) || failed;
