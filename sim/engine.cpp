@@ -31,6 +31,7 @@
 #include "plan/validate.hpp"
 #include "report/trace.hpp"
 #include "sim/blocks.hpp"
+#include "sim/failure_target.hpp"
 #include "sim/flow_routes.hpp"
 #include "sim/simulate.hpp"
 #include "sim/symmetry.hpp"
@@ -284,46 +285,13 @@ class Simulation {
     return program_.classes[static_cast<std::size_t>(layout_.coord(rank).pp)];
   }
 
-  // The failure's target: a GPU (its rank), a node (its ranks) or a link (both directions).
+  // The failure's target (sim/failure_target.hpp): the ranks that stop, or the links that go down.
   std::optional<std::string> resolve_failure() {
-    const std::string& target = options_.failure->target;
-    failing_rank_.assign(static_cast<std::size_t>(world_), false);
-    auto index_after = [&](std::string_view prefix) -> std::int64_t {
-      if (target.rfind(prefix, 0) != 0 || target.size() == prefix.size()) return -1;
-      std::int64_t v = 0;
-      for (char ch : target.substr(prefix.size())) {
-        if (ch < '0' || ch > '9' || v > (std::int64_t{1} << 40)) return -1;
-        v = v * 10 + (ch - '0');
-      }
-      return v;
-    };
-    if (const auto g = index_after("gpu"); g >= 0) {
-      if (g >= world_) return "gpu" + std::to_string(g) + " is outside the plan's " + std::to_string(world_) + " GPUs";
-      failing_rank_[static_cast<std::size_t>(g)] = true;
-      return std::nullopt;
-    }
-    if (const auto n = index_after("node"); n >= 0) {
-      const std::int64_t per = std::max<std::int64_t>(p_.cluster.gpus_per_node, 1);
-      if (n * per >= world_) return "node" + std::to_string(n) + " is outside the plan's nodes";
-      for (std::int64_t r = n * per; r < std::min(world_, (n + 1) * per); ++r) failing_rank_[static_cast<std::size_t>(r)] = true;
-      return std::nullopt;
-    }
-    // A link (either end first) or a switch or NIC (every link of it): the fabric as it is
-    // after the fault, which the flows take once rerouted.
-    topology::Topology after = topo_;
-    bool named = !topology::apply_fault(after, {topology::FaultKind::down, target, 0});
-    if (const auto dash = target.find('-'); !named && dash != std::string::npos) {
-      named = !topology::apply_fault(after, {topology::FaultKind::down, target.substr(dash + 1) + "-" + target.substr(0, dash), 0});
-    }
-    if (!named) return "no GPU (gpuN), node (nodeN), switch, NIC or link (as `meshwork topology` names them) is named \"" + target + "\"";
-    std::vector<double> before(boost::num_edges(topo_.graph), 0.0);
-    for (auto e : boost::make_iterator_range(boost::edges(topo_.graph))) before[static_cast<std::size_t>(topo_.graph[e].id)] = topo_.graph[e].bandwidth_gbytes_per_s;
-    for (auto e : boost::make_iterator_range(boost::edges(after.graph))) {
-      const auto& l = after.graph[e];
-      if (l.bandwidth_gbytes_per_s <= 0 && before[static_cast<std::size_t>(l.id)] > 0) failing_link_ids_.push_back(l.id);
-    }
-    if (failing_link_ids_.empty()) return "\"" + target + "\" is already down";
-    after_ = std::make_unique<topology::Topology>(std::move(after));
+    FailureTarget t = resolve_failure_target(options_.failure->target, topo_, world_, p_.cluster.gpus_per_node);
+    if (!t.error.empty()) return t.error;
+    failing_rank_ = std::move(t.rank);
+    failing_link_ids_ = std::move(t.links);
+    after_ = std::move(t.after);
     return std::nullopt;
   }
 
