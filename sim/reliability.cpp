@@ -78,7 +78,7 @@ std::string_view to_string(Cause c) {
   return names[static_cast<std::size_t>(c)];
 }
 std::string_view to_string(Loss l) {
-  static constexpr std::array<std::string_view, kLosses> names = {"lost_work", "restart", "checkpoint", "slowdown", "shrink", "requeue"};
+  static constexpr std::array<std::string_view, kLosses> names = {"lost_work", "restart", "checkpoint", "slowdown", "shrink", "requeue", "reroute"};
   return names[static_cast<std::size_t>(l)];
 }
 
@@ -326,9 +326,13 @@ Trial run_trial(const Inputs& in, std::uint64_t seed) {
     return true;
   };
 
+  std::size_t reroute = 0;  // the next of in.reroutes
   while (true) {
     if (target > 0 ? work >= target : t >= in.horizon_s) break;
     if (t >= stop_wall) break;
+    // A fabric fault while the job was down was routed around before it came back.
+    while (reroute < in.reroutes.size() && in.reroutes[reroute].first < t) ++reroute;
+    const double t_reroute = reroute < in.reroutes.size() ? in.reroutes[reroute].first : kInf;
     const double fs = slow_factor(), fk = shrink_factor(), phi = fs * fk;
     Cause cause = Cause::gpu;
     const double t_fail = next_failure(cause);
@@ -348,8 +352,8 @@ Trial run_trial(const Inputs& in, std::uint64_t seed) {
     for (double e : stragglers) t_background = std::min(t_background, e);
     for (double e : degradations) t_background = std::min(t_background, e);
     for (double r : repairs) t_background = std::min(t_background, r);
-    const double t_other = std::min({t_next, t_check, t_background});  // what a run of checkpoints cannot pass
-    t_next = std::min({t_next, t_check, t_persist, t_memory, t_background});
+    const double t_other = std::min({t_next, t_check, t_background, t_reroute});  // what a run of checkpoints cannot pass
+    t_next = std::min({t_next, t_check, t_persist, t_memory, t_background, t_reroute});
     // Run until then.
     const double dt = std::max(0.0, t_next - t);
     work += phi * dt;
@@ -364,6 +368,12 @@ Trial run_trial(const Inputs& in, std::uint64_t seed) {
       interrupt(cause);
     } else if (t == t_check) {
       interrupt(Cause::sdc);
+    } else if (t == t_reroute) {
+      // Flows on the dead link stall until the fabric moves them; a failure meanwhile
+      // interrupts as any other.
+      Cause c2 = Cause::gpu;
+      const double stall = in.reroutes[reroute++].second;
+      if (stand(stall, Loss::reroute, c2)) interrupt(c2);
     } else if (t == t_memory) {
       const Snap snap{work, t};
       Cause c2 = Cause::gpu;

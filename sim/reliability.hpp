@@ -33,8 +33,8 @@ inline constexpr std::size_t kCauses = 9;
 std::string_view to_string(Cause c);
 
 // Where a trial's seconds went besides training.
-enum class Loss { lost_work, restart, checkpoint, slowdown, shrink, requeue };
-inline constexpr std::size_t kLosses = 6;
+enum class Loss { lost_work, restart, checkpoint, slowdown, shrink, requeue, reroute };
+inline constexpr std::size_t kLosses = 7;
 std::string_view to_string(Loss l);
 
 // Checkpoint bytes per parameter: fp16/bf16 weights (2), fp32 master weights (4), Adam's two
@@ -51,6 +51,10 @@ struct Inputs {
   bool weibull = false;
   double weibull_shape = 1;
   std::vector<std::pair<double, Cause>> scheduled;  // (time, cause), from the plan's events
+  // (time, seconds): a link, switch or NIC of the plan's events whose loss leaves every group a
+  // path. The job stands still until the fabric reroutes (cluster.topology.reroute_s), then
+  // goes on; one that happens while the job is down costs nothing. In time order.
+  std::vector<std::pair<double, double>> reroutes;
   double sdc_per_s = 0;    // silent corruptions of the job, per second
   double sdc_check_s = 3600;
   // Recovery.

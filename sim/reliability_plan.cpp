@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 
 #include "models/estimate.hpp"
 #include "models/params.hpp"
@@ -11,6 +12,7 @@
 #include "sim/reliability.hpp"
 #include "topology/analysis.hpp"
 #include "topology/builders.hpp"
+#include "topology/faults.hpp"
 
 namespace meshwork::reliability {
 namespace {
@@ -43,6 +45,24 @@ Fleet llama3_fleet() {
   auto mtbf = [&](double components, double share_pct) { return components * hours / (share_pct * per_share); };
   return {mtbf(16384, 40.1), mtbf(16384, 17.2), mtbf(16384, 1.7), mtbf(35120, 8.4), mtbf(2048, 11.0), mtbf(2048, 15.1),
           1.4 * per_share / (16384 * hours)};
+}
+
+// A link, switch or NIC event whose loss the fabric routes around: every group of the plan
+// keeps a path without it (topology::fault_impact). Its cost is the stall until the fabric
+// reroutes (cluster.topology.reroute_s), not a restart. Anything else (no target, an unknown
+// one, a group cut off) interrupts the job as before.
+std::optional<double> reroute_stall(const plan::Plan& p, const plan::FailureEvent& e) {
+  using K = plan::FailureEventKind;
+  if ((e.kind != K::link_down && e.kind != K::switch_down && e.kind != K::nic_down) || e.target.empty()) return std::nullopt;
+  auto built = topology::build(p.cluster);
+  if (!built.topology) return std::nullopt;
+  topology::Topology after = *built.topology;
+  if (topology::apply_fault(after, {topology::FaultKind::down, e.target, 0})) return std::nullopt;
+  const auto layout = plan::RankLayout::from_plan(p.parallelism);
+  for (const auto& impact : topology::fault_impact(*built.topology, after, layout)) {
+    if (impact.disconnected) return std::nullopt;
+  }
+  return p.cluster.topology.effective_reroute_s();
 }
 
 }  // namespace
@@ -105,6 +125,10 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
   in.sdc_per_s = sdc_per_gpu_hour * gpus / kHour;
   in.sdc_check_s = f.sdc_check_s;
   for (const auto& e : f.events) {
+    if (const auto stall = reroute_stall(p, e)) {
+      in.reroutes.emplace_back(e.at_s, *stall);
+      continue;
+    }
     Cause cause = Cause::scheduled;
     switch (e.kind) {
       case plan::FailureEventKind::gpu_down: cause = Cause::gpu; break;
@@ -117,6 +141,7 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
     in.scheduled.emplace_back(e.at_s, cause);
   }
   std::sort(in.scheduled.begin(), in.scheduled.end());
+  std::sort(in.reroutes.begin(), in.reroutes.end());
   double total = in.sdc_per_s;
   for (double r : in.rate_per_s) total += r;
   d.mtti_s = total > 0 ? 1 / total : kInf;

@@ -11,7 +11,7 @@
 namespace meshwork::reliability {
 namespace {
 
-constexpr double kMin = 60, kHour = 3600;
+constexpr double kMin = 60, kHour = 3600, kDay = 86400;
 
 // One cause at `mtbf_s`, nothing else: the job runs, checkpoints, fails, restarts.
 Inputs one_cause(double mtbf_s) {
@@ -197,6 +197,34 @@ TEST(Reliability, ThePlanGivesTheJobsRatesAndItsCheckpoint) {
   EXPECT_NEAR(d.inputs.interval_s, daly_interval_s(d.inputs.write_s, d.mtti_s), 1e-9);
   // The token target: 300e9 / (1536 x 2048) steps of 30 s.
   EXPECT_NEAR(d.inputs.target_work_s, 300e9 / (1536.0 * 2048) * 30, 1e-6);
+}
+
+// Issue 21: a link or switch event that every group can route around costs the stall until
+// the fabric reroutes (reroute_s), not a restart; a NIC's only link cuts its GPUs off and
+// stops the job as before.
+TEST(Reliability, AFabricLinkEventIsRoutedAroundAndANicLinkStopsTheJob) {
+  const std::string head =
+      "model: gpt3-175b\ntraining: {global_batch_size: 1536}\nparallelism: {tp: 8, pp: 8, dp: 16}\n"
+      "cluster: {gpu: a100-sxm-80gb, num_gpus: 1024, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 200, topology: {reroute_s: 30}}\n"
+      "checkpoint: {interval: 1h, write_gbytes_per_s: 1000}\nrun: {horizon: 3d}\n";
+  auto load = [&](const std::string& target) {
+    auto loaded = plan::load_plan_text(head + "failures: {events: [{at: 1d, kind: link_down, target: " + target + "}]}\n", plan::Format::yaml);
+    EXPECT_TRUE(loaded.ok()) << target;
+    return inputs_for(loaded.plan, 30.0);
+  };
+  const Derived fabric = load("leaf0-spine0"), access = load("nic0-leaf0");
+  ASSERT_EQ(fabric.inputs.reroutes.size(), 1u);
+  EXPECT_EQ(fabric.inputs.reroutes[0], (std::pair<double, double>{kDay, 30.0}));
+  EXPECT_TRUE(fabric.inputs.scheduled.empty());
+  EXPECT_TRUE(access.inputs.reroutes.empty());
+  ASSERT_EQ(access.inputs.scheduled.size(), 1u);
+  const Trial routed = run_trial(fabric.inputs, 1), stopped = run_trial(access.inputs, 1);
+  EXPECT_DOUBLE_EQ(routed.loss_s[static_cast<std::size_t>(Loss::reroute)], 30.0);
+  std::int64_t interruptions = 0;
+  for (auto n : routed.interruptions) interruptions += n;
+  EXPECT_EQ(interruptions, 0);
+  EXPECT_EQ(stopped.interruptions[static_cast<std::size_t>(Cause::link)], 1);
+  EXPECT_GT(stopped.wall_s - stopped.useful_s, routed.wall_s - routed.useful_s);
 }
 
 // 1,024 A100 in 128 nodes, one 100 Gbit/s NIC each, fast storage: the nodes' links to the
