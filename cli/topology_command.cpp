@@ -41,6 +41,7 @@ void add_topology_command(CLI::App& app, Io& io) {
       const auto path = topology::group_path(router, layout, g);
       groups[std::string(plan::to_string(g))] = {{"size", layout.group_size(g)}, {"hops", path.hops},
                                                  {"bottleneck_gbytes_per_s", path.bottleneck_gbytes_per_s},
+                                                 {"ring_share_gbytes_per_s", topology::ring_share_gbytes_per_s(t, layout, g)},
                                                  {"disconnected", path.disconnected}};
     }
     if (!dot->empty()) {
@@ -75,11 +76,12 @@ void add_topology_command(CLI::App& app, Io& io) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "bisection bandwidth %.1f TB/s one way; diameter %lld hops GPU to GPU\n", bisection / 1e3,
                   static_cast<long long>(diameter));
-    io.out << buf << "groups (group 0, first member to the farthest): \n";
+    io.out << buf << "groups (group 0, first member to the farthest; ring share: each ring edge's rate with every ring of the kind running, "
+                     "spread over the equal-cost paths): \n";
     for (const auto& [g, v] : groups.items()) {
-      std::snprintf(buf, sizeof buf, "  %-10s size %6lld  hops %lld  bottleneck %.1f GB/s\n", g.c_str(),
+      std::snprintf(buf, sizeof buf, "  %-10s size %6lld  hops %lld  bottleneck %.1f GB/s  ring share %.1f GB/s\n", g.c_str(),
                     static_cast<long long>(v["size"].get<std::int64_t>()), static_cast<long long>(v["hops"].get<std::int64_t>()),
-                    v["bottleneck_gbytes_per_s"].get<double>());
+                    v["bottleneck_gbytes_per_s"].get<double>(), v["ring_share_gbytes_per_s"].get<double>());
       io.out << buf;
     }
   });

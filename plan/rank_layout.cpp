@@ -254,4 +254,17 @@ std::vector<std::int64_t> RankLayout::group(GroupKind g, std::int64_t index) con
   return group_members(g, rank(c));
 }
 
+std::int64_t ring_successor(const std::vector<std::int64_t>& members, std::size_t pos, std::int64_t per_node, std::int64_t gpus_per_node) {
+  const std::size_t n = members.size();
+  const auto k = static_cast<std::size_t>(std::max<std::int64_t>(per_node, 1));
+  const std::int64_t per = std::max<std::int64_t>(gpus_per_node, 1);
+  const bool crosses = members.front() / per != members.back() / per;
+  if (!crosses || k <= 1 || n % k != 0) return members[(pos + 1) % n];
+  // Members ascend, so a node's k members are consecutive when placement is regular.
+  for (std::size_t b = 0; b < n; b += k) {
+    if (members[b] / per != members[b + k - 1] / per) return members[(pos + 1) % n];
+  }
+  return members[(pos + k) % n];
+}
+
 }  // namespace meshwork::plan

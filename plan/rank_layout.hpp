@@ -114,4 +114,11 @@ class RankLayout {
   std::int64_t world_ = 1;
 };
 
+// A member's successor in its group's ring, as NCCL lays rings over nodes. `members` ascend
+// (rank = GPU index); `per_node` is how many of them share a node (1 or less: one). Between
+// nodes with several members each, the successor is the member at the same position on the
+// next node: NCCL's channels start on every member, so each member's NIC carries its share (a
+// rail). Otherwise, and when the members do not fill nodes evenly, the next member.
+std::int64_t ring_successor(const std::vector<std::int64_t>& members, std::size_t pos, std::int64_t per_node, std::int64_t gpus_per_node);
+
 }  // namespace meshwork::plan

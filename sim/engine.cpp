@@ -324,20 +324,12 @@ class Simulation {
       }
     }
   }
-  // A rank's neighbour in its group's ring. Between nodes with several members per node it
-  // is the member at the same position on the next node: NCCL's channels start on every
-  // member, so each member's NIC carries its share (a rail), which models/comm's rates assume.
+  // A rank's neighbour in its group's ring (plan::ring_successor: on the next node, the member
+  // at the same position, which models/comm's rates assume).
   std::int64_t ring_successor(std::size_t t, std::int64_t r) const {
     const auto members = layout_.group_members(kinds_[t], r);
     const auto pos = static_cast<std::size_t>(layout_.rank_in_group(kinds_[t], r));
-    const auto k = static_cast<std::size_t>(nets_[t].per_node);
-    const std::int64_t per = p_.cluster.gpus_per_node;
-    if (!nets_[t].crosses_nodes || k <= 1 || members.size() % k != 0) return members[(pos + 1) % members.size()];
-    // Members ascend, so a node's k members are consecutive when placement is regular.
-    for (std::size_t b = 0; b < members.size(); b += k) {
-      if (members[b] / per != members[b + k - 1] / per) return members[(pos + 1) % members.size()];
-    }
-    return members[(pos + k) % members.size()];
+    return plan::ring_successor(members, pos, nets_[t].crosses_nodes ? nets_[t].per_node : 1, p_.cluster.gpus_per_node);
   }
   std::size_t kind_type(plan::GroupKind g) const {
     return static_cast<std::size_t>(std::find(kinds_.begin(), kinds_.end(), g) - kinds_.begin());

@@ -75,4 +75,31 @@ GroupPath group_path(Router& router, const plan::RankLayout& layout, plan::Group
   return out;
 }
 
+double ring_share_gbytes_per_s(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group) {
+  if (layout.group_size(group) <= 1) return 0;
+  Router router(t);
+  std::vector<double> load(2 * boost::num_edges(t.graph), 0.0);
+  std::vector<double> capacity(load.size(), 0.0);
+  for (auto e : boost::make_iterator_range(boost::edges(t.graph))) {
+    const auto id = static_cast<std::size_t>(t.graph[e].id);
+    capacity[2 * id] = capacity[2 * id + 1] = t.graph[e].bandwidth_gbytes_per_s;
+  }
+  const std::int64_t per_node = std::max<std::int64_t>(t.gpus_per_node, 1);
+  for (std::int64_t g = 0; g < layout.num_groups(group); ++g) {
+    const auto members = layout.group(group, g);
+    // Members per node: those on the first member's node (members ascend).
+    std::int64_t k = 0;
+    while (static_cast<std::size_t>(k) < members.size() && members[static_cast<std::size_t>(k)] / per_node == members.front() / per_node) ++k;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const std::int64_t next = plan::ring_successor(members, i, k, per_node);
+      if (next != members[i]) router.spread(members[i], next, 1.0, load);
+    }
+  }
+  double share = std::numeric_limits<double>::infinity();
+  for (std::size_t slot = 0; slot < load.size(); ++slot) {
+    if (load[slot] > 1e-12 && capacity[slot] > 0) share = std::min(share, capacity[slot] / load[slot]);
+  }
+  return std::isfinite(share) ? share : 0;
+}
+
 }  // namespace meshwork::topology

@@ -43,4 +43,12 @@ GroupPath group_path(const Topology& t, const plan::RankLayout& layout, plan::Gr
 // The same with a router kept across calls (every group of a plan: one router).
 GroupPath group_path(Router& router, const plan::RankLayout& layout, plan::GroupKind group, std::int64_t index = 0);
 
+// The rate one ring edge of `group`'s kind gets when every group of that kind runs its ring at
+// once (a collective of the whole step's kind), each edge spread evenly over its equal-cost
+// paths (the steady state ECMP hashing of many flows, or adaptive routing, tends to): the
+// least over the links of capacity / edges crossing, GB/s one way. Rings as
+// plan::ring_successor lays them. An oversubscribed tier or pod shows here, not in
+// GroupPath's bottleneck (one path alone). 0 when the kind has one member per group.
+double ring_share_gbytes_per_s(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group);
+
 }  // namespace meshwork::topology

@@ -41,6 +41,24 @@ TEST(FatTree, BisectionOfANonBlockingTreeIsTwiceThatOfATwoToOneTree) {
   EXPECT_DOUBLE_EQ(bisection_gbytes_per_s(*one.topology) / bisection_gbytes_per_s(*two.topology), 2.0);
 }
 
+// Issue 21: the share a ring gets through an oversubscribed tier, with every ring of its kind
+// running. 16 one-GPU nodes, pipeline pairs (i, i + 8) on two leaves: all 8 edges of a leaf
+// leave it. At 1:1 (radix 16: 8 up-links) each keeps its NIC's 50 GB/s; at 2:1 (radix 12: 4
+// up-links) two share each up-link, 25 GB/s, though a path alone still has 50 GB/s.
+TEST(FatTree, ARingsShareThroughAnOversubscribedTierIsItsRatioOfTheNic) {
+  const std::string head = "model: tiny\ntraining: {global_batch_size: 8, precision: bf16}\nparallelism: {pp: 2, dp: 8, zero_stage: 0}\n"
+                           "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 1, nics_per_node: 1, nic_bandwidth_gbps: 400, topology: ";
+  for (const auto& [topo, share] : {std::pair{"{tiers: 2, switch_radix: 16}", 50.0}, std::pair{"{tiers: 2, switch_radix: 12, oversubscription: 2}", 25.0}}) {
+    SCOPED_TRACE(topo);
+    const plan::Plan p = load(head + topo + "}\n");
+    const auto b = build(p.cluster);
+    ASSERT_TRUE(b.topology) << b.error;
+    const auto layout = plan::RankLayout::from_plan(p.parallelism);
+    EXPECT_DOUBLE_EQ(ring_share_gbytes_per_s(*b.topology, layout, plan::GroupKind::pp), share);
+    EXPECT_DOUBLE_EQ(group_path(*b.topology, layout, plan::GroupKind::pp).bottleneck_gbytes_per_s, 50.0);
+  }
+}
+
 TEST(RailOptimized, ScalableUnitOf32DgxNodes) {
   // 32 nodes x 8 GPUs and 8 NICs at 400 Gb/s; radix 64, non-blocking: one 32-down / 32-up
   // leaf per rail (8 leaves), 256 up-links over 4 spines.
