@@ -615,7 +615,7 @@ class Simulation {
     ++fc.played;
     if (options_.free_communication || bytes <= 0) return nullptr;
     if (rerouted_ && crosses_failed_[flow_class_of(from, type)]) ++flows_moved_;
-    sg4::CommPtr flow = sg4::Comm::sendto_async(flow_host_[i], sink_, static_cast<std::uint64_t>(std::llround(b)));
+    sg4::CommPtr flow = sg4::Comm::sendto_async(flow_host_[i], sink_, payload(b));
     const std::size_t now = class_now(from, type);
     if (now != i) {
       // The fabric rerouted while the flow was being started (starting it let the failure
@@ -625,7 +625,7 @@ class Simulation {
       flow_class_[now].bytes += share(now, bytes);
       if (cls != nullptr) *cls = now;
       if (crosses_failed_[i]) ++flows_moved_;
-      flow = sg4::Comm::sendto_async(flow_host_[now], sink_, static_cast<std::uint64_t>(std::llround(share(now, bytes))));
+      flow = sg4::Comm::sendto_async(flow_host_[now], sink_, payload(share(now, bytes)));
     }
     return flow;
   }
@@ -683,17 +683,31 @@ class Simulation {
     if (crosses_failed_[to]) return;  // partitioned: it fails when the links turn off
     const auto state = flow->get_state();
     if (state == sg4::Activity::State::FINISHED || state == sg4::Activity::State::FAILED || state == sg4::Activity::State::CANCELED) return;
+    // Made by a receiver and not yet sent: sendto_init leaves it STARTING in SimGrid 3.32.
+    const bool unstarted = state == sg4::Activity::State::INITED || state == sg4::Activity::State::STARTING;
+    if (unstarted) {
+      // Its sender starts the replacement, and counts its bytes then.
+      ++flows_moved_;
+      flow = sg4::Comm::sendto_init(flow_host_[to], sink_)->set_payload_size(payload(share(to, bytes)));
+      cls = to;
+      return;
+    }
+    // A started flow: the bytes of its edge still to go (its remainder is one share). One
+    // that has delivered them, not yet waited for, stays.
+    const double left = flow->get_remaining();
+    if (left <= 0) return;
     ++flows_moved_;
-    const bool unstarted = state == sg4::Activity::State::INITED;
-    // Bytes of the edge still to go: a started flow's remainder is one share of its class.
-    const double edge_left = unstarted ? bytes : flow->get_remaining() * flows_per_edge_[type];
+    const double edge_left = left * flows_per_edge_[type];
     const sg4::CommPtr old = flow;
-    flow = sg4::Comm::sendto_init(flow_host_[to], sink_)->set_payload_size(static_cast<std::uint64_t>(std::llround(share(to, edge_left))));
-    flow_class_[cls].bytes -= share(cls, edge_left);
+    flow = sg4::Comm::sendto_init(flow_host_[to], sink_)->set_payload_size(payload(share(to, edge_left)));
+    flow_class_[cls].bytes -= left;
     flow_class_[to].bytes += share(to, edge_left);
     cls = to;
-    if (!unstarted) started.emplace_back(old, flow);
+    started.emplace_back(old, flow);
   }
+  // A flow's payload: at least a byte, since SimGrid never starts an empty one (its waiter
+  // would wait for good).
+  static std::uint64_t payload(double bytes) { return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(bytes))); }
 
   // A pipeline transfer: its flow starts once the sender has sent and the receiver posted
   // its receive (a rendezvous, as NCCL's send and receive), whichever comes second; it is
@@ -735,13 +749,15 @@ class Simulation {
     e.bytes = in.bytes;
     e.prepared = true;
     e.cls = class_now(e.src, e.type);
-    e.flow = sg4::Comm::sendto_init(flow_host_[e.cls], sink_)->set_payload_size(static_cast<std::uint64_t>(std::llround(share(e.cls, e.bytes))));
+    e.flow = sg4::Comm::sendto_init(flow_host_[e.cls], sink_)->set_payload_size(payload(share(e.cls, e.bytes)));
   }
   // Blocks until the last byte of the transfer to `key` (receiving rank, tag) is through;
   // returns the route latency still to wait.
   double receive(const std::pair<std::int64_t, std::int32_t>& key) {
-    auto it = p2p_.find(p2p_key(key.first, key.second));
-    P2p& e = it->second;
+    // By key, not by iterator: other actors add entries while this one waits, and a rehash
+    // invalidates iterators (references stay valid).
+    const std::uint64_t k = p2p_key(key.first, key.second);
+    P2p& e = p2p_.find(k)->second;
     if (!e.sent && (!e.flow || !failing_links_.empty())) {
       // Until the send. With a link failure pending, also when the flow was made here
       // (unstarted): the failure daemon may move it to another path before the send.
@@ -753,7 +769,7 @@ class Simulation {
       if (!wait_flow(e.flow)) hang();
       latency = flow_class_[e.cls].latency_s;
     }
-    p2p_.erase(it);
+    p2p_.erase(k);
     return latency;
   }
 

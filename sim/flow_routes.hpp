@@ -6,7 +6,7 @@
 // An edge between two GPUs carries `cluster.topology.flows_per_peer` flows (NCCL's channels
 // times its queue pairs per connection), each with an equal share of the edge's bytes:
 // - d_mod_k: every flow of an edge takes the destination's path (InfiniBand's forwarding
-//   tables hold one port per destination LID), so an edge is one path.
+//   tables hold one port per destination LID), so an edge is one path (one per plane below).
 // - ecmp_hash: each flow is hashed onto one of the equal-cost paths on its own, as a switch
 //   hashes each queue pair's packet headers (Llama 3's E-ECMP over 16 flows, arXiv:2407.21783
 //   §3.3.1).

@@ -53,7 +53,9 @@ struct Inputs {
   std::vector<std::pair<double, Cause>> scheduled;  // (time, cause), from the plan's events
   // (time, seconds): a link, switch or NIC of the plan's events whose loss leaves every group a
   // path. The job stands still until the fabric reroutes (cluster.topology.reroute_s), then
-  // goes on; one that happens while the job is down costs nothing. In time order.
+  // goes on; one that happens while the job already stands still (down, restarting, in a
+  // checkpoint or another reroute's stall) costs nothing more. Each is judged against the
+  // fabric without the others' faults. In time order.
   std::vector<std::pair<double, double>> reroutes;
   double sdc_per_s = 0;    // silent corruptions of the job, per second
   double sdc_check_s = 3600;

@@ -57,7 +57,12 @@ std::optional<double> reroute_stall(const plan::Plan& p, const plan::FailureEven
   auto built = topology::build(p.cluster);
   if (!built.topology) return std::nullopt;
   topology::Topology after = *built.topology;
-  if (topology::apply_fault(after, {topology::FaultKind::down, e.target, 0})) return std::nullopt;
+  // A link either end first, as `simulate --fail` takes it.
+  const auto dash = e.target.find('-');
+  if (topology::apply_fault(after, {topology::FaultKind::down, e.target, 0}) &&
+      (dash == std::string::npos || topology::apply_fault(after, {topology::FaultKind::down, e.target.substr(dash + 1) + "-" + e.target.substr(0, dash), 0}))) {
+    return std::nullopt;
+  }
   const auto layout = plan::RankLayout::from_plan(p.parallelism);
   for (const auto& impact : topology::fault_impact(*built.topology, after, layout)) {
     if (impact.disconnected) return std::nullopt;
