@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 
+#include "topology/fabric_share.hpp"
+
 namespace meshwork::models {
 
 GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan::GroupKind group) {
@@ -23,10 +25,26 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan:
   g.nvlink_bytes_per_s = c.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvlink_efficiency;
   g.nvlink_latency_s = c.intra_node.latency_us * 1e-6;
   if (c.intra_node.kind == plan::IntraNodeKind::nvswitch) g.nvls_bytes_per_s = c.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvls_efficiency;
-  // Across nodes each GPU has its share of the node's NICs; above the leaf an oversubscribed
-  // fabric divides it further.
+  // Across nodes each GPU has its share of the node's NICs; an oversubscribed leaf or pod
+  // divides it further for the groups whose traffic crosses it, by the share of the tier one
+  // stream gets with every group of the kind at once (the steady state of issue 11; collisions
+  // of hashed paths and the order of events are the simulator's).
   g.nic_bytes_per_s = static_cast<double>(c.nics_per_node) * c.nic_bandwidth_gbps * 1e9 / 8 /
-                      static_cast<double>(std::max<std::int64_t>(1, c.gpus_per_node)) * hw.nic_efficiency / c.topology.oversubscription;
+                      static_cast<double>(std::max<std::int64_t>(1, c.gpus_per_node)) * hw.nic_efficiency;
+  g.all_to_all_nic_bytes_per_s = g.nic_alone_bytes_per_s = g.nic_bytes_per_s;
+  if (g.crosses_nodes && topology::has_oversubscribed_tier(c)) {
+    // A pipeline's boundaries each at their own share: only some cross a pod (Llama 3's stages
+    // of 1,024 GPUs, three to a pod of 3,072).
+    const bool pipeline = group == plan::GroupKind::pp;
+    auto ring = topology::tier_shares(c, layout, group, topology::Pattern::ring, pipeline);
+    g.fabric_fraction = ring.above_nic_fraction();
+    g.nic_bytes_per_s *= g.fabric_fraction;
+    g.edge_fractions = std::move(ring.edge_above_nic_fraction);
+    // Only expert parallelism runs all-to-all (models/layer_comm).
+    if (group == plan::GroupKind::ep) {
+      g.all_to_all_nic_bytes_per_s *= topology::tier_shares(c, layout, group, topology::Pattern::all_to_all).above_nic_fraction();
+    }
+  }
   if (!g.crosses_nodes) {
     g.busbw_bytes_per_s = g.nvlink_bytes_per_s;
     g.latency_s = g.nvlink_latency_s;
@@ -145,6 +163,7 @@ double collective_s(const GroupNetwork& g, Collective c, double bytes, Collectiv
     rate = std::min(g.nic_bytes_per_s, g.nvlink_bytes_per_s / k);
   }
   if (c == Collective::ring_exchange) rate = g.busbw_bytes_per_s;
+  if (c == Collective::all_to_all && g.crosses_nodes) rate = g.all_to_all_nic_bytes_per_s;
   double t = f.edge_bytes / rate + f.steps * g.latency_s + f.in_node_s;
   if (c == Collective::all_to_all && g.crosses_nodes) t = std::max(t, (k - 1) / n * bytes / g.nvlink_bytes_per_s + f.steps * g.latency_s);
   return t;
@@ -171,6 +190,15 @@ double all_to_all_s(const GroupNetwork& g, double bytes) { return collective_s(g
 double p2p_s(const GroupNetwork& g, double bytes) {
   if (g.size <= 1 || bytes <= 0) return 0;
   return bytes / g.busbw_bytes_per_s + g.latency_s;
+}
+
+double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary) {
+  if (g.edge_fractions.empty() || !g.crosses_nodes || boundary < 0 || boundary >= static_cast<std::int64_t>(g.edge_fractions.size())) {
+    return p2p_s(g, bytes);
+  }
+  if (g.size <= 1 || bytes <= 0) return 0;
+  const double rate = std::min(g.nvlink_bytes_per_s, g.nic_alone_bytes_per_s * g.edge_fractions[static_cast<std::size_t>(boundary)]);
+  return bytes / rate + g.latency_s;
 }
 
 }  // namespace meshwork::models

@@ -7,6 +7,7 @@
 // busbw = algbw * (n-1)/n, algbw = bytes / time.
 
 #include <cstdint>
+#include <vector>
 
 #include "models/hardware.hpp"
 #include "models/program.hpp"
@@ -29,8 +30,17 @@ struct GroupNetwork {
   double nvlink_bytes_per_s = 0;
   double nvls_bytes_per_s = 0;
   double nvlink_latency_s = 0;
-  // Between nodes: one GPU's share of its node's NICs, after oversubscription.
+  // Between nodes: one GPU's share of its node's NICs, as much of it as the leaf and pod tiers
+  // above leave a ring edge (an all-to-all member's stream) when every group of the kind sends
+  // at once (topology/fabric_share: an oversubscribed tier counts only for the groups whose
+  // traffic crosses it).
   double nic_bytes_per_s = 0;
+  double all_to_all_nic_bytes_per_s = 0;
+  double fabric_fraction = 1;  // of the NIC's rate, what those tiers leave a ring edge
+  // The pipeline group: per position i, what they leave the edge from member i to the next
+  // (a pipeline boundary); empty when every edge has fabric_fraction.
+  std::vector<double> edge_fractions;
+  double nic_alone_bytes_per_s = 0;  // the NIC's share before those tiers
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::automatic;  // the plan's choice
 };
 
@@ -50,8 +60,10 @@ double all_reduce_s(const GroupNetwork& g, double bytes);
 double reduce_scatter_s(const GroupNetwork& g, double bytes);
 double all_gather_s(const GroupNetwork& g, double bytes);
 double all_to_all_s(const GroupNetwork& g, double bytes);
-// One point-to-point transfer of `bytes` between pipeline neighbours.
+// One point-to-point transfer of `bytes` between pipeline neighbours; with `boundary`, across
+// that boundary (stage boundary to the next) at its own share of the fabric.
 double p2p_s(const GroupNetwork& g, double bytes);
+double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary);
 
 // How the simulator puts a collective on the links: every member sends `edge_bytes` to its
 // ring neighbour (between nodes: the member at its own position on the next node, one rail

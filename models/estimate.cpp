@@ -374,7 +374,11 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // compute; the rest of its wait (the transfers, and the TP, CP and EP time inside its
   // neighbours' items) is exposed pipeline communication.
   if (par.pipeline_model_parallel_size > 1) {
-    pipe.transfer_s = p2p_s(pp_net, tokens_mb * d(m.hidden_size) * e / t);  // scattered over TP (NAR21 §4.1)
+    const double transfer_bytes = tokens_mb * d(m.hidden_size) * e / t;  // scattered over TP (NAR21 §4.1)
+    pipe.transfer_s = p2p_s(pp_net, transfer_bytes);
+    for (std::size_t boundary = 0; boundary < pp_net.edge_fractions.size(); ++boundary) {
+      pipe.boundary_transfer_s.push_back(p2p_s(pp_net, transfer_bytes, static_cast<std::int64_t>(boundary)));
+    }
     const PipelineTimes with_comm = pipeline_times(pipe);
     const PipelineTimes compute_only = pipeline_times(pipe_compute);
     const auto st = static_cast<std::size_t>(slow_stage);

@@ -43,7 +43,11 @@ PipelineTimes pipeline_times(const PipelineSpec& spec) {
         if (sent < 0) break;  // its sender has not got there yet
         // Posted ahead, the transfer left when it was sent; otherwise when this stage
         // reached the item.
-        start = std::max(start, (spec.preposted ? sent : std::max(sent, free_s[S])) + spec.transfer_s);
+        // From the previous stage (forward; stage 0 from the last) or the next (backward).
+        const std::int64_t boundary = forward ? (s + p - 1) % p : s;
+        const double transfer_s =
+            spec.boundary_transfer_s.empty() ? spec.transfer_s : spec.boundary_transfer_s[static_cast<std::size_t>(boundary)];
+        start = std::max(start, (spec.preposted ? sent : std::max(sent, free_s[S])) + transfer_s);
       }
       double dt = 0;
       switch (it.pass) {

@@ -4,7 +4,8 @@
 // backward for its gradients from the neighbouring stage. The estimate's bubble and exposed
 // pipeline communication come from here, with the rules the simulator plays (sim/engine.cpp):
 //
-// - A transfer takes `transfer_s` (models::p2p_s of the pipeline group), contention-free.
+// - A transfer takes `transfer_s` (models::p2p_s of the pipeline group), or its boundary's,
+//   at the share of the fabric its boundary gets (topology/fabric_share).
 // - Sends are buffered: the sender goes on.
 // - With overlap.p2p the receive is posted ahead (Megatron's --overlap-p2p-communication
 //   posts the next item's receive before the current item's compute), so a transfer runs as
@@ -31,6 +32,11 @@ struct PipelineSpec {
   // zero-bubble schedules run as an item of its own.
   std::vector<double> forward_s, backward_s, weight_s;
   double transfer_s = 0;  // one activation or gradient between neighbouring stages
+  // Per boundary b, between stage b and stage b + 1 (b = stages - 1: the last stage and the
+  // first, which interleaved schedules cross): its own transfer time, when the fabric gives
+  // boundaries different shares (an oversubscribed pod crossed by some of them). Empty: every
+  // boundary takes transfer_s.
+  std::vector<double> boundary_transfer_s;
   bool preposted = true;  // overlap.p2p
 };
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "topology/fabric_share.hpp"
+
 namespace meshwork::topology {
 namespace {
 
@@ -55,13 +57,6 @@ std::vector<VertexId> add_nodes(Builder& b, const plan::ClusterConfig& c, std::i
   return nics;
 }
 
-// Ports of a switch split by an oversubscription (down / up).
-void split_ports(std::int64_t radix, double oversubscription, std::int64_t& down, std::int64_t& up) {
-  down = static_cast<std::int64_t>(static_cast<double>(radix) * oversubscription / (1 + oversubscription));
-  down = std::clamp<std::int64_t>(down, 1, radix - 1);
-  up = radix - down;
-}
-
 std::size_t at(std::int64_t i) { return static_cast<std::size_t>(i); }
 
 // A padding slot in a list of ports (a rail's last leaf not full).
@@ -87,8 +82,8 @@ struct Fabric {
   // Leaf/spine: every leaf spreads its `up` links over all the spines, as few as hold them
   // (ceil(leaves * up / k)); with k leaves, one link from each leaf to each of `up` spines.
   std::string two_tier() {
-    std::int64_t down = 0, up = 0;
-    split_ports(radix(), c.topology.oversubscription, down, up);
+    const PortSplit split = split_ports(radix(), c.topology.oversubscription);
+    const std::int64_t down = split.down, up = split.up;
     const auto n = static_cast<std::int64_t>(ports.size());
     const std::int64_t leaves = ceil_div(n, down);
     if (leaves > radix()) {
@@ -113,17 +108,11 @@ struct Fabric {
   // oversubscription aside) and `pod_oversubscription` to 1 towards the core, as the Llama 3
   // cluster's 3,072-GPU pods with 1:7 above them (Llama 3 paper, arXiv:2407.21783, §3.3.1).
   std::string three_tier() {
-    const auto& topo = c.topology;
     const std::int64_t k = radix();
-    std::int64_t down = 0, up = 0;
-    split_ports(k, topo.oversubscription, down, up);
-    std::int64_t per_pod = 0, spine_down = k / 2, spine_up = k / 2;
-    if (topo.pod_gpus > 0) {
-      per_pod = topo.pod_gpus / c.gpus_per_node * c.nics_per_node;
-      split_ports(k, topo.pod_oversubscription, spine_down, spine_up);
-    } else {
-      per_pod = (k / 2) * down;
-    }
+    // The port counts the closed form of the fabric's shares uses (topology/fabric_share).
+    const PortGeometry g = *port_geometry(c);
+    const std::int64_t down = g.leaf.down, up = g.leaf.up;
+    const std::int64_t per_pod = g.pod_ports, spine_up = g.spine.up;
     const auto n = static_cast<std::int64_t>(ports.size());
     const std::int64_t pods = ceil_div(n, per_pod);
     if (pods > k) {
@@ -131,8 +120,8 @@ struct Fabric {
              " holds " + std::to_string(k * per_pod) + " NICs";
     }
     // The last pod may be partly filled: only the leaves and spines its NICs need.
-    auto leaves_in = [&](std::int64_t p) { return ceil_div(std::min(per_pod, n - p * per_pod), down); };
-    auto spines_in = [&](std::int64_t p) { return ceil_div(leaves_in(p) * up, spine_down); };
+    auto leaves_in = [&](std::int64_t p) { return g.leaves_in_pod(p); };
+    auto spines_in = [&](std::int64_t p) { return g.spines_in_pod(p); };
     // Core switches for the pods built: their spines' up-links over radix-k cores ((k/2)^2
     // for a full k-ary tree).
     std::int64_t uplinks = 0;
@@ -230,9 +219,8 @@ BuildResult build(const plan::ClusterConfig& c) {
       break;
     }
     case plan::TopologyKind::rail_optimized: {
-      std::int64_t down = 0, up = 0, per_rail = 0;
-      split_ports(topo.switch_radix, topo.oversubscription, down, up);
-      const std::vector<VertexId> ports = rail_order(nics, c.nics_per_node, down, per_rail);
+      std::int64_t per_rail = 0;
+      const std::vector<VertexId> ports = rail_order(nics, c.nics_per_node, split_ports(topo.switch_radix, topo.oversubscription).down, per_rail);
       Fabric f{b, c, ports, nic_gbytes, -1};
       f.rail_ports = per_rail;
       out.error = topo.tiers <= 2 ? f.two_tier() : f.three_tier();

@@ -2,7 +2,10 @@
 // (docs/reference/published-runs.md C2) and against their own definitions.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "models/comm.hpp"
+#include "models/estimate.hpp"
 #include "models/hardware.hpp"
 #include "plan/plan_io.hpp"
 
@@ -96,6 +99,59 @@ TEST(Collectives, NvlsNeedsAnNvSwitch) {
                                 plan::Format::yaml);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.diagnostics.items().front().path, "cluster.collective_algorithm");
+}
+
+// Issue 21: the estimate prices the share of an oversubscribed tier a group's traffic gets
+// (topology/fabric_share), for the groups that cross it and no other.
+TEST(Fabric, AnOversubscribedLeafSlowsOnlyTheGroupsThatLeaveIt) {
+  // 6 nodes on radix-32 leaves at 3:1 (24 ports, 3 nodes a leaf). DP 6 rings go node by node
+  // and leave each leaf by one edge: their NIC's rate. PP 2 pairs node n with n + 3 on the
+  // other leaf: every GPU of a leaf crosses it, a third of the NIC (tests/topology).
+  const std::string head = "model: llama3-8b\ntraining: {global_batch_size: 48, precision: bf16}\n"
+                           "cluster: {gpu: h100-sxm, num_gpus: 48, nic_bandwidth_gbps: 400, topology: {tiers: 2, switch_radix: 32, oversubscription: ";
+  for (const char* ratio : {"1", "3"}) {
+    SCOPED_TRACE(ratio);
+    const plan::Plan dp = load(head + ratio + "}}\nparallelism: {tp: 8, dp: 6, zero_stage: 1}\n");
+    const GroupNetwork dp_net = group_network(dp, hardware_profile(dp.cluster.gpu), plan::GroupKind::dp_cp);
+    EXPECT_DOUBLE_EQ(dp_net.fabric_fraction, 1.0);
+    const plan::Plan pp = load(head + ratio + "}}\nparallelism: {tp: 8, dp: 3, pp: 2, zero_stage: 1}\n");
+    const GroupNetwork pp_net = group_network(pp, hardware_profile(pp.cluster.gpu), plan::GroupKind::pp);
+    EXPECT_DOUBLE_EQ(pp_net.fabric_fraction, std::string(ratio) == "1" ? 1.0 : 1.0 / 3);
+  }
+}
+
+// The issue's figure: pod_oversubscription 1 and 7 gave the Llama 3 405B 16K plan the same
+// estimated step (7,321.5 ms). Its pipeline crosses the 1:7 core; its DP stays in the pods.
+TEST(Fabric, PodOversubscriptionSlowsTheLlama3PlanWhosePipelineCrossesTheCore) {
+  const auto loaded = plan::load_plan(std::filesystem::path(MESHWORK_SOURCE_DIR) / "scenarios/heldout/llama3-405b-h100-16384.yaml");
+  ASSERT_TRUE(loaded.ok());
+  plan::Plan flat = loaded.plan;
+  flat.cluster.topology.pod_oversubscription = 1;
+  const auto hw = hardware_profile(flat.cluster.gpu);
+  EXPECT_LT(group_network(loaded.plan, hw, plan::GroupKind::pp).fabric_fraction, 0.2);
+  EXPECT_DOUBLE_EQ(group_network(loaded.plan, hw, plan::GroupKind::dp_cp).fabric_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(group_network(flat, hw, plan::GroupKind::pp).fabric_fraction, 1.0);
+  EXPECT_GT(estimate(loaded.plan).step_time_s, estimate(flat).step_time_s);
+}
+
+// Done-when of issue 21: on every fabric kind, raising oversubscription never shortens the
+// estimated step (a plan whose pipeline and data parallelism both leave the leaf).
+TEST(Fabric, RaisingOversubscriptionNeverShortensTheEstimatedStep) {
+  const std::string head = "model: llama3-8b\ntraining: {global_batch_size: 256, micro_batch_size: 1, precision: bf16}\n"
+                           "parallelism: {tp: 2, dp: 16, pp: 4, zero_stage: 1, order: tp-cp-ep-pp-dp}\n"
+                           "cluster: {gpu: h100-sxm, num_gpus: 128, nic_bandwidth_gbps: 400, topology: ";
+  const std::vector<std::string> kinds = {"{tiers: 2, switch_radix: 64, oversubscription: ", "{kind: rail_optimized, tiers: 2, switch_radix: 64, oversubscription: ",
+                                          "{kind: multi_plane, planes: 2, tiers: 2, switch_radix: 64, oversubscription: ",
+                                          "{tiers: 3, switch_radix: 16, pod_gpus: 32, oversubscription: 1, pod_oversubscription: "};
+  for (const auto& kind : kinds) {
+    double previous = 0;
+    for (const char* ratio : {"1", "1.5", "2", "3", "4", "7"}) {
+      SCOPED_TRACE(kind + ratio);
+      const double step = estimate(load(head + kind + ratio + "}}\n")).step_time_s;
+      EXPECT_GE(step, previous);
+      previous = step;
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,164 @@
+// The fabric's closed form (topology/fabric_share) against hand-computed figures and against
+// the same shares counted link by link on the built graph (analysis.hpp's ring share).
+#include <cmath>
+#include <gtest/gtest.h>
+
+#include "plan/plan_io.hpp"
+#include "plan/rank_layout.hpp"
+#include "topology/analysis.hpp"
+#include "topology/builders.hpp"
+#include "topology/fabric_share.hpp"
+
+namespace meshwork::topology {
+namespace {
+
+plan::Plan load(const std::string& yaml) {
+  auto r = plan::load_plan_text(yaml, plan::Format::yaml);
+  EXPECT_TRUE(r.ok()) << yaml;
+  return r.plan;
+}
+
+// 6 nodes of 8 GPUs and 8 NICs of 400 Gb/s (50 GB/s) on radix-32 leaves at 3:1: 24 ports down,
+// 8 up-links (400 GB/s) per leaf, so nodes 0-2 on leaf 0 and 3-5 on leaf 1.
+const std::string kSixNodes = "model: llama3-8b\ntraining: {global_batch_size: 48, precision: bf16}\n"
+                              "cluster: {gpu: h100-sxm, num_gpus: 48, nic_bandwidth_gbps: 400, topology: "
+                              "{tiers: 2, switch_radix: 32, oversubscription: 3}}\n";
+
+TEST(FabricShare, ARingOfNodesInOrderCrossesEachLeafOnceAndKeepsItsNic) {
+  // TP 8 in the node, DP 6 across: each of the 8 rings (one per GPU position) goes node 0..5
+  // and back, leaving each leaf by one edge. 8 edges share a leaf's 8 up-links: 50 GB/s each.
+  const plan::Plan p = load(kSixNodes + "parallelism: {tp: 8, dp: 6, zero_stage: 1}\n");
+  const auto s = tier_shares(p.cluster, plan::RankLayout::from_plan(p.parallelism), plan::GroupKind::dp, Pattern::ring);
+  EXPECT_DOUBLE_EQ(s.nic_gbytes_per_s, 50.0);
+  EXPECT_DOUBLE_EQ(s.leaf_gbytes_per_s, 50.0);
+  EXPECT_TRUE(std::isinf(s.pod_gbytes_per_s));
+  EXPECT_DOUBLE_EQ(s.above_nic_fraction(), 1.0);
+}
+
+TEST(FabricShare, PipelinePairsAcrossLeavesShareTheUpLinksThreeToOne) {
+  // TP 8, DP 3, PP 2: stage 1 of node n's ranks is on node n + 3, the other leaf. All 24 GPUs
+  // of a leaf send (and receive) a pipeline edge across it: 400 GB/s over 24 = 16.7 GB/s.
+  const plan::Plan p = load(kSixNodes + "parallelism: {tp: 8, dp: 3, pp: 2, zero_stage: 1}\n");
+  const auto layout = plan::RankLayout::from_plan(p.parallelism);
+  const auto s = tier_shares(p.cluster, layout, plan::GroupKind::pp, Pattern::ring);
+  EXPECT_DOUBLE_EQ(s.leaf_gbytes_per_s, 400.0 / 24);
+  EXPECT_DOUBLE_EQ(s.above_nic_fraction(), 1.0 / 3);
+  // TP never leaves the node: nothing to share.
+  EXPECT_TRUE(std::isinf(tier_shares(p.cluster, layout, plan::GroupKind::tp, Pattern::ring).least()));
+}
+
+TEST(FabricShare, EachPipelineBoundaryHasTheShareOfTheTiersItCrosses) {
+  // TP 4, DP 3, PP 4: a stage is 12 GPUs, a leaf 24, so boundaries 0-1 and 2-3 stay in a leaf
+  // and 1-2 and the interleaved wrap 3-0 cross it: 12 edges each way on 400 GB/s of up-links.
+  const plan::Plan p = load(kSixNodes + "parallelism: {tp: 4, dp: 3, pp: 4, zero_stage: 1}\n");
+  const auto s = tier_shares(p.cluster, plan::RankLayout::from_plan(p.parallelism), plan::GroupKind::pp, Pattern::ring, true);
+  EXPECT_DOUBLE_EQ(s.leaf_gbytes_per_s, 400.0 / 12);
+  ASSERT_EQ(s.edge_above_nic_fraction.size(), 4u);
+  EXPECT_DOUBLE_EQ(s.edge_above_nic_fraction[0], 1.0);
+  EXPECT_DOUBLE_EQ(s.edge_above_nic_fraction[1], 2.0 / 3);
+  EXPECT_DOUBLE_EQ(s.edge_above_nic_fraction[2], 1.0);
+  EXPECT_DOUBLE_EQ(s.edge_above_nic_fraction[3], 2.0 / 3);
+  EXPECT_DOUBLE_EQ(s.above_nic_fraction(), 2.0 / 3);
+}
+
+TEST(FabricShare, AllToAllSendsTheShareOfItsPeersOutsideTheLeaf) {
+  // 6 nodes of 4 GPUs (4 NICs) on radix-16 leaves at 3:1: 12 down, 4 up (200 GB/s), nodes 0-2
+  // and 3-5. One all-to-all over all 24: a member has 20 peers off its node, 12 of them on the
+  // other leaf, so 0.6 of its stream leaves; 12 members: 7.2 streams on 200 GB/s.
+  plan::ClusterConfig c;
+  c.num_gpus = 24;
+  c.gpus_per_node = 4;
+  c.nics_per_node = 4;
+  c.nic_bandwidth_gbps = 400;
+  c.topology.tiers = 2;
+  c.topology.switch_radix = 16;
+  c.topology.oversubscription = 3;
+  std::string error;
+  const plan::RankLayout layout({1, 1, 24, 24, 1}, *plan::parse_order("tp-cp-ep-dp-pp", error));
+  const auto s = tier_shares(c, layout, plan::GroupKind::ep, Pattern::all_to_all);
+  EXPECT_DOUBLE_EQ(s.nic_gbytes_per_s, 50.0);
+  EXPECT_NEAR(s.leaf_gbytes_per_s, 200.0 / 7.2, 1e-9);
+  EXPECT_NEAR(s.above_nic_fraction(), 5.0 / 9, 1e-12);
+}
+
+TEST(FabricShare, PodsOversubscribedAboveCountOnlyTheTrafficThatLeavesThePod) {
+  // 3 tiers, radix 8 (4 down, 4 up per leaf), pods of 16 GPUs (2 nodes of 8) with 3:1 to the
+  // core: a pod's 16 ports need 4 leaves and 16 up-links on spines of 6 down / 2 up, 3 spines,
+  // 6 core links (300 GB/s). PP 2 over 4 nodes (TP 8, DP 2): stage 1 sits in the other pod,
+  // so all 16 GPUs of a pod cross the core: 300 / 16 GB/s. DP stays in the pod: its NIC's.
+  const plan::Plan p = load("model: llama3-8b\ntraining: {global_batch_size: 16, precision: bf16}\n"
+                            "parallelism: {tp: 8, dp: 2, pp: 2, zero_stage: 1}\n"
+                            "cluster: {gpu: h100-sxm, num_gpus: 32, nic_bandwidth_gbps: 400, topology: "
+                            "{tiers: 3, switch_radix: 8, pod_gpus: 16, pod_oversubscription: 3}}\n");
+  const auto layout = plan::RankLayout::from_plan(p.parallelism);
+  const auto geometry = port_geometry(p.cluster);
+  ASSERT_TRUE(geometry);
+  EXPECT_EQ(geometry->spines_in_pod(0), 3);
+  EXPECT_EQ(geometry->spine.up, 2);
+  const auto pp = tier_shares(p.cluster, layout, plan::GroupKind::pp, Pattern::ring);
+  EXPECT_DOUBLE_EQ(pp.pod_gbytes_per_s, 300.0 / 16);
+  EXPECT_DOUBLE_EQ(tier_shares(p.cluster, layout, plan::GroupKind::dp, Pattern::ring).above_nic_fraction(), 1.0);
+  EXPECT_TRUE(has_oversubscribed_tier(p.cluster));
+}
+
+TEST(FabricShare, ANonBlockingFabricHasNoOversubscribedTier) {
+  EXPECT_FALSE(has_oversubscribed_tier(load("model: llama3-8b\ntraining: {global_batch_size: 64}\n"
+                                            "cluster: {gpu: h100-sxm, num_gpus: 64, topology: {tiers: 2, switch_radix: 16}}\n")
+                                           .cluster));
+  EXPECT_TRUE(has_oversubscribed_tier(load(kSixNodes).cluster));
+}
+
+// The closed form and the graph count the same thing, so they agree exactly on every fabric
+// kind, oversubscribed or not, for each group kind whose traffic leaves the node, where the
+// fabric is wired evenly (each leaf the same links to each spine, each spine the same to the
+// core). The builders wire a switch's up-links round-robin over the fewest switches above that
+// hold them: when that count does not divide the links (8 up-links over 3 spines), some carry
+// more than their share, which the graph (and the simulator on it) sees and the closed form,
+// an evenly wired fabric's, does not. There the closed form is an upper bound.
+TEST(FabricShare, EqualsTheRingShareCountedOnTheBuiltGraph) {
+  const std::string head = "model: llama3-8b\ntraining: {global_batch_size: 64, precision: bf16}\n";
+  const std::vector<std::string> meshes = {"{tp: 8, dp: 8, pp: 4, zero_stage: 1}", "{tp: 2, dp: 16, pp: 8, zero_stage: 1}",
+                                           "{tp: 4, cp: 2, dp: 8, pp: 4, zero_stage: 1}", "{tp: 1, dp: 32, pp: 8, zero_stage: 1}",
+                                           "{tp: 8, dp: 8, pp: 4, zero_stage: 1, order: tp-cp-ep-pp-dp}"};
+  struct Fabric {
+    std::string yaml;
+    bool even;
+  };
+  const std::vector<Fabric> fabrics = {
+      {"{tiers: 2, switch_radix: 32}", true},
+      {"{tiers: 2, switch_radix: 64, oversubscription: 3}", true},
+      {"{tiers: 2, switch_radix: 64, oversubscription: 7}", true},
+      {"{kind: rail_optimized, tiers: 2, switch_radix: 64, oversubscription: 3}", true},
+      {"{kind: multi_plane, planes: 2, tiers: 2, switch_radix: 64, oversubscription: 3}", true},
+      {"{tiers: 3, switch_radix: 16}", true},
+      // Uneven: 8 up-links over 3 spines; 16 over 6 cores; 8 over 3 spines; 32 over 3 spines.
+      {"{tiers: 2, switch_radix: 32, oversubscription: 3}", false},
+      {"{tiers: 3, switch_radix: 16, pod_gpus: 48, pod_oversubscription: 3}", false},
+      {"{tiers: 3, switch_radix: 16, oversubscription: 3}", false},
+      {"{tiers: 3, switch_radix: 16, pod_gpus: 32, pod_oversubscription: 7}", false},
+  };
+  int compared = 0;
+  for (const auto& mesh : meshes) {
+    for (const auto& fabric : fabrics) {
+      SCOPED_TRACE(mesh + " on " + fabric.yaml);
+      const plan::Plan p = load(head + "parallelism: " + mesh + "\ncluster: {gpu: h100-sxm, num_gpus: 256, nic_bandwidth_gbps: 400, topology: " +
+                                fabric.yaml + "}\n");
+      const auto b = build(p.cluster);
+      ASSERT_TRUE(b.topology) << b.error;
+      const auto layout = plan::RankLayout::from_plan(p.parallelism);
+      for (const auto kind : plan::kAllGroupKinds) {
+        SCOPED_TRACE(std::string(plan::to_string(kind)));
+        const double closed = tier_shares(p.cluster, layout, kind, Pattern::ring).least();
+        if (!std::isfinite(closed)) continue;  // in the node: NVLink's, not the fabric's
+        const double graph = ring_share_gbytes_per_s(*b.topology, layout, kind);
+        if (fabric.even) EXPECT_NEAR(closed, graph, 1e-9 * closed);
+        else EXPECT_GE(closed * (1 + 1e-12), graph);
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 150);
+}
+
+}  // namespace
+}  // namespace meshwork::topology

@@ -1,0 +1,190 @@
+#include "topology/fabric_share.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace meshwork::topology {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::size_t at(std::int64_t i) { return static_cast<std::size_t>(i); }
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Streams leaving and entering each leaf (pod) and through each NIC port.
+struct Loads {
+  std::vector<double> port_out, port_in, leaf_out, leaf_in, pod_out, pod_in;
+
+  explicit Loads(const PortGeometry& g)
+      : port_out(at(g.ports)), port_in(at(g.ports)), leaf_out(at(g.leaves())), leaf_in(at(g.leaves())), pod_out(at(g.pods())),
+        pod_in(at(g.pods())) {}
+
+  // `amount` of one stream from the port `from` to the port `to`.
+  void add(const PortGeometry& g, std::int64_t from, std::int64_t to, double amount) {
+    if (g.leaf_of(from) != g.leaf_of(to)) {
+      leaf_out[at(g.leaf_of(from))] += amount;
+      leaf_in[at(g.leaf_of(to))] += amount;
+    }
+    if (g.pod_ports > 0 && g.pod_of(from) != g.pod_of(to)) {
+      pod_out[at(g.pod_of(from))] += amount;
+      pod_in[at(g.pod_of(to))] += amount;
+    }
+  }
+};
+
+// The least capacity / load over the slots with load.
+template <class Capacity>
+double least_share(const std::vector<double>& out, const std::vector<double>& in, Capacity capacity) {
+  double share = kInf;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const double load = std::max(out[i], in[i]);
+    if (load > 1e-12) share = std::min(share, capacity(static_cast<std::int64_t>(i)) / load);
+  }
+  return share;
+}
+
+}  // namespace
+
+PortSplit split_ports(std::int64_t radix, double oversubscription) {
+  PortSplit s;
+  s.down = static_cast<std::int64_t>(static_cast<double>(radix) * oversubscription / (1 + oversubscription));
+  s.down = std::clamp<std::int64_t>(s.down, 1, std::max<std::int64_t>(1, radix - 1));
+  s.up = std::max<std::int64_t>(1, radix - s.down);
+  return s;
+}
+
+std::int64_t PortGeometry::port_of_gpu(std::int64_t gpu) const {
+  const std::int64_t node = gpu / gpus_per_node;
+  const std::int64_t nic = gpu % gpus_per_node * nics_per_node / gpus_per_node;
+  return rail_ports > 0 ? nic * rail_ports + node : node * nics_per_node + nic;
+}
+
+std::int64_t PortGeometry::leaves() const { return ceil_div(ports, leaf.down); }
+std::int64_t PortGeometry::pods() const { return pod_ports > 0 ? ceil_div(ports, pod_ports) : 1; }
+std::int64_t PortGeometry::leaves_in_pod(std::int64_t p) const {
+  return pod_ports > 0 ? ceil_div(std::min(pod_ports, ports - p * pod_ports), leaf.down) : leaves();
+}
+std::int64_t PortGeometry::spines_in_pod(std::int64_t p) const { return ceil_div(leaves_in_pod(p) * leaf.up, spine.down); }
+
+std::optional<PortGeometry> port_geometry(const plan::ClusterConfig& c) {
+  const auto& t = c.topology;
+  const std::int64_t nodes = c.num_nodes();
+  if (t.kind == plan::TopologyKind::single_node || nodes <= 1 || c.nics_per_node <= 0 || c.gpus_per_node <= 0 || t.switch_radix < 4) {
+    return std::nullopt;
+  }
+  PortGeometry g;
+  g.gpus_per_node = c.gpus_per_node;
+  g.nics_per_node = c.nics_per_node;
+  g.leaf = split_ports(t.switch_radix, t.oversubscription);
+  g.ports = nodes * c.nics_per_node;
+  if (t.kind == plan::TopologyKind::rail_optimized) {
+    // Each rail padded to whole leaves, so that a leaf holds one rail (topology/builders.cpp).
+    g.rail_ports = ceil_div(nodes, g.leaf.down) * g.leaf.down;
+    g.ports = c.nics_per_node * g.rail_ports;
+  }
+  if (t.tiers >= 3) {
+    // Pods of pod_gpus with pod_oversubscription above them, or Al-Fares' pods of k/2 leaves
+    // under k/2 spines with k/2 up-links each (Al-Fares et al. 2008, §3).
+    if (t.pod_gpus > 0) {
+      g.pod_ports = std::max<std::int64_t>(1, t.pod_gpus / c.gpus_per_node * c.nics_per_node);
+      g.spine = split_ports(t.switch_radix, t.pod_oversubscription);
+    } else {
+      g.pod_ports = t.switch_radix / 2 * g.leaf.down;
+      g.spine = {t.switch_radix / 2, t.switch_radix / 2};
+    }
+  }
+  return g;
+}
+
+double TierShares::least() const { return std::min({nic_gbytes_per_s, leaf_gbytes_per_s, pod_gbytes_per_s}); }
+
+double TierShares::above_nic_fraction() const {
+  const double above = std::min(leaf_gbytes_per_s, pod_gbytes_per_s);
+  if (!std::isfinite(above) || !std::isfinite(nic_gbytes_per_s) || nic_gbytes_per_s <= 0) return 1;
+  return std::min(1.0, above / nic_gbytes_per_s);
+}
+
+TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& layout, plan::GroupKind kind, Pattern pattern, bool per_edge) {
+  TierShares s{kInf, kInf, kInf, {}};
+  const auto geometry = port_geometry(c);
+  if (!geometry || layout.group_size(kind) <= 1) return s;
+  const PortGeometry& g = *geometry;
+  const std::int64_t per_node = g.gpus_per_node;
+  // A ring's edges, group by group: (position, from port, to port) of those between nodes.
+  auto for_each_edge = [&](auto&& edge) {
+    for (std::int64_t index = 0; index < layout.num_groups(kind); ++index) {
+      const auto members = layout.group(kind, index);
+      // Members on the first member's node (members ascend), as ring_successor takes them.
+      std::int64_t k = 0;
+      while (at(k) < members.size() && members[at(k)] / per_node == members.front() / per_node) ++k;
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        const std::int64_t next = plan::ring_successor(members, i, k, per_node);
+        if (members[i] / per_node != next / per_node) edge(i, g.port_of_gpu(members[i]), g.port_of_gpu(next));
+      }
+    }
+  };
+  Loads loads(g);
+  if (pattern == Pattern::ring) {
+    for_each_edge([&](std::size_t, std::int64_t from, std::int64_t to) {
+      loads.port_out[at(from)] += 1;
+      loads.port_in[at(to)] += 1;
+      loads.add(g, from, to, 1);
+    });
+  } else {
+    // All-to-all: a member's stream to the other nodes, split evenly over their members.
+    for (std::int64_t index = 0; index < layout.num_groups(kind); ++index) {
+      const auto members = layout.group(kind, index);
+      for (const std::int64_t a : members) {
+        std::int64_t off_node = 0;
+        for (const std::int64_t b : members) off_node += b / per_node != a / per_node;
+        if (off_node == 0) continue;
+        const std::int64_t from = g.port_of_gpu(a);
+        loads.port_out[at(from)] += 1;
+        for (const std::int64_t b : members) {
+          if (b / per_node == a / per_node) continue;
+          const std::int64_t to = g.port_of_gpu(b);
+          loads.port_in[at(to)] += 1.0 / static_cast<double>(off_node);
+          loads.add(g, from, to, 1.0 / static_cast<double>(off_node));
+        }
+      }
+    }
+  }
+  // Every port (of each plane) runs at the NIC's rate over its planes, so the planes cancel:
+  // each tier's capacity is counted in NICs.
+  const double nic_gbytes = c.nic_bandwidth_gbps / 8;
+  auto leaf_capacity = [&](std::int64_t) { return static_cast<double>(g.leaf.up) * nic_gbytes; };
+  auto pod_capacity = [&](std::int64_t p) { return static_cast<double>(g.spines_in_pod(p) * g.spine.up) * nic_gbytes; };
+  s.nic_gbytes_per_s = least_share(loads.port_out, loads.port_in, [&](std::int64_t) { return nic_gbytes; });
+  s.leaf_gbytes_per_s = least_share(loads.leaf_out, loads.leaf_in, leaf_capacity);
+  if (g.pod_ports > 0) s.pod_gbytes_per_s = least_share(loads.pod_out, loads.pod_in, pod_capacity);
+  if (per_edge && pattern == Pattern::ring && std::isfinite(s.nic_gbytes_per_s)) {
+    s.edge_above_nic_fraction.assign(at(layout.group_size(kind)), 1.0);
+    auto share = [](double capacity, double out, double in) { return capacity / std::max({out, in, 1e-12}); };
+    for_each_edge([&](std::size_t i, std::int64_t from, std::int64_t to) {
+      double above = kInf;
+      for (const std::int64_t leaf : {g.leaf_of(from), g.leaf_of(to)}) {
+        if (g.leaf_of(from) != g.leaf_of(to)) above = std::min(above, share(leaf_capacity(leaf), loads.leaf_out[at(leaf)], loads.leaf_in[at(leaf)]));
+      }
+      for (const std::int64_t pod : {g.pod_of(from), g.pod_of(to)}) {
+        if (g.pod_ports > 0 && g.pod_of(from) != g.pod_of(to)) above = std::min(above, share(pod_capacity(pod), loads.pod_out[at(pod)], loads.pod_in[at(pod)]));
+      }
+      double& f = s.edge_above_nic_fraction[i];
+      f = std::min(f, above / s.nic_gbytes_per_s);
+    });
+  }
+  return s;
+}
+
+bool has_oversubscribed_tier(const plan::ClusterConfig& c) {
+  const auto g = port_geometry(c);
+  if (!g) return false;
+  if (g->leaf.down > g->leaf.up) return true;
+  if (g->pod_ports <= 0) return false;
+  for (std::int64_t p = 0; p < g->pods(); ++p) {
+    if (g->spines_in_pod(p) * g->spine.up < g->leaves_in_pod(p) * g->leaf.up) return true;
+  }
+  return false;
+}
+
+}  // namespace meshwork::topology
