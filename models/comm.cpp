@@ -27,12 +27,13 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan:
   if (c.intra_node.kind == plan::IntraNodeKind::nvswitch) g.nvls_bytes_per_s = c.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvls_efficiency;
   // Across nodes each GPU has its share of the node's NICs; an oversubscribed leaf or pod
   // divides it further for the groups whose traffic crosses it, by the share of the tier one
-  // stream gets with every group of the kind at once (the steady state of issue 11; collisions
-  // of hashed paths and the order of events are the simulator's).
+  // stream gets with every group of the kind at once (the steady state of issue 11), and ECMP
+  // hashing by its expected collisions; flows of different kinds meeting and the order of
+  // events are the simulator's.
   g.nic_bytes_per_s = static_cast<double>(c.nics_per_node) * c.nic_bandwidth_gbps * 1e9 / 8 /
                       static_cast<double>(std::max<std::int64_t>(1, c.gpus_per_node)) * hw.nic_efficiency;
   g.all_to_all_nic_bytes_per_s = g.nic_alone_bytes_per_s = g.nic_bytes_per_s;
-  if (g.crosses_nodes && topology::has_oversubscribed_tier(c)) {
+  if (g.crosses_nodes && topology::tiers_can_slow(c)) {
     // A pipeline's boundaries each at their own share: only some cross a pod (Llama 3's stages
     // of 1,024 GPUs, three to a pod of 3,072).
     const bool pipeline = group == plan::GroupKind::pp;

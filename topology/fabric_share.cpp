@@ -12,26 +12,49 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 std::size_t at(std::int64_t i) { return static_cast<std::size_t>(i); }
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Streams leaving and entering each leaf (pod) and through each NIC port.
+// Streams leaving and entering each leaf (pod) and through each NIC port, and the flows they
+// are made of (ECMP hashes each flow on its own).
 struct Loads {
   std::vector<double> port_out, port_in, leaf_out, leaf_in, pod_out, pod_in;
+  std::vector<double> leaf_flows_out, leaf_flows_in, pod_flows_out, pod_flows_in;
 
   explicit Loads(const PortGeometry& g)
       : port_out(at(g.ports)), port_in(at(g.ports)), leaf_out(at(g.leaves())), leaf_in(at(g.leaves())), pod_out(at(g.pods())),
-        pod_in(at(g.pods())) {}
+        pod_in(at(g.pods())), leaf_flows_out(at(g.leaves())), leaf_flows_in(at(g.leaves())), pod_flows_out(at(g.pods())),
+        pod_flows_in(at(g.pods())) {}
 
-  // `amount` of one stream from the port `from` to the port `to`.
-  void add(const PortGeometry& g, std::int64_t from, std::int64_t to, double amount) {
+  // `amount` of one stream, in `flows` flows, from the port `from` to the port `to`.
+  void add(const PortGeometry& g, std::int64_t from, std::int64_t to, double amount, double flows) {
     if (g.leaf_of(from) != g.leaf_of(to)) {
       leaf_out[at(g.leaf_of(from))] += amount;
       leaf_in[at(g.leaf_of(to))] += amount;
+      leaf_flows_out[at(g.leaf_of(from))] += flows;
+      leaf_flows_in[at(g.leaf_of(to))] += flows;
     }
     if (g.pod_ports > 0 && g.pod_of(from) != g.pod_of(to)) {
       pod_out[at(g.pod_of(from))] += amount;
       pod_in[at(g.pod_of(to))] += amount;
+      pod_flows_out[at(g.pod_of(from))] += flows;
+      pod_flows_in[at(g.pod_of(to))] += flows;
     }
   }
 };
+
+// The most flows on the busiest of `links` links when flows are hashed onto them uniformly
+// and independently, `mean` per link: the load L at which links x P(X > L) falls below one,
+// X ~ Poisson(mean), the usual estimate of the largest of `links` loads (the union bound's
+// threshold; Raab and Steger 1998, "Balls into bins: a simple and tight analysis", give its
+// asymptotics, mean + sqrt(2 mean ln links) for mean >> ln links). Never below the mean.
+double busiest_link_flows(double mean, double links) {
+  if (mean <= 0 || links <= 1) return mean;
+  auto pmf = [&](double k) { return std::exp(-mean + k * std::log(mean) - std::lgamma(k + 1)); };
+  const double span = 20 * std::sqrt(mean) + 60;  // terms past it are below double precision
+  for (double level = std::floor(mean);; level += 1) {
+    double tail = 0;
+    for (double k = level + 1; k <= level + span; k += 1) tail += pmf(k);
+    if (links * tail < 1) return std::max(mean, level);
+  }
+}
 
 // The least capacity / load over the slots with load.
 template <class Capacity>
@@ -124,12 +147,17 @@ TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& lay
       }
     }
   };
+  // Flows of one ring edge (of one pair of an all-to-all): the plan's flows per peer, at least
+  // one per plane (sim/flow_routes: flow f goes on plane f mod planes).
+  const auto& topo = c.topology;
+  const std::int64_t planes = topo.kind == plan::TopologyKind::multi_plane ? std::max<std::int64_t>(1, topo.planes) : 1;
+  const auto flows_per_stream = static_cast<double>(std::max({std::int64_t{1}, topo.flows_per_peer, planes}));
   Loads loads(g);
   if (pattern == Pattern::ring) {
     for_each_edge([&](std::size_t, std::int64_t from, std::int64_t to) {
       loads.port_out[at(from)] += 1;
       loads.port_in[at(to)] += 1;
-      loads.add(g, from, to, 1);
+      loads.add(g, from, to, 1, flows_per_stream);
     });
   } else {
     // All-to-all: a member's stream to the other nodes, split evenly over their members.
@@ -145,7 +173,7 @@ TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& lay
           if (b / per_node == a / per_node) continue;
           const std::int64_t to = g.port_of_gpu(b);
           loads.port_in[at(to)] += 1.0 / static_cast<double>(off_node);
-          loads.add(g, from, to, 1.0 / static_cast<double>(off_node));
+          loads.add(g, from, to, 1.0 / static_cast<double>(off_node), flows_per_stream);
         }
       }
     }
@@ -158,22 +186,53 @@ TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& lay
   s.nic_gbytes_per_s = least_share(loads.port_out, loads.port_in, [&](std::int64_t) { return nic_gbytes; });
   s.leaf_gbytes_per_s = least_share(loads.leaf_out, loads.leaf_in, leaf_capacity);
   if (g.pod_ports > 0) s.pod_gbytes_per_s = least_share(loads.pod_out, loads.pod_in, pod_capacity);
+  // ECMP hashing: each flow on a path of its own choosing, so a tier's busiest link carries
+  // more than the mean, and a stream goes at the pace of its flow there (the simulator holds an
+  // edge's flows to one pace): the tier's share times mean / busiest, the busiest taken over
+  // all the tier's links (both ways, every plane) at the most loaded leaf's (pod's) mean.
+  double leaf_collisions = 1, pod_collisions = 1;
+  if (topo.routing == plan::Routing::ecmp_hash) {
+    auto collisions = [&](const std::vector<double>& out, const std::vector<double>& in, auto links_of) {
+      double worst = 0;
+      std::int64_t total_links = 0;
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        const std::int64_t links = links_of(static_cast<std::int64_t>(i)) * planes;
+        total_links += 2 * links;
+        worst = std::max(worst, std::max(out[i], in[i]) / static_cast<double>(links));
+      }
+      return worst > 0 ? worst / busiest_link_flows(worst, static_cast<double>(total_links)) : 1.0;
+    };
+    leaf_collisions = collisions(loads.leaf_flows_out, loads.leaf_flows_in, [&](std::int64_t) { return g.leaf.up; });
+    if (std::isfinite(s.leaf_gbytes_per_s)) s.leaf_gbytes_per_s *= leaf_collisions;
+    if (g.pod_ports > 0) {
+      pod_collisions = collisions(loads.pod_flows_out, loads.pod_flows_in, [&](std::int64_t p) { return g.spines_in_pod(p) * g.spine.up; });
+      if (std::isfinite(s.pod_gbytes_per_s)) s.pod_gbytes_per_s *= pod_collisions;
+    }
+  }
   if (per_edge && pattern == Pattern::ring && std::isfinite(s.nic_gbytes_per_s)) {
     s.edge_above_nic_fraction.assign(at(layout.group_size(kind)), 1.0);
     auto share = [](double capacity, double out, double in) { return capacity / std::max({out, in, 1e-12}); };
     for_each_edge([&](std::size_t i, std::int64_t from, std::int64_t to) {
       double above = kInf;
       for (const std::int64_t leaf : {g.leaf_of(from), g.leaf_of(to)}) {
-        if (g.leaf_of(from) != g.leaf_of(to)) above = std::min(above, share(leaf_capacity(leaf), loads.leaf_out[at(leaf)], loads.leaf_in[at(leaf)]));
+        if (g.leaf_of(from) != g.leaf_of(to)) {
+          above = std::min(above, leaf_collisions * share(leaf_capacity(leaf), loads.leaf_out[at(leaf)], loads.leaf_in[at(leaf)]));
+        }
       }
       for (const std::int64_t pod : {g.pod_of(from), g.pod_of(to)}) {
-        if (g.pod_ports > 0 && g.pod_of(from) != g.pod_of(to)) above = std::min(above, share(pod_capacity(pod), loads.pod_out[at(pod)], loads.pod_in[at(pod)]));
+        if (g.pod_ports > 0 && g.pod_of(from) != g.pod_of(to)) {
+          above = std::min(above, pod_collisions * share(pod_capacity(pod), loads.pod_out[at(pod)], loads.pod_in[at(pod)]));
+        }
       }
       double& f = s.edge_above_nic_fraction[i];
       f = std::min(f, above / s.nic_gbytes_per_s);
     });
   }
   return s;
+}
+
+bool tiers_can_slow(const plan::ClusterConfig& c) {
+  return has_oversubscribed_tier(c) || (port_geometry(c) && c.topology.routing == plan::Routing::ecmp_hash);
 }
 
 bool has_oversubscribed_tier(const plan::ClusterConfig& c) {

@@ -57,7 +57,11 @@ enum class Pattern { ring, all_to_all };
 // a NIC port's rate over the streams through it, and a leaf's (pod's) up-link capacity over
 // the streams leaving or entering it, the more loaded direction of the most loaded leaf (pod).
 // Infinity at a level nothing crosses. Only traffic between nodes counts (NVLink is the
-// NVSwitch's). A stream of the all-to-all is a member's traffic to the other nodes.
+// NVSwitch's). A stream of the all-to-all is a member's traffic to the other nodes. With
+// `routing: ecmp_hash` each tier's share is further cut by its collisions: a stream's
+// flows_per_peer flows (one per plane at least) are each hashed onto a link of the tier, and
+// the stream goes at the pace of the busiest (mean / busiest-link flows; d_mod_k and adaptive
+// routing spread a step's regular patterns evenly, as the closed form assumes).
 struct TierShares {
   double nic_gbytes_per_s;
   double leaf_gbytes_per_s;
@@ -77,9 +81,11 @@ struct TierShares {
 TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& layout, plan::GroupKind kind, Pattern pattern,
                        bool per_edge = false);
 
-// Whether any tier above the NICs can hold a stream below its NIC's rate: an oversubscribed
-// leaf or pod. When not, tier_shares' above_nic_fraction() is 1 for every kind, and callers in
-// a hurry (the estimate) skip the count.
+// Whether a leaf or a pod has fewer up-links than ports below it.
 bool has_oversubscribed_tier(const plan::ClusterConfig& c);
+// Whether any tier above the NICs can hold a stream below its NIC's rate: an oversubscribed
+// leaf or pod, or ECMP hashing's collisions. When not, tier_shares' above_nic_fraction() is 1
+// for every kind, and callers in a hurry (the estimate) skip the count.
+bool tiers_can_slow(const plan::ClusterConfig& c);
 
 }  // namespace meshwork::topology

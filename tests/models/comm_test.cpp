@@ -154,5 +154,26 @@ TEST(Fabric, RaisingOversubscriptionNeverShortensTheEstimatedStep) {
   }
 }
 
+// ECMP hashing's collisions in the closed form (topology/fabric_share): NAR21's 7.5B plan,
+// whose DP rings cross the leaves of a 3-tier tree, is slower hashed than destination-mod-k,
+// and less so the more flows each edge is split into (bench/RESULTS.md compares the simulator:
+// DP 0.313, 0.313 and 0.157 s at 1, 2 and 16 flows; estimated 0.463, 0.314 and 0.158 s).
+TEST(Fabric, EcmpHashingCollidesLessWithMoreFlowsPerPeer) {
+  const auto loaded = plan::load_plan(std::filesystem::path(MESHWORK_SOURCE_DIR) / "scenarios/published/nar21-7.5b.yaml");
+  ASSERT_TRUE(loaded.ok());
+  auto dp_s = [&](plan::Routing routing, std::int64_t flows) {
+    plan::Plan p = loaded.plan;
+    p.cluster.topology.routing = routing;
+    p.cluster.topology.flows_per_peer = flows;
+    return estimate(p).breakdown.dp_s;
+  };
+  const double d_mod_k = dp_s(plan::Routing::d_mod_k, 2);
+  EXPECT_DOUBLE_EQ(dp_s(plan::Routing::adaptive, 2), d_mod_k);
+  EXPECT_GT(dp_s(plan::Routing::ecmp_hash, 1), dp_s(plan::Routing::ecmp_hash, 2));
+  EXPECT_GT(dp_s(plan::Routing::ecmp_hash, 2), d_mod_k);
+  // 16 flows an edge: even the busiest link leaves each edge its NIC's rate.
+  EXPECT_DOUBLE_EQ(dp_s(plan::Routing::ecmp_hash, 16), d_mod_k);
+}
+
 }  // namespace
 }  // namespace meshwork::models

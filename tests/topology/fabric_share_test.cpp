@@ -61,6 +61,29 @@ TEST(FabricShare, EachPipelineBoundaryHasTheShareOfTheTiersItCrosses) {
   EXPECT_DOUBLE_EQ(s.above_nic_fraction(), 2.0 / 3);
 }
 
+TEST(FabricShare, EcmpHashingCutsATiersShareByItsBusiestLink) {
+  // The pipeline pairs above with each edge's 2 flows hashed: a leaf sends 48 flows over its 8
+  // up-links, 6 on average; over the fabric's 32 up- and down-links the busiest carries 11
+  // (Poisson(6): P(X > 10) = 0.043 and P(X > 11) = 0.020 against 1/32), so 6/11 of the share.
+  // With 16 flows an edge, 48 on average and 61 at the busiest (P(X > 60) = 0.040, P(X > 61) =
+  // 0.029): more flows, fewer collisions relative to the mean. d_mod_k
+  // spreads them evenly.
+  const std::string mesh = "parallelism: {tp: 8, dp: 3, pp: 2, zero_stage: 1}\n";
+  auto with = [&](const std::string& routing) {
+    std::string yaml = kSixNodes + mesh;
+    yaml.replace(yaml.find("oversubscription: 3"), std::string("oversubscription: 3").size(), "oversubscription: 3, " + routing);
+    const plan::Plan p = load(yaml);
+    return tier_shares(p.cluster, plan::RankLayout::from_plan(p.parallelism), plan::GroupKind::pp, Pattern::ring);
+  };
+  EXPECT_DOUBLE_EQ(with("routing: d_mod_k").leaf_gbytes_per_s, 400.0 / 24);
+  EXPECT_DOUBLE_EQ(with("routing: adaptive").leaf_gbytes_per_s, 400.0 / 24);
+  EXPECT_NEAR(with("routing: ecmp_hash").leaf_gbytes_per_s, 400.0 / 24 * 6 / 11, 1e-9);
+  EXPECT_NEAR(with("routing: ecmp_hash, flows_per_peer: 16").leaf_gbytes_per_s, 400.0 / 24 * 48 / 61, 1e-9);
+  EXPECT_TRUE(tiers_can_slow(load("model: llama3-8b\ntraining: {global_batch_size: 64}\n"
+                                  "cluster: {gpu: h100-sxm, num_gpus: 64, topology: {tiers: 2, switch_radix: 16, routing: ecmp_hash}}\n")
+                                 .cluster));
+}
+
 TEST(FabricShare, AllToAllSendsTheShareOfItsPeersOutsideTheLeaf) {
   // 6 nodes of 4 GPUs (4 NICs) on radix-16 leaves at 3:1: 12 down, 4 up (200 GB/s), nodes 0-2
   // and 3-5. One all-to-all over all 24: a member has 20 peers off its node, 12 of them on the
