@@ -105,14 +105,16 @@ struct Fabric {
   // Three tiers: pods of leaves and spines under a core. The k-ary fat tree of Al-Fares et al.
   // (2008, §3) has pods of k/2 leaves, each linked to the pod's k/2 spines, and each spine with
   // k/2 up-links; `pod_gpus` sets the pod's size instead, non-blocking inside (leaf
-  // oversubscription aside) and `pod_oversubscription` to 1 towards the core, as the Llama 3
-  // cluster's 3,072-GPU pods with 1:7 above them (Llama 3 paper, arXiv:2407.21783, §3.3.1).
+  // oversubscription aside: every leaf linked to each of its pod's leaf-up-link spines, which
+  // may then have more ports than the radix, see PortGeometry::pod_mesh) and
+  // `pod_oversubscription` to 1 towards the core, as the Llama 3 cluster's 3,072-GPU pods with
+  // 1:7 above them (Llama 3 paper, arXiv:2407.21783, §3.3.1).
   std::string three_tier() {
     const std::int64_t k = radix();
     // The port counts the closed form of the fabric's shares uses (topology/fabric_share).
     const PortGeometry g = *port_geometry(c);
     const std::int64_t down = g.leaf.down, up = g.leaf.up;
-    const std::int64_t per_pod = g.pod_ports, spine_up = g.spine.up;
+    const std::int64_t per_pod = g.pod_ports;
     const auto n = static_cast<std::int64_t>(ports.size());
     const std::int64_t pods = ceil_div(n, per_pod);
     if (pods > k) {
@@ -125,7 +127,7 @@ struct Fabric {
     // Core switches for the pods built: their spines' up-links over radix-k cores ((k/2)^2
     // for a full k-ary tree).
     std::int64_t uplinks = 0;
-    for (std::int64_t p = 0; p < pods; ++p) uplinks += spines_in(p) * spine_up;
+    for (std::int64_t p = 0; p < pods; ++p) uplinks += g.pod_up_links(p);
     const std::int64_t cores = std::max<std::int64_t>(1, ceil_div(uplinks, k));
     std::vector<VertexId> core;
     for (std::int64_t i = 0; i < cores; ++i) core.push_back(add(VertexKind::core));
@@ -139,7 +141,7 @@ struct Fabric {
       for (std::int64_t i = 0; i < leaves; ++i)
         for (std::int64_t u = 0; u < up; ++u) b.link(edge[at(i)], agg[at((i * up + u) % spines)], LinkTier::leaf_to_spine, port_gbytes, hop_us());
       for (std::int64_t j = 0; j < spines; ++j)
-        for (std::int64_t u = 0; u < spine_up; ++u) b.link(agg[at(j)], core[at(next_core++ % cores)], LinkTier::spine_to_core, port_gbytes, hop_us());
+        for (std::int64_t u = 0; u < g.spine_up_links(p, j); ++u) b.link(agg[at(j)], core[at(next_core++ % cores)], LinkTier::spine_to_core, port_gbytes, hop_us());
       for (std::int64_t i = 0; i < per_pod; ++i) {
         const std::int64_t nic = p * per_pod + i;
         if (nic < n && ports[at(nic)] != kNoPort) b.link(ports[at(nic)], edge[at(i / down)], LinkTier::nic_to_leaf, port_gbytes, hop_us());

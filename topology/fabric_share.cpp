@@ -88,7 +88,18 @@ std::int64_t PortGeometry::pods() const { return pod_ports > 0 ? ceil_div(ports,
 std::int64_t PortGeometry::leaves_in_pod(std::int64_t p) const {
   return pod_ports > 0 ? ceil_div(std::min(pod_ports, ports - p * pod_ports), leaf.down) : leaves();
 }
-std::int64_t PortGeometry::spines_in_pod(std::int64_t p) const { return ceil_div(leaves_in_pod(p) * leaf.up, spine.down); }
+std::int64_t PortGeometry::spines_in_pod(std::int64_t p) const {
+  return pod_mesh ? leaf.up : ceil_div(leaves_in_pod(p) * leaf.up, spine.down);
+}
+std::int64_t PortGeometry::pod_up_links(std::int64_t p) const {
+  if (!pod_mesh) return spines_in_pod(p) * spine.up;
+  return std::max<std::int64_t>(1, std::llround(static_cast<double>(leaves_in_pod(p) * leaf.up) / pod_oversubscription));
+}
+std::int64_t PortGeometry::spine_up_links(std::int64_t p, std::int64_t j) const {
+  if (!pod_mesh) return spine.up;
+  const std::int64_t spines = spines_in_pod(p), total = pod_up_links(p);
+  return total / spines + (j < total % spines ? 1 : 0);
+}
 
 std::optional<PortGeometry> port_geometry(const plan::ClusterConfig& c) {
   const auto& t = c.topology;
@@ -111,7 +122,8 @@ std::optional<PortGeometry> port_geometry(const plan::ClusterConfig& c) {
     // under k/2 spines with k/2 up-links each (Al-Fares et al. 2008, §3).
     if (t.pod_gpus > 0) {
       g.pod_ports = std::max<std::int64_t>(1, t.pod_gpus / c.gpus_per_node * c.nics_per_node);
-      g.spine = split_ports(t.switch_radix, t.pod_oversubscription);
+      g.pod_mesh = true;
+      g.pod_oversubscription = std::max(1e-9, t.pod_oversubscription);
     } else {
       g.pod_ports = t.switch_radix / 2 * g.leaf.down;
       g.spine = {t.switch_radix / 2, t.switch_radix / 2};
@@ -182,7 +194,7 @@ TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& lay
   // each tier's capacity is counted in NICs.
   const double nic_gbytes = c.nic_bandwidth_gbps / 8;
   auto leaf_capacity = [&](std::int64_t) { return static_cast<double>(g.leaf.up) * nic_gbytes; };
-  auto pod_capacity = [&](std::int64_t p) { return static_cast<double>(g.spines_in_pod(p) * g.spine.up) * nic_gbytes; };
+  auto pod_capacity = [&](std::int64_t p) { return static_cast<double>(g.pod_up_links(p)) * nic_gbytes; };
   s.nic_gbytes_per_s = least_share(loads.port_out, loads.port_in, [&](std::int64_t) { return nic_gbytes; });
   s.leaf_gbytes_per_s = least_share(loads.leaf_out, loads.leaf_in, leaf_capacity);
   if (g.pod_ports > 0) s.pod_gbytes_per_s = least_share(loads.pod_out, loads.pod_in, pod_capacity);
@@ -205,7 +217,7 @@ TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& lay
     leaf_collisions = collisions(loads.leaf_flows_out, loads.leaf_flows_in, [&](std::int64_t) { return g.leaf.up; });
     if (std::isfinite(s.leaf_gbytes_per_s)) s.leaf_gbytes_per_s *= leaf_collisions;
     if (g.pod_ports > 0) {
-      pod_collisions = collisions(loads.pod_flows_out, loads.pod_flows_in, [&](std::int64_t p) { return g.spines_in_pod(p) * g.spine.up; });
+      pod_collisions = collisions(loads.pod_flows_out, loads.pod_flows_in, [&](std::int64_t p) { return g.pod_up_links(p); });
       if (std::isfinite(s.pod_gbytes_per_s)) s.pod_gbytes_per_s *= pod_collisions;
     }
   }
@@ -241,7 +253,7 @@ bool has_oversubscribed_tier(const plan::ClusterConfig& c) {
   if (g->leaf.down > g->leaf.up) return true;
   if (g->pod_ports <= 0) return false;
   for (std::int64_t p = 0; p < g->pods(); ++p) {
-    if (g->spines_in_pod(p) * g->spine.up < g->leaves_in_pod(p) * g->leaf.up) return true;
+    if (g->pod_up_links(p) < g->leaves_in_pod(p) * g->leaf.up) return true;
   }
   return false;
 }

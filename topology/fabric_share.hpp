@@ -33,7 +33,14 @@ struct PortGeometry {
   std::int64_t rail_ports = 0;  // rail-optimized: slots per rail; 0 otherwise
   PortSplit leaf;
   std::int64_t pod_ports = 0;   // 0: two tiers
-  PortSplit spine;
+  PortSplit spine;              // Al-Fares pods: k/2 down, k/2 up
+  // Pods of pod_gpus (non-blocking inside, as Llama 3's are stated): every leaf has one link to
+  // each of its pod's leaf.up aggregation switches, which then have as many down-links as the
+  // pod has leaves, more than a switch's radix in a large pod (the aggregation layer of a real
+  // pod is several switches deep; here it is one switch per leaf up-link, with its bandwidth).
+  // The pod's links to the core are its leaf-spine links over pod_oversubscription.
+  bool pod_mesh = false;
+  double pod_oversubscription = 1;
 
   // The slot of the NIC port a GPU sends through (GPU g of a node uses NIC g * nics / gpus).
   [[nodiscard]] std::int64_t port_of_gpu(std::int64_t gpu) const;
@@ -44,6 +51,10 @@ struct PortGeometry {
   // Leaves of pod p and the spines that hold their up-links (the last pod may be partly filled).
   [[nodiscard]] std::int64_t leaves_in_pod(std::int64_t p) const;
   [[nodiscard]] std::int64_t spines_in_pod(std::int64_t p) const;
+  // The pod's links to the core, and those of its spine j (spread evenly, the first ones one
+  // more when they do not divide).
+  [[nodiscard]] std::int64_t pod_up_links(std::int64_t p) const;
+  [[nodiscard]] std::int64_t spine_up_links(std::int64_t p, std::int64_t j) const;
 };
 
 // nullopt for one node or a node without NICs (nothing above the NVLink domain).

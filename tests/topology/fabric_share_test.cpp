@@ -106,9 +106,9 @@ TEST(FabricShare, AllToAllSendsTheShareOfItsPeersOutsideTheLeaf) {
 
 TEST(FabricShare, PodsOversubscribedAboveCountOnlyTheTrafficThatLeavesThePod) {
   // 3 tiers, radix 8 (4 down, 4 up per leaf), pods of 16 GPUs (2 nodes of 8) with 3:1 to the
-  // core: a pod's 16 ports need 4 leaves and 16 up-links on spines of 6 down / 2 up, 3 spines,
-  // 6 core links (300 GB/s). PP 2 over 4 nodes (TP 8, DP 2): stage 1 sits in the other pod,
-  // so all 16 GPUs of a pod cross the core: 300 / 16 GB/s. DP stays in the pod: its NIC's.
+  // core: a pod's 16 ports need 4 leaves, each linked once to each of 4 spines, and 16 / 3
+  // rounded = 5 core links (250 GB/s). PP 2 over 4 nodes (TP 8, DP 2): stage 1 sits in the
+  // other pod, so all 16 GPUs of a pod cross the core: 250 / 16 GB/s. DP stays in the pod.
   const plan::Plan p = load("model: llama3-8b\ntraining: {global_batch_size: 16, precision: bf16}\n"
                             "parallelism: {tp: 8, dp: 2, pp: 2, zero_stage: 1}\n"
                             "cluster: {gpu: h100-sxm, num_gpus: 32, nic_bandwidth_gbps: 400, topology: "
@@ -116,12 +116,20 @@ TEST(FabricShare, PodsOversubscribedAboveCountOnlyTheTrafficThatLeavesThePod) {
   const auto layout = plan::RankLayout::from_plan(p.parallelism);
   const auto geometry = port_geometry(p.cluster);
   ASSERT_TRUE(geometry);
-  EXPECT_EQ(geometry->spines_in_pod(0), 3);
-  EXPECT_EQ(geometry->spine.up, 2);
+  EXPECT_EQ(geometry->spines_in_pod(0), 4);
+  EXPECT_EQ(geometry->pod_up_links(0), 5);
+  EXPECT_EQ(geometry->spine_up_links(0, 0), 2);
+  EXPECT_EQ(geometry->spine_up_links(0, 3), 1);
   const auto pp = tier_shares(p.cluster, layout, plan::GroupKind::pp, Pattern::ring);
-  EXPECT_DOUBLE_EQ(pp.pod_gbytes_per_s, 300.0 / 16);
+  EXPECT_DOUBLE_EQ(pp.pod_gbytes_per_s, 250.0 / 16);
   EXPECT_DOUBLE_EQ(tier_shares(p.cluster, layout, plan::GroupKind::dp, Pattern::ring).above_nic_fraction(), 1.0);
   EXPECT_TRUE(has_oversubscribed_tier(p.cluster));
+  // The builder wires it so: 4 spines a pod, every leaf to each, 5 links up from each pod.
+  const auto b = build(p.cluster);
+  ASSERT_TRUE(b.topology) << b.error;
+  EXPECT_EQ(b.topology->count(VertexKind::spine), 8);
+  EXPECT_EQ(b.topology->count(LinkTier::spine_to_core), 10);
+  EXPECT_EQ(b.topology->count(LinkTier::leaf_to_spine), 32);
 }
 
 TEST(FabricShare, ANonBlockingFabricHasNoOversubscribedTier) {

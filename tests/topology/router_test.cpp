@@ -212,12 +212,20 @@ TEST(Pods, OversubscriptionAboveThePodIsTheConfiguredRatio) {
   const double pods = 8;
   const double nic_links = static_cast<double>(t.count(LinkTier::nic_to_leaf)) / pods;
   const double core_links = static_cast<double>(t.count(LinkTier::spine_to_core)) / pods;
-  // 96 leaves of 32 up-links over spines of 56 down / 8 up ports: 55 spines, 440 core links.
+  // 96 leaves of 32 up-links, each linked once to each of the pod's 32 spines, and 3,072 / 7
+  // rounded = 439 core links.
   EXPECT_EQ(nic_links, 3072);
-  EXPECT_EQ(core_links, 440);
+  EXPECT_EQ(core_links, 439);
   EXPECT_NEAR(nic_links / core_links, 7, 0.05);
+  EXPECT_EQ(t.count(VertexKind::spine), 8 * 32);
   // Inside a pod the tree is non-blocking: leaf up-links equal its down-links.
   EXPECT_EQ(t.count(LinkTier::leaf_to_spine), t.count(LinkTier::nic_to_leaf));
+  // And every pair of its leaves has 32 equal-cost paths, one through each spine. Before, the
+  // leaves' 32 up-links went round-robin over the fewest spines of 56 down-ports (55), so
+  // neighbouring leaves shared 9 spines and a DP ring's edge between them had 9 paths.
+  Router r(t);
+  EXPECT_DOUBLE_EQ(r.info(0, 32).paths, 32);        // leaf 0 to leaf 1 (GPU 0 to GPU 0 of node 4)
+  EXPECT_DOUBLE_EQ(r.info(0, 3071 - 7).paths, 32);  // leaf 0 to the pod's last leaf
 }
 
 TEST(Pods, BadPodParametersAreDiagnostics) {
