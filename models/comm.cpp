@@ -37,7 +37,7 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan:
     // A pipeline's boundaries each at their own share: only some cross a pod (Llama 3's stages
     // of 1,024 GPUs, three to a pod of 3,072).
     const bool pipeline = group == plan::GroupKind::pp;
-    auto ring = topology::tier_shares(c, layout, group, topology::Pattern::ring, pipeline);
+    auto ring = topology::tier_shares(c, layout, group, pipeline ? topology::Pattern::pipeline : topology::Pattern::ring, pipeline);
     g.fabric_fraction = ring.above_nic_fraction();
     g.nic_bytes_per_s *= g.fabric_fraction;
     g.edge_fractions = std::move(ring.edge_above_nic_fraction);
@@ -172,11 +172,15 @@ double collective_s(const GroupNetwork& g, Collective c, double bytes, Collectiv
 
 CollectiveAlgorithm algorithm_for(const GroupNetwork& g, Collective c, double bytes) {
   if (g.algorithm != CollectiveAlgorithm::automatic) return applies(g, c, g.algorithm) ? g.algorithm : CollectiveAlgorithm::ring;
+  // NCCL's tuner knows the node and its NICs, not the fabric above them: it chooses at the
+  // NIC's own rate, whatever an oversubscribed tier or hashing's collisions then leave.
+  GroupNetwork tuner = g;
+  tuner.nic_bytes_per_s = tuner.all_to_all_nic_bytes_per_s = g.nic_alone_bytes_per_s;
   CollectiveAlgorithm best = CollectiveAlgorithm::ring;
-  double best_s = collective_s(g, c, bytes, best);
+  double best_s = collective_s(tuner, c, bytes, best);
   for (const auto a : {CollectiveAlgorithm::nvls, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical}) {
     if (!applies(g, c, a)) continue;
-    const double t = collective_s(g, c, bytes, a);
+    const double t = collective_s(tuner, c, bytes, a);
     if (t < best_s) best = a, best_s = t;
   }
   return best;

@@ -46,14 +46,19 @@ struct Loads {
 // threshold; Raab and Steger 1998, "Balls into bins: a simple and tight analysis", give its
 // asymptotics, mean + sqrt(2 mean ln links) for mean >> ln links). Never below the mean.
 double busiest_link_flows(double mean, double links) {
-  if (mean <= 0 || links <= 1) return mean;
+  if (!(mean > 0) || !(links > 1) || !std::isfinite(mean)) return mean;
   auto pmf = [&](double k) { return std::exp(-mean + k * std::log(mean) - std::lgamma(k + 1)); };
-  const double span = 20 * std::sqrt(mean) + 60;  // terms past it are below double precision
-  for (double level = std::floor(mean);; level += 1) {
-    double tail = 0;
-    for (double k = level + 1; k <= level + span; k += 1) tail += pmf(k);
-    if (links * tail < 1) return std::max(mean, level);
+  // P(X > level) from floor(mean) up, one term off per level; terms past `span` are below
+  // double precision.
+  double level = std::floor(mean);
+  double tail = 0;
+  const double span = 20 * std::sqrt(mean) + 60;
+  for (double k = level + 1; k <= level + span; k += 1) tail += pmf(k);
+  while (links * tail >= 1 && level < mean + span) {
+    level += 1;
+    tail -= pmf(level);
   }
+  return std::max(mean, level);
 }
 
 // The least capacity / load over the slots with load.
@@ -83,7 +88,15 @@ std::int64_t PortGeometry::port_of_gpu(std::int64_t gpu) const {
   return rail_ports > 0 ? nic * rail_ports + node : node * nics_per_node + nic;
 }
 
-std::int64_t PortGeometry::leaves() const { return ceil_div(ports, leaf.down); }
+std::int64_t PortGeometry::leaf_of(std::int64_t port) const {
+  if (pod_ports <= 0) return port / leaf.down;
+  const std::int64_t p = port / pod_ports;
+  return p * ceil_div(pod_ports, leaf.down) + port % pod_ports / leaf.down;
+}
+std::int64_t PortGeometry::leaves() const {
+  if (pod_ports <= 0) return ceil_div(ports, leaf.down);
+  return (pods() - 1) * ceil_div(pod_ports, leaf.down) + leaves_in_pod(pods() - 1);
+}
 std::int64_t PortGeometry::pods() const { return pod_ports > 0 ? ceil_div(ports, pod_ports) : 1; }
 std::int64_t PortGeometry::leaves_in_pod(std::int64_t p) const {
   return pod_ports > 0 ? ceil_div(std::min(pod_ports, ports - p * pod_ports), leaf.down) : leaves();
@@ -154,7 +167,8 @@ TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& lay
       std::int64_t k = 0;
       while (at(k) < members.size() && members[at(k)] / per_node == members.front() / per_node) ++k;
       for (std::size_t i = 0; i < members.size(); ++i) {
-        const std::int64_t next = plan::ring_successor(members, i, k, per_node);
+        const std::int64_t next =
+            pattern == Pattern::pipeline ? members[(i + 1) % members.size()] : plan::ring_successor(members, i, k, per_node);
         if (members[i] / per_node != next / per_node) edge(i, g.port_of_gpu(members[i]), g.port_of_gpu(next));
       }
     }
@@ -165,7 +179,7 @@ TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& lay
   const std::int64_t planes = topo.kind == plan::TopologyKind::multi_plane ? std::max<std::int64_t>(1, topo.planes) : 1;
   const auto flows_per_stream = static_cast<double>(std::max({std::int64_t{1}, topo.flows_per_peer, planes}));
   Loads loads(g);
-  if (pattern == Pattern::ring) {
+  if (pattern != Pattern::all_to_all) {
     for_each_edge([&](std::size_t, std::int64_t from, std::int64_t to) {
       loads.port_out[at(from)] += 1;
       loads.port_in[at(to)] += 1;
@@ -221,7 +235,7 @@ TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& lay
       if (std::isfinite(s.pod_gbytes_per_s)) s.pod_gbytes_per_s *= pod_collisions;
     }
   }
-  if (per_edge && pattern == Pattern::ring && std::isfinite(s.nic_gbytes_per_s)) {
+  if (per_edge && pattern != Pattern::all_to_all && std::isfinite(s.nic_gbytes_per_s)) {
     s.edge_above_nic_fraction.assign(at(layout.group_size(kind)), 1.0);
     auto share = [](double capacity, double out, double in) { return capacity / std::max({out, in, 1e-12}); };
     for_each_edge([&](std::size_t i, std::int64_t from, std::int64_t to) {

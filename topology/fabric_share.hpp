@@ -44,7 +44,8 @@ struct PortGeometry {
 
   // The slot of the NIC port a GPU sends through (GPU g of a node uses NIC g * nics / gpus).
   [[nodiscard]] std::int64_t port_of_gpu(std::int64_t gpu) const;
-  [[nodiscard]] std::int64_t leaf_of(std::int64_t port) const { return port / leaf.down; }
+  // Leaves are numbered pod by pod, each pod's from its first port (as the builder makes them).
+  [[nodiscard]] std::int64_t leaf_of(std::int64_t port) const;
   [[nodiscard]] std::int64_t pod_of(std::int64_t port) const { return pod_ports > 0 ? port / pod_ports : 0; }
   [[nodiscard]] std::int64_t leaves() const;
   [[nodiscard]] std::int64_t pods() const;
@@ -60,9 +61,11 @@ struct PortGeometry {
 // nullopt for one node or a node without NICs (nothing above the NVLink domain).
 std::optional<PortGeometry> port_geometry(const plan::ClusterConfig& c);
 
-// What one stream of a group's traffic moves: a ring edge to plan::ring_successor's member, or a
-// member's traffic to every other member in equal parts (the pairwise all-to-all).
-enum class Pattern { ring, all_to_all };
+// What one stream of a group's traffic moves: a ring edge to plan::ring_successor's member; a
+// pipeline's send from member i to member i + 1 (stage to stage, the last to the first as the
+// interleaved schedule does), whatever the members per node; or a member's traffic to every
+// other member in equal parts (the pairwise all-to-all).
+enum class Pattern { ring, pipeline, all_to_all };
 
 // GB/s one way that one stream gets at each level with every group of the kind sending at once:
 // a NIC port's rate over the streams through it, and a leaf's (pod's) up-link capacity over
@@ -78,7 +81,7 @@ struct TierShares {
   double leaf_gbytes_per_s;
   double pod_gbytes_per_s;
 
-  // Ring only, when asked for: per position i in a group, the edge from member i to its
+  // Ring and pipeline, when asked for: per position i in a group, the edge from member i to its
   // successor (a pipeline's boundary between stage i and the next), the least over the groups
   // of what the leaves and pods it crosses leave it, as a fraction of nic_gbytes_per_s in
   // (0, 1]; 1 for an edge that crosses no tier or stays in its node.

@@ -84,6 +84,24 @@ TEST(FabricShare, EcmpHashingCutsATiersShareByItsBusiestLink) {
                                  .cluster));
 }
 
+TEST(FabricShare, APipelineSendsStageToStageWhateverItsMembersPerNode) {
+  // 16 stages on 2 nodes of 8 GPUs that share one NIC: a pipeline leaves the node at stage 7 to
+  // 8 and at the wrap from 15 to 0, one stream each way through the NIC. A ring over the same
+  // members goes from each GPU to the same position on the other node, 8 streams on the NIC.
+  plan::ClusterConfig c;
+  c.num_gpus = 16;
+  c.nics_per_node = 1;
+  c.nic_bandwidth_gbps = 400;
+  c.topology.tiers = 2;
+  c.topology.switch_radix = 16;
+  std::string error;
+  const plan::RankLayout layout({1, 1, 1, 1, 16}, *plan::parse_order("tp-cp-ep-dp-pp", error));
+  const auto pipeline = tier_shares(c, layout, plan::GroupKind::pp, Pattern::pipeline, true);
+  EXPECT_DOUBLE_EQ(pipeline.nic_gbytes_per_s, 50.0);
+  ASSERT_EQ(pipeline.edge_above_nic_fraction.size(), 16u);
+  EXPECT_DOUBLE_EQ(tier_shares(c, layout, plan::GroupKind::pp, Pattern::ring).nic_gbytes_per_s, 50.0 / 8);
+}
+
 TEST(FabricShare, AllToAllSendsTheShareOfItsPeersOutsideTheLeaf) {
   // 6 nodes of 4 GPUs (4 NICs) on radix-16 leaves at 3:1: 12 down, 4 up (200 GB/s), nodes 0-2
   // and 3-5. One all-to-all over all 24: a member has 20 peers off its node, 12 of them on the
@@ -162,6 +180,8 @@ TEST(FabricShare, EqualsTheRingShareCountedOnTheBuiltGraph) {
       {"{kind: rail_optimized, tiers: 2, switch_radix: 64, oversubscription: 3}", true},
       {"{kind: multi_plane, planes: 2, tiers: 2, switch_radix: 64, oversubscription: 3}", true},
       {"{tiers: 3, switch_radix: 16}", true},
+      // Pods of 2 nodes on leaves of 12 ports: a pod's leaves are its own (12 + 4 ports).
+      {"{tiers: 3, switch_radix: 16, oversubscription: 3, pod_gpus: 16}", true},
       // Uneven: 8 up-links over 3 spines; 16 over 6 cores; 8 over 3 spines; 32 over 3 spines.
       {"{tiers: 2, switch_radix: 32, oversubscription: 3}", false},
       {"{tiers: 3, switch_radix: 16, pod_gpus: 48, pod_oversubscription: 3}", false},
