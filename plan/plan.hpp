@@ -191,7 +191,7 @@ struct TopologyConfig {
   // NCCL's ring channels per NIC (2: its channel duplication) x NCCL_IB_QPS_PER_CONNECTION (1).
   std::int64_t flows_per_peer = 2;
   // Seconds from a link or switch failing until its traffic takes other paths; < 0: the
-  // routing's own (adaptive: 0, ecmp_hash: 1, d_mod_k: OpenSM's 10 s sweep; plan/topology_defaults).
+  // routing's own (adaptive: 0, ecmp_hash: 1, d_mod_k: OpenSM's 10 s sweep; effective_reroute_s below).
   double reroute_s = -1;
 
   // reroute_s, or the routing's own when it is negative:
