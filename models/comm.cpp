@@ -150,37 +150,46 @@ CollectiveFlows collective_flows(const GroupNetwork& g, Collective c, double byt
   return f;
 }
 
-double collective_s(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a) {
+namespace {
+
+// collective_s at the given NIC rates between nodes (a ring's, an all-to-all's).
+double collective_at(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a, double nic_bytes_per_s,
+                     double all_to_all_nic_bytes_per_s) {
   if (g.size <= 1 || bytes <= 0) return 0;
   if (!applies(g, c, a) || a == CollectiveAlgorithm::automatic) a = CollectiveAlgorithm::ring;
   const CollectiveFlows f = collective_flows(g, c, bytes, a);
   const double n = d(g.size), k = d(g.per_node);
-  double rate = g.crosses_nodes ? g.nic_bytes_per_s : g.nvlink_bytes_per_s;
+  double rate = g.crosses_nodes ? nic_bytes_per_s : g.nvlink_bytes_per_s;
   if (a == CollectiveAlgorithm::ring && g.crosses_nodes && c != Collective::all_to_all && c != Collective::ring_exchange) {
     // A ring between nodes with k members per node: NCCL's channels start on every member,
     // so each member's own NIC carries 1/k of the ring's traffic and the node's NICs work
     // together (nccl-tests: B200 4 nodes x 8, 381.8 GB/s busbw on 8 x 400G,
     // docs/reference/published-runs.md C2); NVLink caps the node's ring.
-    rate = std::min(g.nic_bytes_per_s, g.nvlink_bytes_per_s / k);
+    rate = std::min(nic_bytes_per_s, g.nvlink_bytes_per_s / k);
   }
   if (c == Collective::ring_exchange) rate = g.busbw_bytes_per_s;
-  if (c == Collective::all_to_all && g.crosses_nodes) rate = g.all_to_all_nic_bytes_per_s;
+  if (c == Collective::all_to_all && g.crosses_nodes) rate = all_to_all_nic_bytes_per_s;
   double t = f.edge_bytes / rate + f.steps * g.latency_s + f.in_node_s;
   if (c == Collective::all_to_all && g.crosses_nodes) t = std::max(t, (k - 1) / n * bytes / g.nvlink_bytes_per_s + f.steps * g.latency_s);
   return t;
+}
+
+}  // namespace
+
+double collective_s(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a) {
+  return collective_at(g, c, bytes, a, g.nic_bytes_per_s, g.all_to_all_nic_bytes_per_s);
 }
 
 CollectiveAlgorithm algorithm_for(const GroupNetwork& g, Collective c, double bytes) {
   if (g.algorithm != CollectiveAlgorithm::automatic) return applies(g, c, g.algorithm) ? g.algorithm : CollectiveAlgorithm::ring;
   // NCCL's tuner knows the node and its NICs, not the fabric above them: it chooses at the
   // NIC's own rate, whatever an oversubscribed tier or hashing's collisions then leave.
-  GroupNetwork tuner = g;
-  tuner.nic_bytes_per_s = tuner.all_to_all_nic_bytes_per_s = g.nic_alone_bytes_per_s;
+  auto tuner_s = [&](CollectiveAlgorithm a) { return collective_at(g, c, bytes, a, g.nic_alone_bytes_per_s, g.nic_alone_bytes_per_s); };
   CollectiveAlgorithm best = CollectiveAlgorithm::ring;
-  double best_s = collective_s(tuner, c, bytes, best);
+  double best_s = tuner_s(best);
   for (const auto a : {CollectiveAlgorithm::nvls, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical}) {
     if (!applies(g, c, a)) continue;
-    const double t = collective_s(tuner, c, bytes, a);
+    const double t = tuner_s(a);
     if (t < best_s) best = a, best_s = t;
   }
   return best;
