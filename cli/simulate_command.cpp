@@ -58,6 +58,13 @@ void add_simulate_command(CLI::App& app, Io& io) {
   cmd->add_option("--trials", *trials, "With --horizon: Monte Carlo trials (default: the plan's run.trials)");
   cmd->add_option("--trace-ranks", *trace_ranks, "Ranks to trace, comma-separated (default: the first rank of each stage)")->delimiter(',');
   auto ignore_memory = std::make_shared<bool>(false);
+#ifdef MESHWORK_HAVE_SIMGRID
+  auto max_played = std::make_shared<std::int64_t>(sim::kDefaultMaxPlayedActors);
+  cmd->add_option("--max-played-actors", *max_played,
+                  "Play at most this many classes of alike actors; past it, actors alike but for their paths share a class (faster, approximate; 0: exact)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+#endif
   cmd->add_flag("--ignore-memory", *ignore_memory, "Simulate a plan that does not fit in GPU memory anyway (the verdict is still printed)");
   cmd->footer("Exit status: 0 when the plan fits (a tight fit warns), 3 when it does not fit in GPU memory (it is then not simulated, unless --ignore-memory), 1 for a plan with errors or a failed simulation, 2 bad usage.");
   auto inject_death = std::make_shared<std::string>();
@@ -89,6 +96,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
     options.per_message = *per_message;
     options.trace_ranks = *trace_ranks;
     options.inject_death = *inject_death;
+    options.max_played_actors = *max_played;
     if (!fail->empty()) {
       const auto at = fail->rfind('@');
       const auto q = at == std::string::npos ? plan::ParsedQuantity{} : plan::parse_quantity(fail->substr(at + 1), plan::Unit::seconds);
@@ -211,11 +219,8 @@ void add_simulate_command(CLI::App& app, Io& io) {
         io.out << buf;
       }
     }
-    if (r.reroute) {
-      std::snprintf(buf, sizeof buf, "  %s failed %.4g s into the step and was routed around %.4g s later: %lld played flows moved\n",
-                    r.reroute->target.c_str(), r.reroute->at_s, r.reroute->reroute_s, static_cast<long long>(r.reroute->flows_moved));
-      io.out << buf;
-    }
+    // The Report's notes: memory's (a tight fit), a link rerouted, an approximate play.
+    for (const auto& note : rep.notes) io.out << "  note: " << note << '\n';
     if (*explain) {
       // Where the step went: each part's share of the step, largest first.
       std::vector<std::pair<double, std::string>> parts = {

@@ -249,6 +249,17 @@ class Simulation {
       }
     }
     out.report = make_report();
+    if (colouring_.refused_colours > 0) {
+      char note[512];
+      std::snprintf(note, sizeof note,
+                    "approximate: %d played %s for %zu (an exact play needs %d or more, past the budget of %lld; --max-played-actors 0 plays "
+                    "exactly); actors alike but for their paths move at their class's slowest pace, so a collision that one meets and "
+                    "another does not is not seen",
+                    colouring_.colours, colouring_.colours == 1 ? "actor stands" : "actors stand",
+                    node_of_.empty() ? std::size_t{0} : static_cast<std::size_t>(*std::max_element(node_of_.begin(), node_of_.end()) + 1),
+                    colouring_.refused_colours, static_cast<long long>(options_.max_played_actors));
+      out.report->notes.emplace_back(note);
+    }
     if (!options_.trace_path.empty()) {
       std::string error;
       if (!plan::write_file_atomically(options_.trace_path, trace_json(), error)) out.error = "trace: " + error;
@@ -459,7 +470,7 @@ class Simulation {
       fs.mark.assign(fs.capacity.size(), 0);
       for (const auto id : failing_link_ids_) fs.mark[static_cast<std::size_t>(2 * id)] = fs.mark[static_cast<std::size_t>(2 * id + 1)] = 1;
     }
-    colouring_ = colour_ranks(fs, options_.mirror_alike);
+    colouring_ = colour_ranks(fs, options_.mirror_alike, static_cast<std::int32_t>(std::clamp<std::int64_t>(options_.max_played_actors, 0, INT32_MAX)));
 
     // One played actor per colour, led by its first rank.
     const auto colours = static_cast<std::size_t>(colouring_.colours);
@@ -482,7 +493,7 @@ class Simulation {
         FlowClass& fc = flow_class_[c * types + t];
         fc.members += lane_flows_[t][v];
         fc.from = rep_[c];
-        fc.latency_s = bundle_[t][v].latency_s;
+        fc.latency_s = std::max(fc.latency_s, bundle_[t][v].latency_s);  // members alike in structure only: the slowest
         for (const auto& h : bundle_[t][v].hops) ++count[c * types + t][h.slot()];
       }
     }

@@ -90,7 +90,7 @@ namespace {
 
 nlohmann::json options_to_json(const SimulateOptions& o) {
   nlohmann::json j = {{"free_communication", o.free_communication}, {"trace_path", o.trace_path}, {"trace_ranks", o.trace_ranks},
-                      {"fine", o.fine}, {"per_message", o.per_message}, {"mirror_alike", o.mirror_alike}, {"inject_death", o.inject_death}};
+                      {"fine", o.fine}, {"per_message", o.per_message}, {"mirror_alike", o.mirror_alike}, {"max_played_actors", o.max_played_actors}, {"inject_death", o.inject_death}};
   if (o.failure) j["failure"] = {{"target", o.failure->target}, {"at_s", o.failure->at_s}};
   return j;
 }
@@ -104,6 +104,7 @@ SimulateOptions options_from_json(const nlohmann::json& j) {
   o.per_message = j.at("per_message").get<bool>();
   o.inject_death = j.value("inject_death", std::string());
   o.mirror_alike = j.at("mirror_alike").get<bool>();
+  o.max_played_actors = j.value("max_played_actors", kDefaultMaxPlayedActors);
   if (j.contains("failure")) o.failure = SimulateOptions::Failure{j["failure"].at("target").get<std::string>(), j["failure"].at("at_s").get<double>()};
   return o;
 }
@@ -121,7 +122,7 @@ pid_t spawn_worker(const std::string& worker, const std::string& request, int st
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, stdout_write_end, STDOUT_FILENO);
-  if (!log_path.empty()) posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(), O_WRONLY | O_NOFOLLOW, 0644);
+  if (!log_path.empty() && std::getenv("MESHWORK_SIM_DEBUG") == nullptr) posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(), O_WRONLY | O_NOFOLLOW, 0644);
   posix_spawn_file_actions_addclose(&actions, in[1]);
   posix_spawn_file_actions_addclose(&actions, stdout_read_end);
   std::string arg0 = worker, arg1 = "__simulate-worker";
@@ -300,7 +301,9 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
     // The child: simulate, send the result, and end without running the parent's atexit
     // handlers or flushing its buffers a second time.
     ::close(fds[0]);
-    if (const int log = log_path.empty() ? -1 : ::open(log_path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC); log >= 0) {
+    // MESHWORK_SIM_DEBUG: the engine's phase timings go to the caller's stderr, not the log.
+    const bool debug = std::getenv("MESHWORK_SIM_DEBUG") != nullptr;
+    if (const int log = log_path.empty() || debug ? -1 : ::open(log_path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC); log >= 0) {
       ::dup2(log, STDERR_FILENO);
       ::close(log);
     }

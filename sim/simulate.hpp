@@ -26,6 +26,11 @@
 
 namespace meshwork::sim {
 
+// The default budget of played actors: the 16,384-GPU Llama 3 plan plays 2,048 TP groups
+// exactly (bench/RESULTS.md, simulator speed); more than that is what makes a step take
+// minutes on one core.
+inline constexpr std::int64_t kDefaultMaxPlayedActors = 2048;
+
 struct SimulateOptions {
   // All communication free and instantaneous: what remains is compute and the schedule's
   // bubble (the check against the Program's replay and the papers' formulas).
@@ -66,6 +71,10 @@ struct SimulateOptions {
   // Play one actor per colour of alike actors (sim/symmetry.hpp). Off: every actor is
   // played (the check that the reduction is exact).
   bool mirror_alike = true;
+  // At most this many colours of alike actors are played (0: no limit, the reduction is
+  // exact). Past it, ranks alike in structure but not in their paths share a colour and move
+  // at its slowest member's pace (sim/symmetry.hpp); the report notes it.
+  std::int64_t max_played_actors = kDefaultMaxPlayedActors;
   // A program to run the simulation in instead of a fork of this process: `WORKER
   // __simulate-worker` (the meshwork CLI) reads the plan and these options as JSON on its
   // stdin and answers as the forked child does. A multi-threaded caller (the GUI) must use it:

@@ -35,7 +35,7 @@ void append_counted(std::vector<std::int64_t>& values, std::vector<std::int64_t>
 
 }  // namespace
 
-Colouring colour_ranks(const FlowSystem& s, bool refine) {
+Colouring colour_ranks(const FlowSystem& s, bool refine, std::int32_t max_colours) {
   const auto n = static_cast<std::size_t>(s.ranks);
   const std::size_t types = s.peer.size();
   Colouring c;
@@ -57,9 +57,10 @@ Colouring colour_ranks(const FlowSystem& s, bool refine) {
   }
   c.group_kind.assign(types, std::vector<std::int32_t>(n, -1));
   std::vector<std::int64_t> scratch, sig;
-  while (true) {
-    ++c.rounds;
-    // Links: capacity, then how many flows of each (colour, type) cross.
+  std::map<std::int64_t, std::int32_t> actor_kind;
+
+  // Links: capacity and mark, then how many flows of each (colour, type) cross.
+  auto colour_links = [&] {
     std::vector<std::vector<std::int64_t>> on_slot(s.capacity.size());
     for (std::size_t t = 0; t < types; ++t) {
       for (std::size_t r = 0; r < n; ++r) {
@@ -78,7 +79,9 @@ Colouring colour_ranks(const FlowSystem& s, bool refine) {
       c.link_colour[slot] = links.id(sig);
     }
     c.link_colours = links.size();
-    // Groups and actors: their members' colours with counts.
+  };
+  // Groups and actors: their members' colours with counts.
+  auto colour_kinds = [&] {
     Palette kinds;
     for (std::size_t t = 0; t < types; ++t) {
       for (const auto& [g, members] : group_members[t]) {
@@ -90,7 +93,7 @@ Colouring colour_ranks(const FlowSystem& s, bool refine) {
         for (auto m : members) c.group_kind[t][static_cast<std::size_t>(m)] = kind;
       }
     }
-    std::map<std::int64_t, std::int32_t> actor_kind;
+    actor_kind.clear();
     for (const auto& [a, members] : actor_members) {
       scratch.clear();
       for (auto m : members) scratch.push_back(c.colour[static_cast<std::size_t>(m)]);
@@ -98,17 +101,26 @@ Colouring colour_ranks(const FlowSystem& s, bool refine) {
       append_counted(scratch, sig);
       actor_kind[a] = kinds.id(sig);
     }
-    if (!refine) break;
-    // Ranks: own colour, actor, then per type the peer's colour, the group's make-up, and
-    // the link colours under the flow with its latency.
-    Palette next;
-    std::vector<std::int32_t> colour(n);
+  };
+  // One round: per rank its own colour, its actor's, then per type the peer's colour (a
+  // collective's only with `paths`) and the group's make-up, and with `paths` the link
+  // colours under the flow and its latency.
+  // Returns the number of colours of the refined partition, left in `next`.
+  std::vector<std::int32_t> next(n);
+  auto refine_once = [&](bool paths) {
+    ++c.rounds;
+    colour_kinds();
+    if (paths) colour_links();
+    Palette palette;
     for (std::size_t r = 0; r < n; ++r) {
       sig.assign({c.colour[r], actor_kind[s.actor[r]]});
       for (std::size_t t = 0; t < types; ++t) {
+        // A collective's ring neighbour is a matter of paths: its members meet as a group.
+        const bool collective = !s.group[t].empty();
         const std::int64_t p = s.peer[t][r];
-        sig.push_back(p >= 0 ? c.colour[static_cast<std::size_t>(p)] : -1);
+        if (paths || !collective) sig.push_back(p >= 0 ? c.colour[static_cast<std::size_t>(p)] : -1);
         sig.push_back(c.group_kind[t][r]);
+        if (!paths) continue;
         const auto* hops = s.route[t][r];
         if (hops == nullptr) {
           sig.push_back(-1);
@@ -120,13 +132,48 @@ Colouring colour_ranks(const FlowSystem& s, bool refine) {
         sig.push_back(static_cast<std::int64_t>(scratch.size()));
         append_counted(scratch, sig);
       }
-      colour[r] = next.id(sig);
+      next[r] = palette.id(sig);
     }
-    const bool stable = next.size() == c.colours;
-    c.colour = std::move(colour);
-    c.colours = next.size();
-    if (stable) break;
+    return palette.size();
+  };
+
+  if (refine) {
+    // Structure first (pipeline peers, groups, actors), to stability: the play needs it
+    // exact (a colour's sends meet one colour's receives, its collectives one make-up).
+    // Then paths, a round at a time, each followed by structure again; a round that would
+    // pass the budget is not taken.
+    std::vector<std::int32_t> kept;
+    std::int32_t kept_colours = 0;
+    for (;;) {
+      while (true) {
+        const std::int32_t count = refine_once(false);
+        if (count == c.colours) break;
+        c.colour = next;
+        c.colours = count;
+      }
+      if (max_colours > 0 && c.colours > max_colours && !kept.empty()) {
+        c.refused_colours = c.colours;
+        c.colour = std::move(kept);
+        c.colours = kept_colours;
+        break;
+      }
+      kept = c.colour;
+      kept_colours = c.colours;
+      const std::int32_t count = refine_once(true);
+      if (count == c.colours) break;
+      if (max_colours > 0 && count > max_colours) {
+        c.refused_colours = count;
+        break;
+      }
+      c.colour = next;
+      c.colours = count;
+    }
+    // Colours numbered by their first rank, as one round numbers them.
+    Palette order;
+    for (std::size_t r = 0; r < n; ++r) c.colour[r] = order.id({c.colour[r]});
   }
+  colour_links();
+  colour_kinds();
   return c;
 }
 

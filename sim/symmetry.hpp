@@ -16,6 +16,18 @@
 // solution is the full system's, member for member. A straggler or a degraded link splits
 // the colours it touches and only those.
 //
+// Past a budget of colours the partition stops short of equitable (a budget): colours
+// stay equitable in structure (pipeline peers, groups, actors), so that the play pairs sends
+// with receives and collectives with their members, but ranks whose paths differ may share a
+// colour. Links are still coloured by the exact count of each class's flows on them, so each
+// link's load is the real one when a class moves at one rate, and a class's flow crosses every
+// link colour any of its members crosses: the class moves at the pace of its slowest member,
+// which is how a ring collective moves anyway, and pipeline sends of alike stages move
+// together. Collisions that one member meets and another does not are averaged out of sight;
+// the report says so. This is the quotient of Kayali and Suciu's quasi-stable colouring
+// ("Quasi-stable Coloring for Graph Compression", VLDB 2023), which approximates linear
+// programs the same way, with the split rule replaced by whole rounds of refinement.
+//
 // Reference: Grohe, Kersting, Mladenov, Selman, "Dimension reduction via colour refinement"
 // (ESA 2014), which reduces linear programs by the same equitable partitions.
 
@@ -54,10 +66,13 @@ struct Colouring {
   std::vector<std::int32_t> link_colour;
   std::int32_t link_colours = 0;
   int rounds = 0;
+  // The colours of the round the budget refused (0: the partition is equitable, exact).
+  std::int32_t refused_colours = 0;
 };
 
-// Refines `initial` until stable. With `refine` false every rank is its own colour (the
-// full system).
-Colouring colour_ranks(const FlowSystem& system, bool refine = true);
+// Refines `initial` until stable, or until a round of path refinement would give more than
+// `max_colours` colours (0: no budget). With `refine` false every rank is its own colour
+// (the full system).
+Colouring colour_ranks(const FlowSystem& system, bool refine = true, std::int32_t max_colours = 0);
 
 }  // namespace meshwork::sim

@@ -47,6 +47,11 @@ const std::map<std::string, Known>& known_differences() {
               "(PP 0.63 s and DP 1.53 s simulated, 0.44 s and 1.38 s estimated)"}},
       {"bench/llama3-405b-h100-16384-degraded",
        {0.10, "1:7 oversubscribed pods, and the simulator's stragglers (0.50 s of stalls the closed form has no model of)"}},
+      {"bench/llama3-405b-h100-131072",
+       {0.20, "every pipeline boundary crosses the 1:7 core (8,192 GPUs a stage, 2.67 pods), and the simulator plays the "
+              "plan approximately (16 classes for 16,384 TP groups, past its budget of played actors): a stage's pipeline sends "
+              "move at the pace of its most loaded replica's path, where the closed form prices each boundary at its "
+              "steady-state share (PP 3.54 s simulated, 1.34 s estimated)"}},
       {"published/nar21-t2-530b-zero3-2240",
        {0.15, "simulated DP 5.8 s against 0.23 s estimated: not yet explained (issue 18's note); suspected routing "
               "collisions of the ZeRO-3 gathers on the 3-tier d-mod-k fat tree at 2,240 GPUs"}},
@@ -80,7 +85,7 @@ TEST(Tiers, EveryShippedScenarioAgreesWithinThreePercentOrSaysWhy) {
       EXPECT_LE(std::abs(diff), it->second.band) << key << ": " << it->second.why;
     }
   }
-  EXPECT_GE(compared, 38) << "every shipped scenario that fits has both tiers' goldens";
+  EXPECT_GE(compared, 39) << "every shipped scenario that fits has both tiers' goldens";
   for (const auto& [key, known] : known_differences()) EXPECT_TRUE(seen.count(key)) << key << " is listed but has no goldens";
 }
 

@@ -521,5 +521,31 @@ TEST(Simulate, HashedRoutesLeaveNoActorsAlike) {
   EXPECT_EQ(r.played_actors, 8);
 }
 
+// Past the budget of played actors (--max-played-actors), the TP groups of a data-parallel
+// plan on hashed routes are one class: its ring edges all move at the pace of the most loaded
+// link any of them crosses. Max-min sharing gives the slowest edge of the full system at least
+// that rate (it maximises the smallest rate), so the approximate step is never the shorter.
+TEST(Simulate, PastTheBudgetAlikeActorsShareAClassThatMovesAtItsSlowestPace) {
+  const plan::Plan p = load("model: {preset: tiny, num_layers: 8}\ntraining: {global_batch_size: 16, micro_batch_size: 1, precision: bf16}\n"
+                            "parallelism: {tp: 4, pp: 1, dp: 8, zero_stage: 1}\n"
+                            "cluster: {gpu: h100-sxm, num_gpus: 32, gpus_per_node: 4, nics_per_node: 4, topology: {tiers: 2, switch_radix: 16, routing: ecmp_hash}}\n");
+  SimulateOptions exact_options, roomy_options, tight_options;
+  exact_options.max_played_actors = 0;
+  const SimulateResult exact = simulate(p, exact_options);
+  ASSERT_TRUE(exact.report) << exact.error;
+  ASSERT_GT(exact.played_actors, 1);
+  roomy_options.max_played_actors = exact.played_actors;
+  tight_options.max_played_actors = 1;
+  const SimulateResult roomy = simulate(p, roomy_options), tight = simulate(p, tight_options);
+  ASSERT_TRUE(roomy.report && tight.report) << roomy.error << tight.error;
+  EXPECT_DOUBLE_EQ(roomy.report->step_time_s, exact.report->step_time_s);
+  EXPECT_TRUE(roomy.report->notes.empty() || roomy.report->notes.front().find("approximate") == std::string::npos);
+  EXPECT_EQ(tight.played_actors, 1);
+  ASSERT_FALSE(tight.report->notes.empty());
+  EXPECT_NE(tight.report->notes.front().find("approximate: 1 played actor stands for 8 "), std::string::npos) << tight.report->notes.front();
+  EXPECT_GE(tight.report->step_time_s, exact.report->step_time_s * (1 - 1e-12));
+  EXPECT_EQ(tight.flows, exact.flows);  // every flow is still counted, played or mirrored
+}
+
 }  // namespace
 }  // namespace meshwork::sim

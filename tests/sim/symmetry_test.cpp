@@ -66,5 +66,45 @@ TEST(Symmetry, AStragglerSplitsItsColourButTwoAlikeGroupsStayAlike) {
   EXPECT_EQ(c.group_kind[0][0], c.group_kind[0][4]);
 }
 
+TEST(Symmetry, PastTheBudgetAColourHoldsRanksWhosePathsDifferAndItsLinksStayExact) {
+  // The ring with one slow link needs eight colours to be exact. With a budget of one the
+  // first path round is refused: the ranks stay one colour (a collective's ring neighbour is a
+  // matter of paths, not of structure), and the links are coloured from that one colour: the
+  // slow one apart by its capacity, each carrying one flow of the colour.
+  Ring ring(8, 3);
+  const Colouring c = colour_ranks(ring.system, true, 1);
+  EXPECT_EQ(c.colours, 1);
+  EXPECT_EQ(c.refused_colours, 2);  // the first path round splits off the rank on the slow link
+  EXPECT_EQ(c.link_colours, 2);
+  EXPECT_NE(c.link_colour[6], c.link_colour[0]);  // slot 2 x 3: the slow link
+  for (std::size_t slot = 0; slot < 16; slot += 2) {
+    if (slot != 6) {
+      EXPECT_EQ(c.link_colour[slot], c.link_colour[0]);
+    }
+  }
+  // Path rounds are taken while they fit: one more rank apart per round, from the slow link.
+  const Colouring four = colour_ranks(ring.system, true, 4);
+  EXPECT_EQ(four.colours, 4);
+  EXPECT_EQ(four.refused_colours, 5);
+  // A budget the exact colouring fits in changes nothing.
+  const Colouring exact = colour_ranks(ring.system), roomy = colour_ranks(ring.system, true, 8);
+  EXPECT_EQ(roomy.refused_colours, 0);
+  EXPECT_EQ(roomy.colour, exact.colour);
+  EXPECT_EQ(roomy.link_colour, exact.link_colour);
+}
+
+TEST(Symmetry, StructureStaysExactPastTheBudget) {
+  // Point-to-point flows (no group): a rank's peer is structure, and the play pairs a colour's
+  // sends with one colour's receives. A chain 0 -> 1 -> ... -> 7 (the last sends nowhere)
+  // splits by distance from its end whatever the budget.
+  Ring ring(8);
+  ring.system.group[0].clear();
+  ring.system.peer[0][7] = -1;
+  ring.system.route[0][7] = nullptr;
+  const Colouring c = colour_ranks(ring.system, true, 2);
+  EXPECT_EQ(c.colours, 8);
+  EXPECT_EQ(c.refused_colours, 0);
+}
+
 }  // namespace
 }  // namespace meshwork::sim
