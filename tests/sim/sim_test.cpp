@@ -547,5 +547,35 @@ TEST(Simulate, PastTheBudgetAlikeActorsShareAClassThatMovesAtItsSlowestPace) {
   EXPECT_EQ(tight.flows, exact.flows);  // every flow is still counted, played or mirrored
 }
 
+// Issue 21: on every fabric kind and routing, fewer up-links under the same leaves (or the same
+// pods) never make the step shorter. The leaves keep twelve down-ports at every ratio (radix
+// 24, 18, 16 and 14 for 1, 2, 3 and 6 to 1), so that only the up-links change: at one radix a higher
+// ratio also moves ranks between leaves (radix 64 gives 48 down-ports at 3:1 and 51 at 4:1),
+// another fabric, which may well be faster.
+TEST(Simulate, RaisingOversubscriptionNeverShortensTheStep) {
+  const std::string head = "model: {preset: tiny, num_layers: 8}\ntraining: {global_batch_size: 48, micro_batch_size: 1, precision: bf16}\n"
+                           "parallelism: {pp: 2, dp: 24, zero_stage: 1}\n"
+                           "cluster: {gpu: h100-sxm, num_gpus: 48, gpus_per_node: 2, nics_per_node: 2, topology: ";
+  const std::vector<std::pair<double, int>> leaf_ratios = {{1, 24}, {2, 18}, {3, 16}, {6, 14}};
+  for (const std::string routing : {"d_mod_k", "ecmp_hash", "adaptive"}) {
+    for (const std::string kind : {"fat_tree", "rail_optimized", "multi_plane", "pods"}) {
+      std::vector<double> steps;
+      for (const auto& [ratio, radix] : leaf_ratios) {
+        std::string topo = "{kind: " + (kind == "pods" ? std::string("fat_tree, tiers: 3, pod_gpus: 24, switch_radix: 24") : kind + ", switch_radix: " + std::to_string(radix));
+        topo += kind == "pods" ? ", pod_oversubscription: " + std::to_string(ratio) : ", oversubscription: " + std::to_string(ratio);
+        topo += ", routing: " + routing + "}}\n";
+        const SimulateResult r = simulate(load(head + topo));
+        ASSERT_TRUE(r.report) << kind << " " << routing << " " << ratio << ": " << r.error;
+        steps.push_back(r.report->step_time_s);
+      }
+      for (std::size_t i = 1; i < steps.size(); ++i) {
+        EXPECT_GE(steps[i], steps[i - 1] * (1 - 1e-12)) << kind << " " << routing << ": " << leaf_ratios[i].first << ":1 against "
+                                                      << leaf_ratios[i - 1].first << ":1";
+      }
+      EXPECT_GT(steps.back(), steps.front()) << kind << " " << routing << ": 6:1 costs the step nothing";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace meshwork::sim
