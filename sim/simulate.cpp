@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <spawn.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -289,7 +290,14 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
       return failed;
     }
   } else {
+    const pid_t parent = ::getpid();
     child = ::fork();
+    if (child == 0) {
+      // The simulation ends with its caller: killed (a timeout, Ctrl-C), the caller would
+      // otherwise leave it running on until its next progress line met a closed pipe.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(1);
+    }
   }
   if (child < 0) {
     ::close(fds[0]);
