@@ -15,6 +15,8 @@ plans=(
   "scenarios/published/nar21-1t.yaml|1T, 3,072 A100, TP8 PP64 DP6|5 s"
   "scenarios/heldout/llama3-405b-h100-16384.yaml|Llama-3-405B-shaped, 16,384 H100, TP8 PP16 DP128, pods 1:7|30 s, 4 GB"
   "scenarios/bench/llama3-405b-h100-16384-degraded.yaml|the same, one spine link at half rate, one GPU 10% slow|60 s"
+  "scenarios/published/nar21-t2-175b-zero3-1536.yaml|NAR21 Table 2 175B ZeRO-3, 1,536 A100|5 min"
+  "scenarios/bench/llama3-405b-h100-131072.yaml|the 16K plan with 1,024 replicas, 131,072 H100 (approximate: past the budget of played actors)|60 s, 8 GB"
 )
 printf '| plan | budget | wall (s), median of %s | peak RSS (MB) | ratio to baseline | played actors |\n|---|---|---|---|---|---|\n' "$runs"
 base=""
