@@ -4,6 +4,16 @@
 
 namespace meshwork::models {
 
+StageOrders stage_orders(const PipelineSpec& spec) {
+  const std::int64_t p = std::max<std::int64_t>(1, spec.stages);
+  StageOrders order(static_cast<std::size_t>(p));
+  for (std::int64_t s = 0; s < p; ++s) {
+    order[static_cast<std::size_t>(s)] =
+        stage_schedule(spec.schedule, p, s, std::max<std::int64_t>(1, spec.microbatches), std::max<std::int64_t>(1, spec.chunks));
+  }
+  return order;
+}
+
 PipelineTimes pipeline_times(const PipelineSpec& spec) {
   const std::int64_t p = std::max<std::int64_t>(1, spec.stages);
   const std::int64_t v = std::max<std::int64_t>(1, spec.chunks);
@@ -13,8 +23,9 @@ PipelineTimes pipeline_times(const PipelineSpec& spec) {
   out.busy_s.assign(P, 0);
   out.idle_s.assign(P, 0);
 
-  std::vector<std::vector<ScheduleItem>> order(P);
-  for (std::int64_t s = 0; s < p; ++s) order[static_cast<std::size_t>(s)] = stage_schedule(spec.schedule, p, s, m, v);
+  StageOrders made;
+  if (spec.orders == nullptr) made = stage_orders(spec);
+  const StageOrders& order = spec.orders != nullptr ? *spec.orders : made;
 
   // When the activation (gradient) a stage's chunk needs for a micro-batch was sent: by
   // receiver, [(stage * v + chunk) * m + micro-batch]; negative until it is.

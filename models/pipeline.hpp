@@ -22,6 +22,9 @@
 
 namespace meshwork::models {
 
+// Every stage's order of items (models::stage_schedule), by stage.
+using StageOrders = std::vector<std::vector<ScheduleItem>>;
+
 struct PipelineSpec {
   plan::PipelineSchedule schedule = plan::PipelineSchedule::one_f_one_b;
   std::int64_t stages = 1;
@@ -38,6 +41,9 @@ struct PipelineSpec {
   // boundary takes transfer_s.
   std::vector<double> boundary_transfer_s;
   bool preposted = true;  // overlap.p2p
+  // The stages' orders when the caller has made them (stage_orders below, for this spec's
+  // schedule, stages, micro-batches and chunks); null: pipeline_times makes them.
+  const StageOrders* orders = nullptr;
 };
 
 struct PipelineTimes {
@@ -45,6 +51,9 @@ struct PipelineTimes {
   std::vector<double> busy_s;  // per stage: its items' seconds
   std::vector<double> idle_s;  // per stage: makespan - busy
 };
+
+// The orders pipeline_times replays for `spec`.
+StageOrders stage_orders(const PipelineSpec& spec);
 
 // Replays the schedule; O(stages x micro-batches x chunks).
 PipelineTimes pipeline_times(const PipelineSpec& spec);
