@@ -158,12 +158,13 @@ SimulateResult Simulation::run() {
   if (colouring_.refused_colours > 0) {
     char note[512];
     std::snprintf(note, sizeof note,
-                  "approximate: %d played %s for %zu (an exact play needs %d or more, past the budget of %lld; --max-played-actors 0 plays "
-                  "exactly); actors alike but for their paths move at their class's slowest pace, so a collision that one meets and "
+                  "approximate: %d played %s for %zu (an exact play needs %d or more, past the budget of %lld%s; --max-played-actors 0 "
+                  "plays exactly); actors alike but for their paths move at their class's slowest pace, so a collision that one meets and "
                   "another does not is not seen",
                   colouring_.colours, colouring_.colours == 1 ? "actor stands" : "actors stand",
                   node_of_.empty() ? std::size_t{0} : static_cast<std::size_t>(*std::max_element(node_of_.begin(), node_of_.end()) + 1),
-                  colouring_.refused_colours, static_cast<long long>(options_.max_played_actors));
+                  colouring_.refused_colours, static_cast<long long>(options_.max_played_actors),
+                  colouring_.colours > options_.max_played_actors ? ", which the plan's structure alone passes" : "");
     out.report->notes.emplace_back(note);
   }
   if (!options_.trace_path.empty()) {

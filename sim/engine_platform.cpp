@@ -1,6 +1,8 @@
 // Peers, routes, the colours of alike actors and the SimGrid platform of their flow classes (engine.hpp).
 #include "sim/engine.hpp"
 
+#include <set>
+
 namespace meshwork::sim::engine {
 
 std::optional<std::string> Simulation::resolve_failure() {
@@ -115,6 +117,21 @@ void Simulation::plan_actors() {
   fs.actor.resize(nodes);
   fs.initial.resize(nodes);
   pace_.assign(nodes, 1.0);
+  // What a failing link or switch does to each node's flows: 1, some cross it until the fabric
+  // reroutes; 2, some still cross it after (a pair left without a path: they wait for good).
+  // Structure, not path: a colour past the budget of played actors (symmetry.hpp) must not
+  // hold nodes the failure treats differently.
+  std::vector<std::int64_t> fate(nodes, 0);
+  if (!failing_link_ids_.empty()) {
+    const std::set<std::int64_t> failing(failing_link_ids_.begin(), failing_link_ids_.end());
+    for (std::size_t t = 0; t < route_.size(); ++t) {
+      for (std::int64_t r = 0; r < world_; ++r) {
+        for (const auto& h : route_[t][static_cast<std::size_t>(r)].hops) {
+          if (failing.count(h.link) != 0) fate[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(r)])] |= t < base_types_ ? 1 : 2;
+        }
+      }
+    }
+  }
   std::map<std::pair<std::int64_t, double>, std::int64_t> start;
   for (std::size_t v = 0; v < nodes; ++v) {
     fs.actor[v] = static_cast<std::int64_t>(v);
@@ -122,7 +139,8 @@ void Simulation::plan_actors() {
     // A node that will fail is unlike any other.
     bool doomed = false;
     for (auto r : lanes[v]) doomed = doomed || (!failing_rank_.empty() && failing_rank_[static_cast<std::size_t>(r)]);
-    fs.initial[v] = start.emplace(std::pair{layout_.coord(lanes[v].front()).pp * 2 + (doomed ? 1 : 0), pace_[v]}, static_cast<std::int64_t>(start.size())).first->second;
+    const std::int64_t kind = (layout_.coord(lanes[v].front()).pp * 2 + (doomed ? 1 : 0)) * 4 + fate[v];
+    fs.initial[v] = start.emplace(std::pair{kind, pace_[v]}, static_cast<std::int64_t>(start.size())).first->second;
   }
   fs.peer.assign(types, std::vector<std::int64_t>(nodes, -1));
   fs.group.assign(types, {});

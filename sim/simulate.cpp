@@ -248,6 +248,7 @@ std::string explain_child_death(int status, const std::string& log, const std::s
 }
 
 int run_worker(std::string_view request, int out_fd) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // ends with its caller, as the forked child (simulate below)
   SimulateResult r;
   try {
     const auto j = nlohmann::json::parse(request);

@@ -14,22 +14,27 @@ mine="$dir/dies-with-caller-$$.yaml"
 cp "$plan" "$mine"
 "$meshwork" simulate "$mine" "$@" > /dev/null 2>&1 &
 caller=$!
-# Until the simulation process has started (the caller and its child: two processes).
+# Until the simulation process has started: the caller's child.
+child=""
 for _ in $(seq 100); do
-  [ "$(pgrep -f -c -- "$mine")" -ge 2 ] && break
+  child=$(pgrep -P "$caller" | head -1)
+  [ -n "$child" ] && break
   sleep 0.1
 done
-if [ "$(pgrep -f -c -- "$mine")" -lt 2 ]; then
-  echo "FAIL: the simulation process never started"
+if [ -z "$child" ] || ! kill -0 "$child" 2> /dev/null; then
+  echo "FAIL: the simulation process never started (or ended at once)"
+  kill -KILL "$caller" 2> /dev/null
   exit 1
 fi
 kill -TERM "$caller"
 wait "$caller" 2> /dev/null
 for _ in $(seq 50); do
-  left=$(pgrep -f -c -- "$mine")
-  [ "$left" = 0 ] && { echo "ok: the simulation ended with its caller"; exit 0; }
+  if ! kill -0 "$child" 2> /dev/null; then
+    echo "ok: the simulation process $child ended with its caller"
+    exit 0
+  fi
   sleep 0.1
 done
-echo "FAIL: $left process(es) of the simulation still run 5 s after the caller was killed"
-pkill -KILL -f -- "$mine"
+echo "FAIL: the simulation process $child still runs 5 s after its caller was killed"
+kill -KILL "$child"
 exit 1

@@ -1,6 +1,7 @@
 // The simulator against the Program's replay, the straggler rule and the closed form.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -523,8 +524,10 @@ TEST(Simulate, HashedRoutesLeaveNoActorsAlike) {
 
 // Past the budget of played actors (--max-played-actors), the TP groups of a data-parallel
 // plan on hashed routes are one class: its ring edges all move at the pace of the most loaded
-// link any of them crosses. Max-min sharing gives the slowest edge of the full system at least
-// that rate (it maximises the smallest rate), so the approximate step is never the shorter.
+// link any of them crosses. With one class alone on the links, max-min sharing gives the
+// slowest edge of the full system at least that rate (it maximises the smallest rate), so the
+// approximate step is not the shorter here. (With several classes sharing links it can be: the
+// 8K Llama 3 plan's approximate step is 1.6% shorter, bench/RESULTS.md.)
 TEST(Simulate, PastTheBudgetAlikeActorsShareAClassThatMovesAtItsSlowestPace) {
   const plan::Plan p = load("model: {preset: tiny, num_layers: 8}\ntraining: {global_batch_size: 16, micro_batch_size: 1, precision: bf16}\n"
                             "parallelism: {tp: 4, pp: 1, dp: 8, zero_stage: 1}\n"
@@ -539,7 +542,8 @@ TEST(Simulate, PastTheBudgetAlikeActorsShareAClassThatMovesAtItsSlowestPace) {
   const SimulateResult roomy = simulate(p, roomy_options), tight = simulate(p, tight_options);
   ASSERT_TRUE(roomy.report && tight.report) << roomy.error << tight.error;
   EXPECT_DOUBLE_EQ(roomy.report->step_time_s, exact.report->step_time_s);
-  EXPECT_TRUE(roomy.report->notes.empty() || roomy.report->notes.front().find("approximate") == std::string::npos);
+  EXPECT_TRUE(std::none_of(roomy.report->notes.begin(), roomy.report->notes.end(),
+                           [](const std::string& n) { return n.find("approximate") != std::string::npos; }));
   EXPECT_EQ(tight.played_actors, 1);
   ASSERT_FALSE(tight.report->notes.empty());
   EXPECT_NE(tight.report->notes.front().find("approximate: 1 played actor stands for 8 "), std::string::npos) << tight.report->notes.front();
