@@ -36,6 +36,7 @@ nlohmann::json instr_json(const models::Program& prog, const models::StageProgra
   }
   j["bytes"] = in.bytes;
   if (in.after >= 0) j["after"] = in.after;
+  if (in.also_after >= 0) j["also_after"] = in.also_after;
   return j;
 }
 
@@ -91,9 +92,11 @@ void add_program_command(CLI::App& app, Io& io) {
           } else {
             where = "step";
           }
+          std::string waits = in.after >= 0 ? " after " + std::to_string(in.after) : "";
+          if (in.also_after >= 0) waits += " and " + std::to_string(in.also_after);
           std::snprintf(buf, sizeof buf, "%6zu  %-8s %-22s %-22s layer %3d  %10.3g FLOP %10.3g B%s\n", i,
                         std::string(models::to_string(in.stream)).c_str(), prog.name(in).c_str(), where.c_str(), in.layer, in.flops,
-                        in.bytes, in.after >= 0 ? (" after " + std::to_string(in.after)).c_str() : "");
+                        in.bytes, waits.c_str());
           io.out << buf;
         }
       }

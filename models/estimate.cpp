@@ -382,8 +382,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     for (std::size_t boundary = 0; boundary < pp_net.edge_fractions.size(); ++boundary) {
       pipe.boundary_transfer_s.push_back(p2p_s(pp_net, transfer_bytes, static_cast<std::int64_t>(boundary)));
     }
-    const PipelineTimes with_comm = pipeline_times(pipe);
-    const PipelineTimes compute_only = pipeline_times(pipe_compute);
+    const auto [with_comm, compute_only] = pipeline_times(pipe, pipe_compute);
     const auto st = static_cast<std::size_t>(slow_stage);
     b.bubble_s = compute_only.idle_s[st];
     b.pp_s = std::max(0.0, with_comm.idle_s[st] - b.bubble_s);
@@ -465,6 +464,29 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         compute = std::max(compute, ready);
       };
       const bool first_stage = slow_stage == 0, last_stage = slow_stage + 1 == par.pipeline_model_parallel_size;
+      // ZeRO 1 and 2 with overlap.param_gather: the gathers of the updated parameters are
+      // dispatched at the start of the step, bucket by bucket in the order the forward needs
+      // them, and the chunk's first forward waits for each where it needs it (the Program's
+      // await_params).
+      const bool gather_ahead = (par.zero_stage == 1 || par.zero_stage == 2) && par.overlap.param_gather;
+      std::vector<std::vector<DpBucket>> buckets;
+      std::vector<std::vector<double>> gathered;  // when each bucket's gather ends
+      std::vector<std::size_t> awaited;
+      if (gather_ahead) {
+        for (std::size_t c = 0; c < my_chunks.size(); ++c) {
+          buckets.push_back(dp_buckets(p, counts, my_firsts[c], my_firsts[c] + my_chunks[c], first_stage && c == 0,
+                                       last_stage && c + 1 == my_chunks.size()));
+          auto& ends = gathered.emplace_back();
+          for (const DpBucket& bk : buckets.back()) ends.push_back(issue(dp_time(Collective::all_gather, bk.params, e)));
+        }
+        awaited.assign(my_chunks.size(), 0);
+      }
+      auto await_params = [&](std::size_t c, std::int64_t layer) {
+        if (buckets.empty()) return;
+        for (std::size_t& j = awaited[c]; j < buckets[c].size() && buckets[c][j].first_layer <= layer; ++j) {
+          compute = std::max(compute, gathered[c][j]);
+        }
+      };
       for (std::size_t i = 0; i < sched.size(); ++i) {
         const ScheduleItem& it = sched[i];
         const auto c = static_cast<std::size_t>(it.chunk);
@@ -475,8 +497,10 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
           return layer_times[is_moe_layer(m, lo + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
         };
         if (it.pass == Pass::forward) {
+          await_params(c, lo);
           if (first_virtual) run(first_ops.forward_s);
           for (std::int64_t k = 0; k < n; ++k) {
+            await_params(c, lo + k);
             gather(lo + k, k + 1 < n, lo + k + 1);
             run(layer(k).forward_s + layer(k).comm_f_s);
           }
@@ -491,20 +515,22 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         if (input) {
           for (std::int64_t k = 0; k < n; ++k) run(layer(k).recompute_s);
         }
+        // The head's gradients join the chunk's first bucket, the embedding's its last (dp_buckets).
+        if (weights && reduce) pending += end_params_per_gpu(p, counts, false, last_virtual);
         for (std::int64_t k = n - 1; k >= 0; --k) {
           if (input) gather(lo + k, k > 0, lo + k - 1);
           run(part(layer(k)) + (input ? layer(k).comm_b_s : 0));
           if (weights && reduce) add_grads(layer_params_per_gpu(p, counts, is_moe_layer(m, lo + k)));
         }
+        if (first_virtual) run(part(first_ops));
         if (weights && reduce) {
-          add_grads(end_params_per_gpu(p, counts, first_virtual, last_virtual));
+          pending += end_params_per_gpu(p, counts, first_virtual, false);
           flush();
         }
-        if (first_virtual) run(part(first_ops));
       }
       if (deferred > 0) last_grad = issue(deferred);
       compute = std::max(compute, last_grad);
-      if (par.zero_stage == 1 || par.zero_stage == 2) {
+      if ((par.zero_stage == 1 || par.zero_stage == 2) && !gather_ahead) {
         GpuParams all{slow.params, slow.expert_params};
         compute = issue(dp_time(Collective::all_gather, all, e));
       }

@@ -110,4 +110,22 @@ GpuParams end_params_per_gpu(const plan::Plan& p, const ParamCounts& counts, boo
 
 double grad_bucket_params(const plan::Plan& p) { return std::max(40e6, 1e6 * d(p.parallelism.data_parallel_size)); }
 
+std::vector<DpBucket> dp_buckets(const plan::Plan& p, const ParamCounts& counts, std::int64_t lo, std::int64_t hi, bool first_virtual,
+                                 bool last_virtual) {
+  const double bucket = grad_bucket_params(p);
+  std::vector<DpBucket> out;
+  GpuParams open = end_params_per_gpu(p, counts, false, last_virtual);  // the head's come first
+  for (std::int64_t l = hi - 1; l >= lo; --l) {
+    open += layer_params_per_gpu(p, counts, is_moe_layer(p.model, l));
+    if (open.total() >= bucket) {
+      out.push_back({l, open});
+      open = {};
+    }
+  }
+  open += end_params_per_gpu(p, counts, first_virtual, false);
+  if (open.total() > 0) out.push_back({lo, open});
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace meshwork::models

@@ -5,6 +5,7 @@
 // read by the Program's lowering (which places each where it runs) and by the estimate (which
 // times each with models/comm), so that both tiers price the same messages.
 
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
@@ -64,5 +65,20 @@ GpuParams end_params_per_gpu(const plan::Plan& plan, const ParamCounts& counts, 
 // Megatron-core DDP's gradient bucket: max(40M, 1M x DP) parameters
 // (megatron/core/distributed/distributed_data_parallel.py, bucket_size's default).
 double grad_bucket_params(const plan::Plan& plan);
+
+// One DP bucket of a model chunk, as Megatron-core DDP forms them: layers join the open bucket
+// from the chunk's last layer (the order their gradients are produced), which closes once it
+// holds grad_bucket_params. The head's parameters (the last virtual stage) join the chunk's
+// first bucket, the embedding's its last (the order of the backward).
+// Both tiers reduce gradients in these buckets and, with ZeRO 1 or 2 and
+// overlap.param_gather, gather the updated parameters in them. `first_layer`: the bucket's
+// lowest layer, where the forward pass first needs its parameters.
+struct DpBucket {
+  std::int64_t first_layer = 0;
+  GpuParams params;
+};
+// The buckets of layers [lo, hi) of a chunk, in forward order (the lowest layers first).
+std::vector<DpBucket> dp_buckets(const plan::Plan& plan, const ParamCounts& counts, std::int64_t lo, std::int64_t hi, bool first_virtual,
+                                 bool last_virtual);
 
 }  // namespace meshwork::models

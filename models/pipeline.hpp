@@ -16,6 +16,7 @@
 // waits two transfers per micro-batch for its neighbour (the cycle forward to it, backward
 // from it), which is why the bubble of (p-1)/m alone does not price pipeline communication.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "models/program.hpp"
@@ -57,5 +58,9 @@ StageOrders stage_orders(const PipelineSpec& spec);
 
 // Replays the schedule; O(stages x micro-batches x chunks).
 PipelineTimes pipeline_times(const PipelineSpec& spec);
+// Replays two specs of one schedule (the same stages, micro-batches, chunks and orders; their
+// times, transfers and preposted may differ) in one pass: the estimate's replay with
+// communication and without.
+std::pair<PipelineTimes, PipelineTimes> pipeline_times(const PipelineSpec& a, const PipelineSpec& b);
 
 }  // namespace meshwork::models

@@ -53,6 +53,21 @@ class StageLowering {
     sp.ranks = p_.cluster.num_gpus / prog_.stages;
     sp.schedule = stage_schedule(prog_.schedule, prog_.stages, stage_, prog_.microbatches, prog_.chunks);
     out_ = &sp.instrs;
+    if (gathers_params_ahead()) {
+      for (std::int64_t c = 0; c < prog_.chunks; ++c) {
+        const auto [lo, hi] = layers(c);
+        buckets_.push_back(dp_buckets(p_, counts_, lo, hi, first_virtual(c), last_virtual(c)));
+        bucket_gather_.emplace_back(buckets_.back().size(), -1);
+      }
+      awaited_.assign(static_cast<std::size_t>(prog_.chunks), 0);
+      // Dispatched together at the start of the step, in the order the forward needs them.
+      item_ = 0;
+      for (std::size_t c = 0; c < buckets_.size(); ++c) {
+        for (std::size_t j = 0; j < buckets_[c].size(); ++j) {
+          bucket_gather_[c][j] = dp_collectives(Collective::all_gather, buckets_[c][j].params, e_, buckets_[c][j].first_layer, "dp_param");
+        }
+      }
+    }
     // The last item that produces weight gradients of each chunk: DP reduces after it.
     std::vector<std::int64_t> last_grad_item(static_cast<std::size_t>(prog_.chunks), -1);
     for (std::size_t i = 0; i < sp.schedule.size(); ++i) {
@@ -110,7 +125,10 @@ class StageLowering {
     in.flops = op.flops;
     in.bytes = op.bytes;
     in.after = blocking_;
+    in.also_after = also_blocking_;
+    if (in.after < 0) std::swap(in.after, in.also_after);
     blocking_ = -1;
+    also_blocking_ = -1;
     out_->push_back(in);
     last_compute_ = last_index();
   }
@@ -171,7 +189,10 @@ class StageLowering {
       // (Selective recomputation repeats its ops in every layer.)
       if (phase == OpPhase::recompute && p_.training.recompute == plan::Recompute::full && !recomputes_layer(p_.training, l - lo)) continue;
       // A recomputed layer runs on its backward's gather (see gather_params).
-      if (phase == OpPhase::forward) gather_params(l, l + 1 < hi ? l + 1 : -1);
+      if (phase == OpPhase::forward) {
+        await_params(chunk, l);
+        gather_params(l, l + 1 < hi ? l + 1 : -1);
+      }
       for (const Op& op : ops_of(l)) {
         if (op.phase != phase) continue;
         around(op, l, phase, true);
@@ -184,6 +205,7 @@ class StageLowering {
   void forward(const ScheduleItem& it) {
     const std::int64_t c = it.chunk;
     if (!first_virtual(c)) p2p(InstrKind::recv, stage_ == 0 ? prog_.stages - 1 : stage_ - 1, tag(it.microbatch, c, false), "recv_activation");
+    await_params(c, layers(c).first);
     if (first_virtual(c)) {
       for (const Op& op : first_) if (op.phase == OpPhase::forward) end_op(op, OpPhase::forward);
     }
@@ -222,18 +244,20 @@ class StageLowering {
     bool recompute = false;
     for (const Op& op : dense_) recompute = recompute || op.phase == OpPhase::recompute;
     if (recompute) forward_layers(c, OpPhase::recompute);
+    // The head's gradients come first and join the chunk's first bucket, the embedding's last
+    // (dp_buckets).
+    if (weights && reduce) pending_ += end_params_per_gpu(p_, counts_, false, last_virtual(c));
     for (std::int64_t l = hi - 1; l >= lo; --l) {
       gather_params(l, l > lo ? l - 1 : -1);
       backward_ops(ops_of(l), l, weights);
       if (weights && reduce) reduce_grads(l);
     }
+    if (first_virtual(c)) backward_ops(first_, -1, weights);
     if (weights && reduce) {
-      pending_ += end_params_per_gpu(p_, counts_, first_virtual(c), last_virtual(c));
+      pending_ += end_params_per_gpu(p_, counts_, first_virtual(c), false);
       flush_grads(lo);
     }
-    if (first_virtual(c)) {
-      backward_ops(first_, -1, weights);
-    } else {
+    if (!first_virtual(c)) {
       const bool wrap = stage_ == 0;
       p2p(InstrKind::send, wrap ? prog_.stages - 1 : stage_ - 1, tag(it.microbatch, wrap ? c - 1 : c, true), "send_gradient");
     }
@@ -255,15 +279,16 @@ class StageLowering {
     };
     if (last_virtual(c)) weights_of(last_, -1);
     const auto [lo, hi] = layers(c);
+    if (reduce) pending_ += end_params_per_gpu(p_, counts_, false, last_virtual(c));
     for (std::int64_t l = hi - 1; l >= lo; --l) {
       weights_of(ops_of(l), l);
       if (reduce) reduce_grads(l);
     }
+    if (first_virtual(c)) weights_of(first_, -1);
     if (reduce) {
-      pending_ += end_params_per_gpu(p_, counts_, first_virtual(c), last_virtual(c));
+      pending_ += end_params_per_gpu(p_, counts_, first_virtual(c), false);
       flush_grads(lo);
     }
-    if (first_virtual(c)) weights_of(first_, -1);
   }
 
   // DP: gradients reduced in buckets as the backward proceeds (Megatron-core's
@@ -338,6 +363,29 @@ class StageLowering {
     blocking_ = mine;
   }
 
+  // ZeRO 1 and 2 with overlap.param_gather: the parameters the distributed optimizer updated
+  // are gathered under the next step's forward (Megatron-core's overlap_param_gather), in the
+  // gradient buckets. As Megatron-LM launches them by default (--align-param-gather), every
+  // stage dispatches its chunks' gathers at the start of the step, all stages at once, and
+  // each bucket is waited for where its chunk's first forward needs it (the DDP forward
+  // pre-hook; megatron/core/distributed/distributed_data_parallel.py, start_param_sync and
+  // finish_param_sync). One step stands for the steady state: its gathers are those of the
+  // previous step's optimizer, of the same size. (Megatron dispatches the chunks after the
+  // second of an interleaved schedule a few micro-batches later; on the DP stream, which runs
+  // its collectives in order, that only matters to ZeRO-2 reductions queued behind them.)
+  bool gathers_params_ahead() const {
+    const auto& par = p_.parallelism;
+    return (par.zero_stage == 1 || par.zero_stage == 2) && par.overlap.param_gather && (dp_cp_ > 1 || expert_dp_ > 1);
+  }
+  // Before the forward compute at `layer` of `chunk` (its first layer: the chunk's start).
+  void await_params(std::int64_t chunk, std::int64_t layer) {
+    if (buckets_.empty()) return;
+    const auto c = static_cast<std::size_t>(chunk);
+    for (std::size_t& j = awaited_[c]; j < buckets_[c].size() && buckets_[c][j].first_layer <= layer; ++j) {
+      if (bucket_gather_[c][j] >= 0) also_blocking_ = bucket_gather_[c][j];
+    }
+  }
+
   void optimizer() {
     item_ = -1;
     GpuParams params;
@@ -357,7 +405,7 @@ class StageLowering {
     if (last_grad_ >= 0) blocking_ = last_grad_;
     compute(step, OpPhase::forward, -1);
     // The distributed optimizer gathers the updated 16-bit parameters (ZeRO 1 and 2).
-    if (sharded && p_.parallelism.zero_stage < 3) {
+    if (sharded && p_.parallelism.zero_stage < 3 && !gathers_params_ahead()) {
       const std::int32_t last = dp_collectives(Collective::all_gather, params, e_, -1, "dp_param");
       if (last >= 0) blocking_ = last;
     }
@@ -380,6 +428,12 @@ class StageLowering {
   std::int64_t dp_cp_ = 1, expert_dp_ = 1;  // sizes of the gradient-reduction groups
   std::int64_t prefetched_layer_ = -1;  // ZeRO-3: the layer whose gather was issued ahead
   std::int32_t prefetched_ = -1;
+  // ZeRO 1 and 2 gathered ahead (await_params): each chunk's buckets, the gather issued for
+  // each (-1 until it is), and how many of a chunk's the forward has waited for.
+  std::vector<std::vector<DpBucket>> buckets_;
+  std::vector<std::vector<std::int32_t>> bucket_gather_;
+  std::vector<std::size_t> awaited_;
+  std::int32_t also_blocking_ = -1;  // a gather the next compute waits for besides blocking_
 };
 
 }  // namespace
@@ -466,6 +520,7 @@ ReplayResult replay(const Program& program, const std::function<double(const Sta
         const Instr& in = sp.instrs[next[s]];
         double start = stream_free[s][static_cast<std::size_t>(in.stream)];
         if (in.after >= 0) start = std::max(start, end[s][static_cast<std::size_t>(in.after)]);
+        if (in.also_after >= 0) start = std::max(start, end[s][static_cast<std::size_t>(in.also_after)]);
         if (in.kind == InstrKind::recv) {
           const auto it = sent.find({in.peer_stage, sp.stage, in.tag});
           if (it == sent.end()) break;  // its send has not run yet
@@ -527,9 +582,11 @@ CheckResult check(const Program& program, double expected_flops) {
   for (const auto& sp : program.classes) {
     for (std::size_t i = 0; i < sp.instrs.size(); ++i) {
       const Instr& in = sp.instrs[i];
-      if (in.after >= static_cast<std::int32_t>(i)) {
-        r.errors.push_back("stage " + std::to_string(sp.stage) + " instruction " + std::to_string(i) + " (" + program.name(in) +
-                           ") waits for a later instruction " + std::to_string(in.after));
+      for (const std::int32_t a : {in.after, in.also_after}) {
+        if (a >= static_cast<std::int32_t>(i)) {
+          r.errors.push_back("stage " + std::to_string(sp.stage) + " instruction " + std::to_string(i) + " (" + program.name(in) +
+                             ") waits for a later instruction " + std::to_string(a));
+        }
       }
       if (in.kind == InstrKind::send) {
         auto& s = sends[{sp.stage, in.peer_stage, in.tag}];

@@ -59,6 +59,7 @@ struct Instr {
   std::int32_t peer_stage = -1; // send / recv
   std::int32_t tag = -1;        // send / recv: matches one send with one receive
   std::int32_t after = -1;      // an earlier instruction of this rank to wait for
+  std::int32_t also_after = -1; // a second one (compute: a parameter gather besides a receive)
   double flops = 0;
   double bytes = 0;             // HBM traffic (compute) or payload per rank (communication)
 };

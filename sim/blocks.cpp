@@ -80,7 +80,8 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
                                 in_node(in.group);
     // A block stays within one schedule item, so that traces name it by its item.
     const bool joins = open >= 0 && (in.kind == InstrKind::compute || mergeable_comm) && out[static_cast<std::size_t>(open)].item == in.item &&
-                       (in.after < 0 || map[static_cast<std::size_t>(in.after)] == open);
+                       (in.after < 0 || map[static_cast<std::size_t>(in.after)] == open) &&
+                       (in.also_after < 0 || map[static_cast<std::size_t>(in.also_after)] == open);
     if (joins) {
       map[k] = open;
       auto& b = times[static_cast<std::size_t>(open)];
@@ -91,6 +92,7 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
     close();
     Instr copy = in;
     copy.after = in.after >= 0 ? map[static_cast<std::size_t>(in.after)] : -1;
+    copy.also_after = in.also_after >= 0 ? map[static_cast<std::size_t>(in.also_after)] : -1;
     BlockTime b;
     if (in.kind == InstrKind::compute) {
       add_compute(b, in);

@@ -171,12 +171,19 @@ void Simulation::play(std::size_t a) {
     if (in.kind != InstrKind::collective) wait_for(st, last[stream], &sp);
     switch (in.kind) {
       case InstrKind::compute: {
-        // Idle compute time before this instruction is charged to what it waited for.
+        // Idle compute time before this instruction is charged to what it waited for: with
+        // two things to wait for (a parameter gather and a receive), up to the end of the
+        // second (also_after) to it, the rest to the first.
+        wait_for(st, in.also_after, &sp);
+        const double also_s = std::max(sg4::Engine::get_clock(), st.ready_s);
         wait_for(st, in.after, &sp);
         const double clock = sg4::Engine::get_clock();
         const double now = std::max(clock, st.ready_s);  // when the inputs are all there
-        const double gap = now - st.last_compute_end_s;
-        if (gap > 0) st.waited_s[in.after >= 0 ? wait_of(sp.instrs[static_cast<std::size_t>(in.after)]) : Wait::none] += gap;
+        auto kind_of = [&](std::int32_t i) { return i >= 0 ? wait_of(sp.instrs[static_cast<std::size_t>(i)]) : Wait::none; };
+        const double also_gap = in.also_after >= 0 ? std::max(0.0, std::min(also_s, now) - st.last_compute_end_s) : 0.0;
+        if (also_gap > 0) st.waited_s[kind_of(in.also_after)] += also_gap;
+        const double gap = now - st.last_compute_end_s - also_gap;
+        if (gap > 0) st.waited_s[kind_of(in.after)] += gap;
         const BlockTime& bt = blocks_[static_cast<std::size_t>(sp.stage)][k];
         const double dt = bt.total() * slow;
         // Each part at the healthy pace; what a straggler adds is its own part (stalls).

@@ -3,7 +3,9 @@
 // the FLOPs of a lowered step against the cost model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "models/flops.hpp"
@@ -327,13 +329,83 @@ TEST(Program, ShardedGradientsAreReducedEveryMicroBatch) {
   // Stage 0 also reduces the embedding, a bucket of its own after the last layer's.
   EXPECT_EQ(dp_counts(plan(1))["reduce_scatter"], layers + 1);
   EXPECT_EQ(dp_counts(plan(2))["reduce_scatter"], m * (layers + 1));
-  EXPECT_EQ(dp_counts(plan(2))["all_gather"], 1);  // the distributed optimizer's
+  // The distributed optimizer's gathers: in the gradient buckets under the next forward
+  // (overlap.param_gather, the default), as DistributedOptimizerGathersUnderTheForward tests.
+  EXPECT_EQ(dp_counts(plan(2))["all_gather"], layers + 1);
   const auto three = dp_counts(plan(3));
   EXPECT_EQ(three.at("reduce_scatter"), m * (layers + 1));
   EXPECT_EQ(three.at("all_gather"), m * layers * 2);
   for (int zero : {1, 2, 3}) {
     const Program prog = plan(zero);
     EXPECT_TRUE(check(prog).ok()) << zero;
+  }
+}
+
+// ZeRO 1 and 2 with overlap.param_gather (Megatron-core's overlap_param_gather): the updated
+// parameters are gathered under the next step's forward, in the gradient buckets, and none
+// after the optimizer step. Each bucket is waited for by its chunk's first forward where it
+// needs it; a chunk's first forward that receives its activation waits for both. Without the
+// flag, one gather after the optimizer step.
+TEST(Program, DistributedOptimizerGathersUnderTheForward) {
+  auto plan = [](bool ahead) {
+    auto r = plan::load_plan_text(std::string("model: gpt3-175b\ntraining: {global_batch_size: 64, precision: bf16}\n"
+                                  "parallelism: {tp: 8, sp: true, pp: 4, vpp: 2, pipeline_schedule: interleaved, dp: 4, zero_stage: 1, "
+                                  "overlap: {param_gather: ") + (ahead ? "true" : "false") + "}}\ncluster: {gpu: h100-sxm}\n",
+                                  plan::Format::yaml);
+    EXPECT_TRUE(r.ok());
+    return lowered(r.plan);
+  };
+  const Program ahead = plan(true), after_step = plan(false);
+  EXPECT_TRUE(check(ahead).ok());
+  EXPECT_TRUE(check(after_step).ok());
+  for (std::size_t s = 0; s < ahead.classes.size(); ++s) {
+    SCOPED_TRACE(s);
+    const auto& in = ahead.classes[s].instrs;
+    std::size_t step = in.size();
+    std::multiset<std::int64_t> grads, gathers;
+    double grad_bytes = 0, gather_bytes = 0;
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      if (in[k].op == OpKind::optimizer && in[k].kind == InstrKind::compute) step = k;
+      if (in[k].stream != Stream::dp) continue;
+      if (in[k].collective == Collective::reduce_scatter) grads.insert(in[k].layer), grad_bytes += in[k].bytes;
+      if (in[k].collective == Collective::all_gather) {
+        gathers.insert(in[k].layer), gather_bytes += in[k].bytes;
+        EXPECT_LT(k, step) << "a gather after the optimizer step";
+      }
+    }
+    EXPECT_EQ(gathers, grads);  // the same buckets, at their lowest layer
+    EXPECT_NEAR(gather_bytes, grad_bytes / 2, 1e-6 * grad_bytes);  // bf16 parameters, fp32 gradients
+    // The first compute of each chunk's first forward waits for a gather, and for the
+    // receive of its activation when it has one (all but stage 0's chunk 0).
+    for (std::int64_t c = 0; c < 2; ++c) {
+      const auto& sched = ahead.classes[s].schedule;
+      std::int32_t item = -1;
+      for (std::size_t i = 0; i < sched.size() && item < 0; ++i) {
+        if (sched[i].pass == Pass::forward && sched[i].chunk == c) item = static_cast<std::int32_t>(i);
+      }
+      const auto first = std::find_if(in.begin(), in.end(), [&](const Instr& x) { return x.item == item && x.kind == InstrKind::compute; });
+      ASSERT_NE(first, in.end());
+      auto waits_for = [&](std::int32_t k) -> const Instr* { return k >= 0 ? &in[static_cast<std::size_t>(k)] : nullptr; };
+      const Instr* one = waits_for(first->after);
+      const Instr* two = waits_for(first->also_after);
+      if (two != nullptr && two->collective == Collective::all_gather) std::swap(one, two);
+      ASSERT_NE(one, nullptr) << "chunk " << c;
+      EXPECT_EQ(one->collective, Collective::all_gather) << "chunk " << c;
+      EXPECT_EQ(one->stream, Stream::dp);
+      if (!(s == 0 && c == 0)) {
+        ASSERT_NE(two, nullptr) << "chunk " << c;
+        EXPECT_EQ(two->kind, InstrKind::recv);
+      }
+    }
+    std::int64_t late = 0, all = 0;
+    const auto& plain = after_step.classes[s].instrs;
+    for (std::size_t k = 0; k < plain.size(); ++k) {
+      if (plain[k].stream != Stream::dp || plain[k].collective != Collective::all_gather) continue;
+      ++all;
+      late += k > 0 && plain[k - 1].op == OpKind::optimizer ? 1 : 0;
+    }
+    EXPECT_EQ(all, 1);
+    EXPECT_EQ(late, 1);
   }
 }
 
