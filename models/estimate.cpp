@@ -401,21 +401,15 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // overlap.param_gather. The distributed optimizer's gather of the updated parameters
   // (ZeRO 1 and 2) follows the optimizer step.
   {
-    double grad_bytes = gradient_bytes(p.training.precision);
-    switch (par.gradient_compression) {
-      case plan::GradientCompression::none: break;
-      // 1-bit Adam (Tang et al. 2021, arXiv:2102.02888): one bit per value instead of 32 (16
-      // for fp16 gradients), the error-feedback buffer updated in a pass over the gradients.
-      case plan::GradientCompression::onebit: grad_bytes = 1.0 / 8; break;
-      // Top-k: the chosen values (16-bit) and their 32-bit indices. Sparse sets of different
-      // ranks do not line up, so they are all-gathered, not ring-reduced: n times the volume.
-      case plan::GradientCompression::topk:
-        grad_bytes = par.topk_ratio * (e + 4) * static_cast<double>(std::max<std::int64_t>(1, dp_net.size));
-        break;
-    }
-    const Collective reduce_op = par.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+    // The gradients' collective and bytes, with compression (models/layer_comm), as the
+    // Program issues them: dense over DP x CP, expert over expert-DP.
+    const GradientReduction dense_reduction = gradient_reduction(p, dp_net.size), expert_reduction = gradient_reduction(p, edp_net.size);
     auto dp_time = [&](Collective c, const GpuParams& g, double bytes_per_param) {
       return collective_s(dp_net, c, g.dense * bytes_per_param) + collective_s(edp_net, c, g.expert * bytes_per_param);
+    };
+    auto reduce_time = [&](const GpuParams& g) {
+      return collective_s(dp_net, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
+             collective_s(edp_net, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
     };
     b.dp_s = 0;
     if (dp_net.size > 1 || edp_net.size > 1) {
@@ -443,7 +437,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       auto issue = [&](double dt) { return stream = std::max(stream, compute) + dt; };
       auto flush = [&] {
         if (pending.total() <= 0) return;
-        const double dt = dp_time(reduce_op, pending, grad_bytes);
+        const double dt = reduce_time(pending);
         pending = {};
         if (overlap_grads) last_grad = issue(dt);
         else if (sharded_grads) compute = last_grad = issue(dt);
@@ -542,10 +536,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   {
     const double owned_dense = par.zero_stage >= 1 ? slow.params / d(std::max<std::int64_t>(1, dp_net.size)) : slow.params;
     const double owned_expert = par.zero_stage >= 1 ? slow.expert_params / d(edp_net.size) : slow.expert_params;
-    double bytes_per_param = kOptimizerBytesPerParam;
-    // Compression and its error feedback read and write an fp32 residual per parameter.
-    if (par.gradient_compression != plan::GradientCompression::none) bytes_per_param += 12;
-    b.optimizer_s = (owned_dense + owned_expert) * bytes_per_param / timer.bytes_per_s(OpKind::optimizer);
+    b.optimizer_s = (owned_dense + owned_expert) * optimizer_bytes_per_param(p) / timer.bytes_per_s(OpKind::optimizer);
   }
 
   set_headline_figures(r, p, b.total(), step_flops(p, options.flops), peak);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "models/compute_time.hpp"
+#include "models/memory.hpp"
+
 namespace meshwork::models {
 namespace {
 
@@ -106,6 +109,26 @@ GpuParams end_params_per_gpu(const plan::Plan& p, const ParamCounts& counts, boo
   if (first_virtual) g.dense += (counts.embedding + counts.position) / t;
   if (last_virtual) g.dense += (counts.lm_head > 0 ? counts.lm_head : (p.parallelism.pipeline_model_parallel_size > 1 ? counts.embedding : 0)) / t;
   return g;
+}
+
+GradientReduction gradient_reduction(const plan::Plan& p, std::int64_t group_size) {
+  const auto& par = p.parallelism;
+  GradientReduction r;
+  r.collective = par.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+  r.bytes_per_param = gradient_bytes(p.training.precision);
+  switch (par.gradient_compression) {
+    case plan::GradientCompression::none: break;
+    case plan::GradientCompression::onebit: r.bytes_per_param = 1.0 / 8; break;
+    case plan::GradientCompression::topk:
+      r.collective = Collective::all_gather;
+      r.bytes_per_param = par.topk_ratio * (activation_bytes(p.training.precision) + 4) * d(std::max<std::int64_t>(1, group_size));
+      break;
+  }
+  return r;
+}
+
+double optimizer_bytes_per_param(const plan::Plan& p) {
+  return kOptimizerBytesPerParam + (p.parallelism.gradient_compression != plan::GradientCompression::none ? 12 : 0);
 }
 
 double grad_bucket_params(const plan::Plan& p) { return std::max(40e6, 1e6 * d(p.parallelism.data_parallel_size)); }

@@ -66,6 +66,23 @@ GpuParams end_params_per_gpu(const plan::Plan& plan, const ParamCounts& counts, 
 // (megatron/core/distributed/distributed_data_parallel.py, bucket_size's default).
 double grad_bucket_params(const plan::Plan& plan);
 
+// How DP reduces one parameter's gradient in a group of `group_size`, the same in both tiers:
+// the collective and its bytes per parameter (as models/comm's `bytes`: nccl-tests' size).
+// Without compression ZeRO-0 all-reduces and ZeRO >= 1 reduce-scatters, in the gradients'
+// precision (models::gradient_bytes). 1-bit Adam (Tang et al. 2021, arXiv:2102.02888) sends
+// one bit per value. Top-k sends the chosen values (activation precision) with 32-bit
+// indices; the sparse sets of different ranks do not line up, so they are all-gathered: the
+// buffer gathered is group_size times a rank's.
+struct GradientReduction {
+  Collective collective = Collective::all_reduce;
+  double bytes_per_param = 0;
+};
+GradientReduction gradient_reduction(const plan::Plan& plan, std::int64_t group_size);
+// Bytes of HBM the optimizer step reads and writes per parameter it owns: the optimizer's
+// (kOptimizerBytesPerParam), and with compression the error-feedback residual (fp32, read and
+// written: 12 more, with the compensated gradient).
+double optimizer_bytes_per_param(const plan::Plan& plan);
+
 // One DP bucket of a model chunk, as Megatron-core DDP forms them: layers join the open bucket
 // from the chunk's last layer (the order their gradients are produced), which closes once it
 // holds grad_bucket_params. The head's parameters (the last virtual stage) join the chunk's

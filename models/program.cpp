@@ -328,9 +328,20 @@ class StageLowering {
     }
     return last;
   }
+  // A bucket's gradients, by the rule both tiers share (models::gradient_reduction: the
+  // collective and its bytes, with compression), dense over DP x CP, expert over expert-DP.
   void emit_grads(const GpuParams& params, std::int64_t l, bool blocking) {
-    const Collective c = p_.parallelism.zero_stage >= 1 ? Collective::reduce_scatter : Collective::all_reduce;
-    const std::int32_t last = dp_collectives(c, params, gradient_bytes(p_.training.precision), l, "dp_grad");
+    std::int32_t last = -1;
+    if (dp_cp_ > 1 && params.dense > 0) {
+      const GradientReduction r = gradient_reduction(p_, dp_cp_);
+      collective(Stream::dp, r.collective, plan::GroupKind::dp_cp, params.dense * r.bytes_per_param, l, false, "dp_grad");
+      last = last_index();
+    }
+    if (expert_dp_ > 1 && params.expert > 0) {
+      const GradientReduction r = gradient_reduction(p_, expert_dp_);
+      collective(Stream::dp, r.collective, plan::GroupKind::expert_dp, params.expert * r.bytes_per_param, l, false, "dp_grad");
+      last = last_index();
+    }
     if (last < 0) return;
     last_grad_ = last;
     if (blocking) blocking_ = last;
@@ -400,7 +411,7 @@ class StageLowering {
     const double owned = sharded ? params.dense / d(dp_cp_) + params.expert / d(expert_dp_) : params.total();
     for (const auto& [n, l] : deferred_) emit_grads(n, l, false);
     deferred_.clear();
-    Op step{"optimizer_step", OpKind::optimizer, OpPhase::forward, 0, owned * kOptimizerBytesPerParam, {}};
+    Op step{"optimizer_step", OpKind::optimizer, OpPhase::forward, 0, owned * optimizer_bytes_per_param(p_), {}};
     // The step updates with reduced gradients: it waits for the last bucket.
     if (last_grad_ >= 0) blocking_ = last_grad_;
     compute(step, OpPhase::forward, -1);
