@@ -399,7 +399,8 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // ones hold the backward where they are issued). ZeRO-3 gathers each layer before its
   // forward and its backward, the next one prefetched under this one with
   // overlap.param_gather. The distributed optimizer's gather of the updated parameters
-  // (ZeRO 1 and 2) follows the optimizer step.
+  // (ZeRO 1 and 2) runs under the forward with overlap.param_gather (below), otherwise it
+  // follows the optimizer step.
   {
     // The gradients' collective and bytes, with compression (models/layer_comm), as the
     // Program issues them: dense over DP x CP, expert over expert-DP.

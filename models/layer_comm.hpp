@@ -85,8 +85,9 @@ double optimizer_bytes_per_param(const plan::Plan& plan);
 
 // One DP bucket of a model chunk, as Megatron-core DDP forms them: layers join the open bucket
 // from the chunk's last layer (the order their gradients are produced), which closes once it
-// holds grad_bucket_params. The head's parameters (the last virtual stage) join the chunk's
-// first bucket, the embedding's its last (the order of the backward).
+// holds grad_bucket_params. The head's parameters (the last virtual stage) join the first
+// bucket the backward fills, the embedding's the last one it fills (in the list below, which
+// is in forward order, the last and the first).
 // Both tiers reduce gradients in these buckets and, with ZeRO 1 or 2 and
 // overlap.param_gather, gather the updated parameters in them. `first_layer`: the bucket's
 // lowest layer, where the forward pass first needs its parameters.

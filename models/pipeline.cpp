@@ -48,7 +48,7 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
   for (std::size_t b = 0; b < P; ++b) {
     for (std::size_t k = 0; k < N; ++k) {
       const PipelineSpec& sp = *specs[k];
-      transfer[b][k] = sp.boundary_transfer_s.empty() ? sp.transfer_s : sp.boundary_transfer_s[b];
+      transfer[b][k] = b < sp.boundary_transfer_s.size() ? sp.boundary_transfer_s[b] : sp.transfer_s;
     }
   }
 

@@ -9,7 +9,8 @@
 // 16K-GPU plan costs stages x instructions per stage, not ranks.
 //
 // Order and dependencies. Instructions of a rank run in list order on their stream; an
-// instruction also waits for `after` (an earlier instruction of the same rank) and a receive
+// instruction also waits for `after` and `also_after` (earlier instructions of the same rank:
+// a compute can wait for a receive and a parameter gather) and a receive
 // for its matching send on the peer stage. Compute waits for the blocking collectives before
 // it (TP, CP, EP); DP collectives and sends run in the background, as frameworks issue them.
 
@@ -59,7 +60,7 @@ struct Instr {
   std::int32_t peer_stage = -1; // send / recv
   std::int32_t tag = -1;        // send / recv: matches one send with one receive
   std::int32_t after = -1;      // an earlier instruction of this rank to wait for
-  std::int32_t also_after = -1; // a second one (compute: a parameter gather besides a receive)
+  std::int32_t also_after = -1; // a second one, set only when `after` is (a compute waiting for a receive and a gather)
   double flops = 0;
   double bytes = 0;             // HBM traffic (compute) or payload per rank (communication)
 };

@@ -61,7 +61,8 @@ inline constexpr double kSpeed = 1e12;
 // SimGrid's sharing finite; a flow on it moves 1 byte in a thousand seconds.
 inline constexpr double kStalledBytesPerS = 1e-3;
 
-// What the compute stream waited for before an instruction: the kind of its `after`.
+// What the compute stream waited for before an instruction: the kind of its `after` (and of
+// its `also_after`, for the part of the wait up to that one's end).
 enum class Wait { none, pipeline, tp, cp, ep, dp };
 
 inline Wait wait_of(const Instr& in) {

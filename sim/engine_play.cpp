@@ -277,7 +277,8 @@ void Simulation::play(std::size_t a) {
     if (lane.worker) lane.queued->release();  // no job: the worker ends
   }
   settle(st);
-  // The tail after the last compute (the distributed optimizer's gather) is DP time.
+  // The tail after the last compute (the distributed optimizer's gather when it is not
+  // overlapped with the forward, the last gradient buckets) is DP time.
   const double tail = sg4::Engine::get_clock() - st.last_compute_end_s;
   if (tail > 0) st.waited_s[Wait::dp] += tail;
   st.end_s = sg4::Engine::get_clock();
