@@ -2,7 +2,7 @@
 """The table "Estimate against simulation: every shipped scenario" of bench/RESULTS.md, from the
 goldens this build's determinism tests hold (tests/golden/scenarios/**/{estimate,simulate}.json).
 
-    python3 bench/tiers_table.py > /tmp/table.md
+    python3 bench/tiers_table.py          # prints the table in Markdown
 
 A golden is "exit N" and then, for exit 0, the command's JSON. Columns: both step times, their
 difference, and the breakdown terms larger than 2% of the step that differ by more than 5%.

@@ -77,7 +77,7 @@ void print_summary(std::ostream& os, const plan::Plan& p) {
   const auto layout = plan::RankLayout::from_plan(par);
   os << "rank 0    ";
   for (auto g : plan::kAllGroupKinds) {
-    if (layout.group_size(g) > 1) os << to_string(g) << ' ' << ranks(layout.group_members(g, 0)) << "  ";
+    if (layout.distinct(g)) os << to_string(g) << ' ' << ranks(layout.group_members(g, 0)) << "  ";
   }
   os << '\n';
 }

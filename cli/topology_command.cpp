@@ -37,7 +37,7 @@ void add_topology_command(CLI::App& app, Io& io) {
     nlohmann::json groups = nlohmann::json::object();
     topology::Router router(t);
     for (auto g : plan::kAllGroupKinds) {
-      if (layout.group_size(g) <= 1) continue;
+      if (!layout.distinct(g)) continue;
       const auto path = topology::group_path(router, layout, g);
       groups[std::string(plan::to_string(g))] = {{"size", layout.group_size(g)}, {"hops", path.hops},
                                                  {"bottleneck_gbytes_per_s", path.bottleneck_gbytes_per_s},

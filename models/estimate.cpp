@@ -164,8 +164,13 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const GroupNetwork cp_net = group_network(p, hw, plan::GroupKind::cp);
   const GroupNetwork ep_net = group_network(p, hw, plan::GroupKind::ep);
   const GroupNetwork pp_net = group_network(p, hw, plan::GroupKind::pp);
-  const GroupNetwork dp_net = group_network(p, hw, plan::GroupKind::dp_cp);
-  const GroupNetwork edp_net = group_network(p, hw, plan::GroupKind::expert_dp);
+  // Data parallelism where ZeRO shards (all of DP x CP and expert-DP, or one distributed-
+  // optimizer instance of each) and, with several instances, across them (models::dp_groups).
+  const DpGroups dense_groups = dp_groups(p, false), expert_groups = dp_groups(p, true);
+  const GroupNetwork dp_net = group_network(p, hw, dense_groups.shard);
+  const GroupNetwork edp_net = group_network(p, hw, expert_groups.shard);
+  const GroupNetwork dp_replica_net = dense_groups.replicas > 1 ? group_network(p, hw, dense_groups.replica) : GroupNetwork{};
+  const GroupNetwork edp_replica_net = expert_groups.replicas > 1 ? group_network(p, hw, expert_groups.replica) : GroupNetwork{};
 
   // Op tables of the two layer kinds, timed once.
   // The collectives the Program issues around each op of `ops` (models/layer_comm), timed by the
@@ -404,16 +409,19 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   {
     // The gradients' collective and bytes, with compression (models/layer_comm), as the
     // Program issues them: dense over DP x CP, expert over expert-DP.
-    const GradientReduction dense_reduction = gradient_reduction(p, dp_net.size), expert_reduction = gradient_reduction(p, edp_net.size);
+    const GradientReduction dense_reduction = gradient_reduction(p, false), expert_reduction = gradient_reduction(p, true);
     auto dp_time = [&](Collective c, const GpuParams& g, double bytes_per_param) {
       return collective_s(dp_net, c, g.dense * bytes_per_param) + collective_s(edp_net, c, g.expert * bytes_per_param);
     };
     auto reduce_time = [&](const GpuParams& g) {
-      return collective_s(dp_net, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
-             collective_s(edp_net, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
+      double s = collective_s(dp_net, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
+                 collective_s(edp_net, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
+      if (dense_reduction.replica_bytes_per_param > 0) s += collective_s(dp_replica_net, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param);
+      if (expert_reduction.replica_bytes_per_param > 0) s += collective_s(edp_replica_net, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
+      return s;
     };
     b.dp_s = 0;
-    if (dp_net.size > 1 || edp_net.size > 1) {
+    if (dp_net.size > 1 || edp_net.size > 1 || dense_groups.replicas > 1 || expert_groups.replicas > 1) {
       const bool zero3 = par.zero_stage == 3;
       const bool sharded_grads = par.zero_stage >= 2;
       const bool overlap_grads = par.overlap.grad_reduce;
@@ -535,8 +543,8 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
 
   // Optimizer: each GPU updates the parameters it owns (all of them without ZeRO).
   {
-    const double owned_dense = par.zero_stage >= 1 ? slow.params / d(std::max<std::int64_t>(1, dp_net.size)) : slow.params;
-    const double owned_expert = par.zero_stage >= 1 ? slow.expert_params / d(edp_net.size) : slow.expert_params;
+    const double owned_dense = par.zero_stage >= 1 ? slow.params / d(std::max<std::int64_t>(1, dense_groups.shard_size)) : slow.params;
+    const double owned_expert = par.zero_stage >= 1 ? slow.expert_params / d(std::max<std::int64_t>(1, expert_groups.shard_size)) : slow.expert_params;
     b.optimizer_s = (owned_dense + owned_expert) * optimizer_bytes_per_param(p) / timer.bytes_per_s(OpKind::optimizer);
   }
 

@@ -111,9 +111,31 @@ GpuParams end_params_per_gpu(const plan::Plan& p, const ParamCounts& counts, boo
   return g;
 }
 
-GradientReduction gradient_reduction(const plan::Plan& p, std::int64_t group_size) {
+DpGroups dp_groups(const plan::Plan& p, bool expert) {
   const auto& par = p.parallelism;
+  const std::int64_t whole = par.context_parallel_size * (expert ? par.data_parallel_size / std::max<std::int64_t>(1, par.expert_model_parallel_size)
+                                                                 : par.data_parallel_size);
+  const std::int64_t n = std::max<std::int64_t>(1, par.num_distributed_optimizer_instances);
+  DpGroups g;
+  if (n <= 1 || whole % n != 0) {
+    g.shard = g.replica = expert ? plan::GroupKind::expert_dp : plan::GroupKind::dp_cp;
+    g.shard_size = whole;
+    return g;
+  }
+  g.shard = expert ? plan::GroupKind::expert_dp_shard : plan::GroupKind::dp_shard;
+  g.replica = expert ? plan::GroupKind::expert_dp_replica : plan::GroupKind::dp_replica;
+  g.shard_size = whole / n;
+  g.replicas = n;
+  return g;
+}
+
+GradientReduction gradient_reduction(const plan::Plan& p, bool expert) {
+  const auto& par = p.parallelism;
+  const DpGroups groups = dp_groups(p, expert);
+  const std::int64_t group_size = groups.shard_size;
   GradientReduction r;
+  r.group = groups.shard;
+  r.replica_group = groups.replica;
   r.collective = par.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;
   r.bytes_per_param = gradient_bytes(p.training.precision);
   switch (par.gradient_compression) {
@@ -124,6 +146,7 @@ GradientReduction gradient_reduction(const plan::Plan& p, std::int64_t group_siz
       r.bytes_per_param = par.topk_ratio * (activation_bytes(p.training.precision) + 4) * d(std::max<std::int64_t>(1, group_size));
       break;
   }
+  if (groups.replicas > 1) r.replica_bytes_per_param = r.bytes_per_param / d(std::max<std::int64_t>(1, group_size));
   return r;
 }
 

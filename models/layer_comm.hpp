@@ -66,8 +66,23 @@ GpuParams end_params_per_gpu(const plan::Plan& plan, const ParamCounts& counts, 
 // (megatron/core/distributed/distributed_data_parallel.py, bucket_size's default).
 double grad_bucket_params(const plan::Plan& plan);
 
-// How DP reduces one parameter's gradient in a group of `group_size`, the same in both tiers:
-// the collective and its bytes per parameter (as models/comm's `bytes`: nccl-tests' size).
+// Where data parallelism runs for dense (expert = false) or expert parameters: the group ZeRO
+// shards over (and gathers parameters in) and its size, and, with several distributed-optimizer
+// instances, the group of replicas that all-reduces each reduced shard (Megatron-core's
+// inter-instance group; megatron/core/distributed/param_and_grad_buffer.py, start_grad_sync:
+// the reduce-scatter in the instance, then the all-reduce of the local shard, on the same
+// communication stream). Dense parameters use DP x CP, expert ones expert-DP.
+struct DpGroups {
+  plan::GroupKind shard = plan::GroupKind::dp_cp;
+  std::int64_t shard_size = 1;
+  plan::GroupKind replica = plan::GroupKind::dp_cp;
+  std::int64_t replicas = 1;  // instances; 1: no replica group
+};
+DpGroups dp_groups(const plan::Plan& plan, bool expert);
+
+// How DP reduces one parameter's gradient, the same in both tiers: the collective, its group
+// and its bytes per parameter (as models/comm's `bytes`: nccl-tests' size), and with several
+// instances the all-reduce of the shard across them (1/shard_size of the bytes).
 // Without compression ZeRO-0 all-reduces and ZeRO >= 1 reduce-scatters, in the gradients'
 // precision (models::gradient_bytes). 1-bit Adam (Tang et al. 2021, arXiv:2102.02888) sends
 // one bit per value. Top-k sends the chosen values (activation precision) with 32-bit
@@ -75,9 +90,12 @@ double grad_bucket_params(const plan::Plan& plan);
 // buffer gathered is group_size times a rank's.
 struct GradientReduction {
   Collective collective = Collective::all_reduce;
+  plan::GroupKind group = plan::GroupKind::dp_cp;
   double bytes_per_param = 0;
+  plan::GroupKind replica_group = plan::GroupKind::dp_cp;
+  double replica_bytes_per_param = 0;  // 0: no all-reduce across instances
 };
-GradientReduction gradient_reduction(const plan::Plan& plan, std::int64_t group_size);
+GradientReduction gradient_reduction(const plan::Plan& plan, bool expert);
 // Bytes of HBM the optimizer step reads and writes per parameter it owns: the optimizer's
 // (kOptimizerBytesPerParam), and with compression the error-feedback residual (fp32, read and
 // written: 12 more, with the compensated gradient).

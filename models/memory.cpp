@@ -162,9 +162,10 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
   const double t = d(par.tensor_model_parallel_size);
   const double ep = d(par.expert_model_parallel_size);
   // Dense parameters are sharded by ZeRO over DP x CP (Megatron's distributed optimizer uses
-  // the data-parallel group with context parallelism); expert parameters over expert-DP.
-  const double dense_shards = d(par.data_parallel_size) * d(par.context_parallel_size);
-  const double expert_shards = d(derived.expert_data_parallel_size);
+  // the data-parallel group with context parallelism), expert parameters over expert-DP, or
+  // over one distributed-optimizer instance of each (models::dp_groups).
+  const double dense_shards = d(dp_groups(p, false).shard_size);
+  const double expert_shards = d(dp_groups(p, true).shard_size);
   const auto dense_state = model_state_bytes_per_param(par.zero_stage, dense_shards, p.training.precision);
   const auto expert_state = model_state_bytes_per_param(par.zero_stage, expert_shards, p.training.precision);
   const double e = activation_bytes(p.training.precision);

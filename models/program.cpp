@@ -42,6 +42,8 @@ class StageLowering {
     // Experts are replicated over CP too (each member sees its share of the tokens), so their
     // gradients are reduced over CP x DP/EP (Megatron-core's expert data-parallel group).
     expert_dp_ = std::max<std::int64_t>(1, par.data_parallel_size * par.context_parallel_size / par.expert_model_parallel_size);
+    dense_groups_ = dp_groups(p, false);
+    expert_groups_ = dp_groups(p, true);
   }
 
   // `expected`: the instructions to make room for (the previous stage's count: stages differ
@@ -127,10 +129,36 @@ class StageLowering {
     in.after = blocking_;
     in.also_after = also_blocking_;
     if (in.after < 0) std::swap(in.after, in.also_after);
+    // A receive and a collective: the collective second (the simulator charges the wait up to
+    // also_after's end to it, the rest to `after`: a DP collective's wait first, as the
+    // estimate's DP replay counts it beside the pipeline's bubble).
+    if (in.also_after >= 0 && (*out_)[static_cast<std::size_t>(in.after)].kind == InstrKind::collective &&
+        (*out_)[static_cast<std::size_t>(in.also_after)].kind != InstrKind::collective) {
+      std::swap(in.after, in.also_after);
+    }
     blocking_ = -1;
     also_blocking_ = -1;
     out_->push_back(in);
     last_compute_ = last_index();
+  }
+  // The next compute waits for instruction i too. It has two slots (Instr::after and
+  // also_after): a stream runs its collectives in order, so of two collectives on one stream
+  // the later stands for both; otherwise i takes a free slot. (A third, never needed by the
+  // lowering's order, would replace the first.)
+  void wait_for(std::int32_t i) {
+    if (i < 0) return;
+    const Instr& in = (*out_)[static_cast<std::size_t>(i)];
+    for (std::int32_t* slot : {&blocking_, &also_blocking_}) {
+      if (*slot < 0) continue;
+      const Instr& held = (*out_)[static_cast<std::size_t>(*slot)];
+      if (in.kind == InstrKind::collective && held.kind == InstrKind::collective && held.stream == in.stream) {
+        *slot = std::max(*slot, i);
+        return;
+      }
+    }
+    if (blocking_ < 0) blocking_ = i;
+    else if (also_blocking_ < 0) also_blocking_ = i;
+    else blocking_ = i;
   }
   // A collective on `stream` of `bytes` per rank; blocking ones hold the next compute.
   void collective(Stream stream, Collective c, plan::GroupKind g, double bytes, std::int64_t layer, bool blocking,
@@ -147,7 +175,7 @@ class StageLowering {
     in.bytes = bytes;
     in.after = last_compute_;
     out_->push_back(in);
-    if (blocking) blocking_ = last_index();
+    if (blocking) wait_for(last_index());
   }
   void p2p(InstrKind kind, std::int64_t peer, std::int32_t tg, const char* what) {
     Instr in;
@@ -160,7 +188,7 @@ class StageLowering {
     in.bytes = tokens_ * d(p_.model.hidden_size) * e_ / t_;  // scattered over TP (NAR21 §4.1)
     in.after = kind == InstrKind::send ? last_compute_ : -1;
     out_->push_back(in);
-    if (kind == InstrKind::recv) blocking_ = last_index();
+    if (kind == InstrKind::recv) wait_for(last_index());
   }
 
   bool moe_layer(std::int64_t layer) const { return is_moe_layer(p_.model, layer); }
@@ -314,37 +342,43 @@ class StageLowering {
     }
     pending_ = {};
   }
-  // A bucket's collectives: dense then expert, on the DP stream (which runs them in order, so
-  // waiting for the last is waiting for both). Returns the last one's index, -1 if none.
+  // A bucket's parameter gathers: dense then expert, each in the group its optimizer shards
+  // over (models::dp_groups), on the DP stream (which runs them in order, so waiting for the
+  // last is waiting for both). Returns the last one's index, -1 if none.
   std::int32_t dp_collectives(Collective c, const GpuParams& params, double bytes_per_param, std::int64_t l, const char* what) {
     std::int32_t last = -1;
-    if (dp_cp_ > 1 && params.dense > 0) {
-      collective(Stream::dp, c, plan::GroupKind::dp_cp, params.dense * bytes_per_param, l, false, what);
+    if (dense_groups_.shard_size > 1 && params.dense > 0) {
+      collective(Stream::dp, c, dense_groups_.shard, params.dense * bytes_per_param, l, false, what);
       last = last_index();
     }
-    if (expert_dp_ > 1 && params.expert > 0) {
-      collective(Stream::dp, c, plan::GroupKind::expert_dp, params.expert * bytes_per_param, l, false, what);
+    if (expert_groups_.shard_size > 1 && params.expert > 0) {
+      collective(Stream::dp, c, expert_groups_.shard, params.expert * bytes_per_param, l, false, what);
       last = last_index();
     }
     return last;
   }
   // A bucket's gradients, by the rule both tiers share (models::gradient_reduction: the
-  // collective and its bytes, with compression), dense over DP x CP, expert over expert-DP.
+  // collective, its group and bytes, with compression; with several distributed-optimizer
+  // instances the all-reduce of the shard across them), dense then expert.
   void emit_grads(const GpuParams& params, std::int64_t l, bool blocking) {
     std::int32_t last = -1;
-    if (dp_cp_ > 1 && params.dense > 0) {
-      const GradientReduction r = gradient_reduction(p_, dp_cp_);
-      collective(Stream::dp, r.collective, plan::GroupKind::dp_cp, params.dense * r.bytes_per_param, l, false, "dp_grad");
-      last = last_index();
-    }
-    if (expert_dp_ > 1 && params.expert > 0) {
-      const GradientReduction r = gradient_reduction(p_, expert_dp_);
-      collective(Stream::dp, r.collective, plan::GroupKind::expert_dp, params.expert * r.bytes_per_param, l, false, "dp_grad");
-      last = last_index();
-    }
+    auto reduce = [&](bool expert, double n) {
+      const GradientReduction r = gradient_reduction(p_, expert);
+      const DpGroups& g = expert ? expert_groups_ : dense_groups_;
+      if (g.shard_size > 1) {
+        collective(Stream::dp, r.collective, r.group, n * r.bytes_per_param, l, false, "dp_grad");
+        last = last_index();
+      }
+      if (r.replica_bytes_per_param > 0) {
+        collective(Stream::dp, Collective::all_reduce, r.replica_group, n * r.replica_bytes_per_param, l, false, "dp_grad_replicas");
+        last = last_index();
+      }
+    };
+    if (dp_cp_ > 1 && params.dense > 0) reduce(false, params.dense);
+    if (expert_dp_ > 1 && params.expert > 0) reduce(true, params.expert);
     if (last < 0) return;
     last_grad_ = last;
-    if (blocking) blocking_ = last;
+    if (blocking) wait_for(last);
   }
   bool sharded_grads() const { return p_.parallelism.zero_stage >= 2 && (dp_cp_ > 1 || expert_dp_ > 1); }
   // ZeRO-3: a layer's parameters gathered before each use, once in the forward and once in the
@@ -371,7 +405,7 @@ class StageLowering {
       prefetched_ = gather(next, -1);
       prefetched_layer_ = next;
     }
-    blocking_ = mine;
+    if (mine >= 0) blocking_ = mine;  // it follows `pending`, so it stands for both
   }
 
   // ZeRO 1 and 2 with overlap.param_gather: the parameters the distributed optimizer updated
@@ -393,7 +427,7 @@ class StageLowering {
     if (buckets_.empty()) return;
     const auto c = static_cast<std::size_t>(chunk);
     for (std::size_t& j = awaited_[c]; j < buckets_[c].size() && buckets_[c][j].first_layer <= layer; ++j) {
-      if (bucket_gather_[c][j] >= 0) also_blocking_ = bucket_gather_[c][j];
+      wait_for(bucket_gather_[c][j]);
     }
   }
 
@@ -406,19 +440,21 @@ class StageLowering {
       params += end_params_per_gpu(p_, counts_, first_virtual(c), last_virtual(c));
     }
     // The distributed optimizer shards over data and context parallelism together (Megatron-core's
-    // data-parallel group with context parallelism), expert parameters over expert-DP.
+    // data-parallel group with context parallelism), expert parameters over expert-DP, or over
+    // one instance of each (models::dp_groups).
     const bool sharded = p_.parallelism.zero_stage >= 1;
-    const double owned = sharded ? params.dense / d(dp_cp_) + params.expert / d(expert_dp_) : params.total();
+    const double owned = sharded ? params.dense / d(dense_groups_.shard_size) + params.expert / d(std::max<std::int64_t>(1, expert_groups_.shard_size))
+                                 : params.total();
     for (const auto& [n, l] : deferred_) emit_grads(n, l, false);
     deferred_.clear();
     Op step{"optimizer_step", OpKind::optimizer, OpPhase::forward, 0, owned * optimizer_bytes_per_param(p_), {}};
     // The step updates with reduced gradients: it waits for the last bucket.
-    if (last_grad_ >= 0) blocking_ = last_grad_;
+    wait_for(last_grad_);
     compute(step, OpPhase::forward, -1);
     // The distributed optimizer gathers the updated 16-bit parameters (ZeRO 1 and 2).
     if (sharded && p_.parallelism.zero_stage < 3 && !gathers_params_ahead()) {
       const std::int32_t last = dp_collectives(Collective::all_gather, params, e_, -1, "dp_param");
-      if (last >= 0) blocking_ = last;
+      wait_for(last);
     }
   }
 
@@ -437,6 +473,7 @@ class StageLowering {
   std::vector<std::pair<GpuParams, std::int64_t>> deferred_;  // buckets held for the end of the backward
   std::int32_t last_grad_ = -1;  // the last gradient collective issued
   std::int64_t dp_cp_ = 1, expert_dp_ = 1;  // sizes of the gradient-reduction groups
+  DpGroups dense_groups_, expert_groups_;     // where ZeRO shards (models::dp_groups)
   std::int64_t prefetched_layer_ = -1;  // ZeRO-3: the layer whose gather was issued ahead
   std::int32_t prefetched_ = -1;
   // ZeRO 1 and 2 gathered ahead (await_params): each chunk's buckets, the gather issued for
@@ -444,7 +481,7 @@ class StageLowering {
   std::vector<std::vector<DpBucket>> buckets_;
   std::vector<std::vector<std::int32_t>> bucket_gather_;
   std::vector<std::size_t> awaited_;
-  std::int32_t also_blocking_ = -1;  // a gather the next compute waits for besides blocking_
+  std::int32_t also_blocking_ = -1;  // what the next compute waits for besides blocking_ (wait_for)
 };
 
 }  // namespace

@@ -25,6 +25,9 @@ void cpu_limits(const Plan& plan, Diagnostics& d) {
     if (m.add_bias_linear) d.error("model.add_bias_linear", "the CPU backend's experts have no biases (must be false with MoE)");
   }
   if (m.mla.kv_lora_rank > 0) d.error("model.mla.kv_lora_rank", "the CPU backend has no multi-head latent attention");
+  if (par.num_distributed_optimizer_instances > 1) {
+    d.error("parallelism.num_distributed_optimizer_instances", "the CPU backend shards the optimizer over all of DP x CP (must be 1; the estimate and the simulator price several instances)");
+  }
   const std::int64_t micro = derive(plan).micro_batches_per_step;
   if (par.virtual_pipeline_model_parallel_size > 1 && micro % par.pipeline_model_parallel_size != 0) {
     d.error("training.global_batch_size", "the interleaved schedule needs micro-batches per step (" + text(micro) +

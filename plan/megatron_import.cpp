@@ -278,6 +278,7 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
   }
   if (a.has("--use-torch-fsdp2")) zero = 3;
   par["zero_stage"] = zero;
+  if (auto n = num.integer(a, "--num-distributed-optimizer-instances")) par["num_distributed_optimizer_instances"] = *n;
   // Megatron overlaps p2p with compute in the interleaved schedule unless told not to.
   par["overlap"] = {{"grad_reduce", a.has("--overlap-grad-reduce")},
                     {"param_gather", a.has("--overlap-param-gather")},

@@ -112,6 +112,10 @@ struct ParallelismConfig {
   bool sequence_parallel = false;
   bool context_parallel_load_balance = true;
   std::int64_t zero_stage = 1;
+  // Megatron-core's --num-distributed-optimizer-instances: ZeRO shards within each of this
+  // many blocks of the data-parallel group (hybrid sharding), whose reduced shards are then
+  // all-reduced across the blocks. 1: one instance, sharded over all of DP x CP.
+  std::int64_t num_distributed_optimizer_instances = 1;
   PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;
   std::string order = "tp-cp-ep-dp-pp";
   OverlapConfig overlap;

@@ -23,6 +23,10 @@ std::string_view to_string(GroupKind g) {
     case GroupKind::expert_dp: return "expert_dp";
     case GroupKind::pp: return "pp";
     case GroupKind::dp_cp: return "dp_cp";
+    case GroupKind::dp_shard: return "dp_shard";
+    case GroupKind::dp_replica: return "dp_replica";
+    case GroupKind::expert_dp_shard: return "expert_dp_shard";
+    case GroupKind::expert_dp_replica: return "expert_dp_replica";
   }
   return "?";
 }
@@ -84,7 +88,7 @@ RankLayout RankLayout::from_plan(const ParallelismConfig& par) {
   const DimOrder order = parse_order(par.order, error).value_or(
       DimOrder{MeshDim::tp, MeshDim::cp, MeshDim::ep, MeshDim::dp, MeshDim::pp});
   return RankLayout({par.tensor_model_parallel_size, par.context_parallel_size, par.expert_model_parallel_size,
-                     par.data_parallel_size, par.pipeline_model_parallel_size},
+                     par.data_parallel_size, par.pipeline_model_parallel_size, par.num_distributed_optimizer_instances},
                     order);
 }
 
@@ -121,89 +125,177 @@ std::int64_t RankLayout::rank(const MeshCoord& c) const {
   return r;
 }
 
-std::vector<MeshDim> RankLayout::varying(GroupKind g) const {
-  std::vector<MeshDim> dims;
+std::vector<MeshDim> RankLayout::dims(GroupKind g) const {
   switch (g) {
-    case GroupKind::tp: dims = {MeshDim::tp}; break;
-    case GroupKind::cp: dims = {MeshDim::cp}; break;
-    case GroupKind::ep: dims = {MeshDim::ep}; break;
-    case GroupKind::dp: dims = {MeshDim::ep, MeshDim::dp}; break;
-    case GroupKind::expert_dp: dims = {MeshDim::cp, MeshDim::dp}; break;
-    case GroupKind::pp: dims = {MeshDim::pp}; break;
-    case GroupKind::dp_cp: dims = {MeshDim::cp, MeshDim::ep, MeshDim::dp}; break;
+    case GroupKind::tp: return {MeshDim::tp};
+    case GroupKind::cp: return {MeshDim::cp};
+    case GroupKind::ep: return {MeshDim::ep};
+    case GroupKind::dp: return {MeshDim::ep, MeshDim::dp};
+    case GroupKind::expert_dp:
+    case GroupKind::expert_dp_shard:
+    case GroupKind::expert_dp_replica: return {MeshDim::cp, MeshDim::dp};
+    case GroupKind::pp: return {MeshDim::pp};
+    case GroupKind::dp_cp:
+    case GroupKind::dp_shard:
+    case GroupKind::dp_replica: return {MeshDim::cp, MeshDim::ep, MeshDim::dp};
   }
-  std::sort(dims.begin(), dims.end(), [&](MeshDim a, MeshDim b) { return stride(a) < stride(b); });
-  return dims;
+  return {};
 }
 
-std::vector<MeshDim> RankLayout::fixed(GroupKind g) const {
-  const auto vary = varying(g);
-  std::vector<MeshDim> dims;
-  for (MeshDim d : order_) {  // order_ is in increasing stride
-    if (std::find(vary.begin(), vary.end(), d) == vary.end()) dims.push_back(d);
+namespace {
+
+bool is_shard(GroupKind g) { return g == GroupKind::dp_shard || g == GroupKind::expert_dp_shard; }
+bool is_replica(GroupKind g) { return g == GroupKind::dp_replica || g == GroupKind::expert_dp_replica; }
+
+}  // namespace
+
+bool RankLayout::split(GroupKind whole, Digits& shard, Digits& replica) const {
+  shard.clear();
+  replica.clear();
+  const auto group = dims(whole);
+  Digits all;
+  std::int64_t n = 1;
+  for (MeshDim d : order_) {  // in increasing stride
+    if (std::find(group.begin(), group.end(), d) == group.end()) continue;
+    all.push_back({size(d), stride(d)});
+    n *= size(d);
   }
-  return dims;
+  const std::int64_t instances = std::max<std::int64_t>(1, shape_.instances);
+  if (n % instances != 0) {
+    shard = all;
+    return false;
+  }
+  std::int64_t rest = n / instances;  // members of an instance still to place
+  for (const Digit& x : all) {
+    if (rest == 1) {
+      replica.push_back(x);
+    } else if (rest % x.size == 0) {
+      shard.push_back(x);
+      rest /= x.size;
+    } else if (x.size % rest == 0) {
+      shard.push_back({rest, x.stride});
+      replica.push_back({x.size / rest, x.stride * rest});
+      rest = 1;
+    } else {
+      shard = all;
+      replica.clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+bool RankLayout::instance_split(GroupKind whole, std::string& why) const {
+  Digits shard, replica;
+  if (split(whole, shard, replica)) return true;
+  const std::int64_t n = group_size(whole);
+  if (n % std::max<std::int64_t>(1, shape_.instances) != 0) {
+    why = "does not divide the " + std::string(to_string(whole)) + " group (" + std::to_string(n) + " ranks)";
+  } else {
+    why = "splits the " + std::string(to_string(whole)) + " group (" + std::to_string(n) +
+          " ranks) inside one of its dimensions at a size that does not divide it; choose a divisor that follows the dimensions' sizes in `order`";
+  }
+  return false;
+}
+
+RankLayout::Digits RankLayout::varying(GroupKind g) const {
+  if (is_shard(g) || is_replica(g)) {
+    Digits shard, replica;
+    split(g == GroupKind::dp_shard || g == GroupKind::dp_replica ? GroupKind::dp_cp : GroupKind::expert_dp, shard, replica);
+    return is_shard(g) ? shard : replica;
+  }
+  Digits out;
+  const auto group = dims(g);
+  for (MeshDim d : order_) {
+    if (std::find(group.begin(), group.end(), d) != group.end()) out.push_back({size(d), stride(d)});
+  }
+  return out;
+}
+
+RankLayout::Digits RankLayout::fixed(GroupKind g) const {
+  Digits out;
+  const auto group = dims(g);
+  for (MeshDim d : order_) {
+    if (std::find(group.begin(), group.end(), d) == group.end()) out.push_back({size(d), stride(d)});
+  }
+  if (is_shard(g) || is_replica(g)) {
+    Digits shard, replica;
+    split(g == GroupKind::dp_shard || g == GroupKind::dp_replica ? GroupKind::dp_cp : GroupKind::expert_dp, shard, replica);
+    const Digits& other = is_shard(g) ? replica : shard;
+    out.insert(out.end(), other.begin(), other.end());
+    std::sort(out.begin(), out.end(), [](const Digit& a, const Digit& b) { return a.stride < b.stride; });
+  }
+  return out;
 }
 
 std::int64_t RankLayout::group_size(GroupKind g) const {
   std::int64_t n = 1;
-  for (MeshDim d : varying(g)) n *= size(d);
+  for (const Digit& x : varying(g)) n *= x.size;
   return n;
 }
 
+bool RankLayout::distinct(GroupKind g) const {
+  if ((is_shard(g) || is_replica(g)) && shape_.instances <= 1) return false;
+  // Without EP the experts' instances are the dense ones.
+  if ((g == GroupKind::expert_dp_shard || g == GroupKind::expert_dp_replica) && shape_.ep <= 1) return false;
+  return group_size(g) > 1;
+}
+
 std::int64_t RankLayout::group_index(GroupKind g, std::int64_t rank) const {
-  const MeshCoord c = coord(rank);
   std::int64_t index = 0;
   std::int64_t radix = 1;
-  for (MeshDim d : fixed(g)) {
-    index += get(c, d) * radix;
-    radix *= size(d);
+  for (const Digit& x : fixed(g)) {
+    index += (rank / x.stride) % x.size * radix;
+    radix *= x.size;
   }
   return index;
 }
 
 std::int64_t RankLayout::rank_in_group(GroupKind g, std::int64_t rank) const {
-  const MeshCoord c = coord(rank);
   std::int64_t index = 0;
   std::int64_t radix = 1;
-  for (MeshDim d : varying(g)) {
-    index += get(c, d) * radix;
-    radix *= size(d);
+  for (const Digit& x : varying(g)) {
+    index += (rank / x.stride) % x.size * radix;
+    radix *= x.size;
   }
   return index;
 }
 
 std::vector<std::int64_t> RankLayout::group_members(GroupKind g, std::int64_t rank) const {
-  const MeshCoord base = coord(rank);
-  const auto vary = varying(g);
-  const std::int64_t n = group_size(g);
+  const Digits vary = varying(g);
+  std::int64_t base = rank;
+  std::int64_t n = 1;
+  for (const Digit& x : vary) {
+    base -= (rank / x.stride) % x.size * x.stride;
+    n *= x.size;
+  }
   std::vector<std::int64_t> members;
   members.reserve(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
-    MeshCoord c = base;
+    std::int64_t r = base;
     std::int64_t rest = i;
-    for (MeshDim d : vary) {
-      set(c, d, rest % size(d));
-      rest /= size(d);
+    for (const Digit& x : vary) {
+      r += rest % x.size * x.stride;
+      rest /= x.size;
     }
-    members.push_back(this->rank(c));
+    members.push_back(r);
   }
-  return members;  // ascending: the fastest-varying dimension has the smallest stride
+  return members;  // ascending: the fastest-varying digit has the smallest stride
 }
 
 std::int64_t RankLayout::group_first(GroupKind g, std::int64_t index) const {
-  MeshCoord c;
+  std::int64_t r = 0;
   std::int64_t rest = index;
-  for (MeshDim d : fixed(g)) {
-    set(c, d, rest % size(d));
-    rest /= size(d);
+  for (const Digit& x : fixed(g)) {
+    r += rest % x.size * x.stride;
+    rest /= x.size;
   }
-  return rank(c);
+  return r;
 }
 
 std::int64_t RankLayout::group_span(GroupKind g) const {
   std::int64_t span = 0;
-  for (MeshDim d : varying(g)) span += (size(d) - 1) * stride(d);
+  for (const Digit& x : varying(g)) span += (x.size - 1) * x.stride;
   return span;
 }
 
@@ -211,23 +303,27 @@ RankLayout::NodeSpan RankLayout::node_span(GroupKind g, std::int64_t gpus_per_no
   NodeSpan out;
   const std::int64_t n = group_size(g);
   if (n <= 1 || gpus_per_node <= 0) return out;
-  const auto vary = varying(g);
+  // Every digit of the rank, in increasing stride, and whether the group spans it.
+  std::vector<std::pair<Digit, bool>> all;
+  for (const Digit& x : varying(g)) all.emplace_back(x, true);
+  for (const Digit& x : fixed(g)) all.emplace_back(x, false);
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first.stride < b.first.stride; });
   // Digits in increasing stride: each contributes the values that stay inside one node.
   bool regular = true;
   std::int64_t per_node = 1;
-  for (MeshDim d : order_) {
-    const std::int64_t lo = stride(d), hi = lo * size(d);
+  for (const auto& [x, spans] : all) {
+    const std::int64_t lo = x.stride, hi = lo * x.size;
     std::int64_t inside = 1;
     if (hi <= gpus_per_node) {
       regular = regular && gpus_per_node % hi == 0;
-      inside = size(d);
+      inside = x.size;
     } else if (lo < gpus_per_node) {
-      regular = regular && gpus_per_node % lo == 0 && size(d) % (gpus_per_node / lo) == 0;
+      regular = regular && gpus_per_node % lo == 0 && x.size % (gpus_per_node / lo) == 0;
       inside = gpus_per_node / lo;
     } else {
       regular = regular && lo % gpus_per_node == 0;
     }
-    if (std::find(vary.begin(), vary.end(), d) != vary.end()) per_node *= inside;
+    if (spans) per_node *= inside;
   }
   if (world_ <= gpus_per_node) return {n, 1};
   if (regular) return {per_node, n / per_node};
@@ -245,13 +341,7 @@ RankLayout::NodeSpan RankLayout::node_span(GroupKind g, std::int64_t gpus_per_no
 }
 
 std::vector<std::int64_t> RankLayout::group(GroupKind g, std::int64_t index) const {
-  MeshCoord c;
-  std::int64_t rest = index;
-  for (MeshDim d : fixed(g)) {
-    set(c, d, rest % size(d));
-    rest /= size(d);
-  }
-  return group_members(g, rank(c));
+  return group_members(g, group_first(g, index));
 }
 
 std::int64_t ring_successor(const std::vector<std::int64_t>& members, std::size_t pos, std::int64_t per_node, std::int64_t gpus_per_node) {

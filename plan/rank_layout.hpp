@@ -32,9 +32,20 @@ enum class GroupKind {
   expert_dp,  // data parallel of expert parameters: cp x dp/ep (Megatron-core's expert-DP group spans CP)
   pp,         // pipeline
   dp_cp,      // gradient reduction of dense parameters with CP: cp x ep x dp/ep
+  // With several distributed-optimizer instances (Megatron-core's
+  // --num-distributed-optimizer-instances N; hybrid sharding), dp_cp and expert_dp split in
+  // two: an instance, whose members shard the optimizer (the first 1/N of the group's
+  // ascending members, and so on: parallel_state's intra-instance groups), and the replicas,
+  // the members at one position of every instance (the inter-instance groups).
+  dp_shard,
+  dp_replica,
+  expert_dp_shard,
+  expert_dp_replica,
 };
-inline constexpr std::array kAllGroupKinds = {GroupKind::tp, GroupKind::cp, GroupKind::ep, GroupKind::dp,
-                                              GroupKind::expert_dp, GroupKind::pp, GroupKind::dp_cp};
+inline constexpr std::array kAllGroupKinds = {GroupKind::tp,       GroupKind::cp,         GroupKind::ep,
+                                              GroupKind::dp,       GroupKind::expert_dp,  GroupKind::pp,
+                                              GroupKind::dp_cp,    GroupKind::dp_shard,   GroupKind::dp_replica,
+                                              GroupKind::expert_dp_shard, GroupKind::expert_dp_replica};
 std::string_view to_string(GroupKind g);
 std::string_view to_string(MeshDim d);
 
@@ -49,6 +60,7 @@ struct MeshShape {
   std::int64_t ep = 1;
   std::int64_t dp = 1;  // all of data parallelism, as Megatron counts it (EP divides it)
   std::int64_t pp = 1;
+  std::int64_t instances = 1;  // distributed-optimizer instances (see GroupKind::dp_shard)
 };
 
 struct MeshCoord {
@@ -63,7 +75,8 @@ struct MeshCoord {
 
 class RankLayout {
  public:
-  // Preconditions (checked by validate()): sizes >= 1, ep divides dp.
+  // Preconditions (checked by validate()): sizes >= 1, ep divides dp, and instance_split
+  // holds for dp_cp and, with EP, expert_dp.
   RankLayout(MeshShape shape, DimOrder order);
   // The layout of a resolved, valid plan.
   static RankLayout from_plan(const ParallelismConfig& par);
@@ -79,6 +92,14 @@ class RankLayout {
   [[nodiscard]] std::int64_t dp_index(std::int64_t rank) const { return rank_in_group(GroupKind::dp, rank); }
 
   [[nodiscard]] std::int64_t group_size(GroupKind g) const;
+  // Whether kind g is a group of its own in this layout: more than one member, and a shard or
+  // replica group only when there are several instances (with one, the shard is dp_cp or
+  // expert_dp, which the listings name instead), an expert one only with EP.
+  [[nodiscard]] bool distinct(GroupKind g) const;
+  // Whether `whole` (dp_cp or expert_dp) splits into `instances` blocks of consecutive
+  // members on the mesh's digits: the block size must be a product of whole dimensions of the
+  // group, in increasing stride, and a divisor of the next. Otherwise `why` says so.
+  [[nodiscard]] bool instance_split(GroupKind whole, std::string& why) const;
   [[nodiscard]] std::int64_t num_groups(GroupKind g) const { return world_ / group_size(g); }
   // Which of the num_groups(g) groups the rank is in, and its position in it (members ascend).
   [[nodiscard]] std::int64_t group_index(GroupKind g, std::int64_t rank) const;
@@ -101,9 +122,21 @@ class RankLayout {
   [[nodiscard]] NodeSpan node_span(GroupKind g, std::int64_t gpus_per_node) const;
 
  private:
-  // The dimensions a group spans, in increasing stride.
-  [[nodiscard]] std::vector<MeshDim> varying(GroupKind g) const;
-  [[nodiscard]] std::vector<MeshDim> fixed(GroupKind g) const;
+  // A mixed-radix digit of the rank: its value is (rank / stride) % size.
+  struct Digit {
+    std::int64_t size = 1;
+    std::int64_t stride = 1;
+  };
+  using Digits = std::vector<Digit>;
+  // The digits a group spans and the others, each in increasing stride; a shard or replica
+  // group's dimension at the instance boundary counts as two digits.
+  [[nodiscard]] Digits varying(GroupKind g) const;
+  [[nodiscard]] Digits fixed(GroupKind g) const;
+  [[nodiscard]] std::vector<MeshDim> dims(GroupKind g) const;
+  // The digits of the whole group (dp_cp or expert_dp) in increasing stride, the first
+  // `shard` of their product (their instance) and the rest (the replicas); false if the
+  // instance does not fall on the digits.
+  bool split(GroupKind whole, Digits& shard, Digits& replica) const;
   [[nodiscard]] std::int64_t get(const MeshCoord& c, MeshDim d) const;
   static void set(MeshCoord& c, MeshDim d, std::int64_t v);
 

@@ -98,6 +98,10 @@ void describe(V& v, ParallelismConfig& s) {
   v.field(s.sequence_parallel, {.key = "sequence_parallel", .doc = "Sequence parallelism: norms and dropout split over the TP group (Korthikanti et al. 2022).", .aliases = "sp"});
   v.field(s.context_parallel_load_balance, {.key = "context_parallel_load_balance", .doc = "Causal load balancing for CP: the sequence cut in 2*CP chunks (so it must divide by 2*CP)."});
   v.field(s.zero_stage, {.key = "zero_stage", .doc = "ZeRO stage: 0 replicated, 1 optimizer states sharded (Megatron's distributed optimizer), 2 + gradients, 3 + parameters.", .aliases = "zero", .min = 0, .max = 3});
+  v.field(s.num_distributed_optimizer_instances,
+          {.key = "num_distributed_optimizer_instances",
+           .doc = "Hybrid sharding (Megatron-core's --num-distributed-optimizer-instances): ZeRO shards within each of this many blocks of consecutive DP x CP ranks, and the blocks all-reduce their reduced gradient shards. 1: sharded over all of DP x CP.",
+           .aliases = "dist_opt_instances", .min = 1});
   v.field(s.pipeline_schedule, {.key = "pipeline_schedule", .doc = "Pipeline schedule.", .aliases = "schedule"});
   v.field(s.order, {.key = "order", .doc = "Mesh dimensions from fastest- to slowest-varying rank (Megatron-core's order); all five of tp, cp, ep, dp, pp."});
   v.section(s.overlap, {.key = "overlap", .doc = "What communication runs under compute."});

@@ -38,6 +38,7 @@ class Validator {
     check_batch();
     check_sequence();
     check_moe();
+    if (mesh_ok) check_sharding();
     check_schedule();
     check_recompute();
     check_cluster(mesh_ok);
@@ -197,6 +198,23 @@ class Validator {
                "seq_length " + str(m_.seq_length) + " does not divide into " + str(chunks) +
                    (p_.context_parallel_load_balance ? " chunks (2 x CP for load-balanced causal attention)"
                                                       : " chunks"));
+    }
+  }
+
+  // Distributed-optimizer instances (hybrid sharding) as Megatron-core forms them: blocks of
+  // consecutive members of the DP x CP group (and of expert-DP), under a sharded optimizer.
+  void check_sharding() {
+    const std::int64_t n = p_.num_distributed_optimizer_instances;
+    if (n <= 1) return;
+    const char* field = "parallelism.num_distributed_optimizer_instances";
+    if (p_.zero_stage < 1) d_.error(field, str(n) + " instances need a sharded optimizer (zero_stage 1-3), as Megatron's --use-distributed-optimizer");
+    if (p_.gradient_compression != GradientCompression::none) d_.error(field, "several instances with gradient_compression are not modelled");
+    const RankLayout layout = RankLayout::from_plan(p_);
+    std::string why;
+    for (const GroupKind whole : {GroupKind::dp_cp, GroupKind::expert_dp}) {
+      if (whole == GroupKind::expert_dp && p_.expert_model_parallel_size <= 1) continue;
+      if (!layout.instance_split(whole, why)) d_.error(field, str(n) + " " + why);
+      else if (layout.group_size(whole) == n) d_.warning(field, str(n) + " instances of one rank each: the optimizer is not sharded (as zero_stage 0, with the all-reduce in two parts)");
     }
   }
 

@@ -223,7 +223,7 @@ class Simulation {
   // sender is r's neighbour on in.peer_stage.
   void post(std::int64_t r, const Instr& in);
   // Blocks until the last byte of the transfer to `key` (receiving rank, tag) is through;
-  // returns the route latency still to wait.
+  // returns when the data is there: the flow's end plus its route latency.
   double receive(const std::pair<std::int64_t, std::int32_t>& key);
 
   // One collective of a group: the flows of all its ring edges start when its last member

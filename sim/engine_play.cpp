@@ -39,13 +39,17 @@ double Simulation::receive(const std::pair<std::int64_t, std::int32_t>& key) {
     e.ready = sg4::Semaphore::create(0);
     e.ready->acquire();
   }
-  double latency = 0;
+  double arrived_s = sg4::Engine::get_clock();
   if (e.flow) {
     if (!wait_flow(e.flow)) hang();
-    latency = flow_class_[e.cls].latency_s;
+    // The last byte went through when the flow finished, which may be before this actor
+    // looked (a compute waiting for a gather too waits for that first): the data is there a
+    // route latency after the flow's end, not after the look.
+    const double finished_s = e.flow->get_finish_time();
+    arrived_s = (finished_s >= 0 ? std::min(finished_s, arrived_s) : arrived_s) + flow_class_[e.cls].latency_s;
   }
   p2p_.erase(k);
-  return latency;
+  return arrived_s;
 }
 
 void Simulation::collective(std::uint64_t key, std::int32_t kind, const models::CollectiveFlows& f, std::size_t type) {
@@ -101,23 +105,23 @@ void Simulation::wait_for(ActorState& st, std::int32_t i, const models::StagePro
   if (i < 0 || (st.receiving.empty() && st.workers.empty())) return;
   const auto idx = static_cast<std::size_t>(i);
   bool waited = false;
-  double latency = 0;
+  double arrived = 0;
   for (std::size_t j = 0; j < st.receiving.size();) {
     if (st.receiving[j].first != i) {
       ++j;
       continue;
     }
-    latency = std::max(latency, receive(st.receiving[j].second));
+    arrived = std::max(arrived, receive(st.receiving[j].second));
     st.receiving.erase(st.receiving.begin() + static_cast<std::ptrdiff_t>(j));
     waited = true;
   }
   // The last byte is through; the data is there a route latency later (waited for by the
   // next thing the actor does, in the same sleep as its compute when that comes next).
   if (waited) {
-    const double arrived = sg4::Engine::get_clock() + latency;
     st.ready_s = std::max(st.ready_s, arrived);
     // A traced receive: from its posting to when the rank saw it complete.
-    if (st.traced && sp != nullptr && sp->instrs[idx].kind == InstrKind::recv) record(st, *sp, sp->instrs[idx], st.issued_s[idx], arrived);
+    // (Data that came before the receive was posted is seen at the posting.)
+    if (st.traced && sp != nullptr && sp->instrs[idx].kind == InstrKind::recv) record(st, *sp, sp->instrs[idx], st.issued_s[idx], std::max(arrived, st.issued_s[idx]));
   }
   for (std::size_t j = 0; j < st.workers.size(); ++j) {
     if (st.workers[j].first != i) continue;

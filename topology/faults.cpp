@@ -51,7 +51,7 @@ std::vector<GroupImpact> fault_impact(const Topology& before, const Topology& af
   std::vector<GroupImpact> out;
   Router b(before), a(after);
   for (auto kind : plan::kAllGroupKinds) {
-    if (layout.group_size(kind) <= 1) continue;
+    if (!layout.distinct(kind)) continue;
     for (std::int64_t g = 0; g < layout.num_groups(kind); ++g) {
       const auto members = layout.group(kind, g);
       b.set_source(members.front());

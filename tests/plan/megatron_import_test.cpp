@@ -314,6 +314,15 @@ TEST(MegatronImport, ArgumentsAloneAndMegatronDefaults) {
   EXPECT_FALSE(import_megatron_args({"--num-layers", "many"}).ok());
 }
 
+// --num-distributed-optimizer-instances: the sharding group of the distributed optimizer.
+TEST(MegatronImport, DistributedOptimizerInstances) {
+  const auto r = import_megatron_args({"--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "128",
+                                       "--use-distributed-optimizer", "--num-distributed-optimizer-instances", "4"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.plan["parallelism"]["zero_stage"], 1);
+  EXPECT_EQ(r.plan["parallelism"]["num_distributed_optimizer_instances"], 4);
+}
+
 // --group-query-attention alone is one KV group (arguments.py: --num-query-groups default 1).
 TEST(MegatronImport, GroupQueryAttentionAloneIsOneKvGroup) {
   const std::vector<std::string> base = {"--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "128"};

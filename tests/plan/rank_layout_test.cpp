@@ -76,7 +76,35 @@ TEST(RankLayout, GroupsPartitionTheWorldForEveryOrder) {
   for (const char* o : {"tp-cp-ep-dp-pp", "tp-pp-dp-ep-cp", "pp-dp-ep-cp-tp", "dp-tp-cp-ep-pp", "ep-tp-dp-pp-cp"}) {
     SCOPED_TRACE(o);
     expect_partitions(RankLayout({.tp = 2, .cp = 2, .ep = 2, .dp = 4, .pp = 3}, order(o)));
+    expect_partitions(RankLayout({.tp = 2, .cp = 2, .ep = 2, .dp = 4, .pp = 3, .instances = 2}, order(o)));
+    expect_partitions(RankLayout({.tp = 1, .cp = 3, .ep = 1, .dp = 4, .pp = 2, .instances = 6}, order(o)));
   }
+}
+
+// Distributed-optimizer instances as Megatron-core's parallel_state forms them: instance i is
+// members [i x n/N, (i+1) x n/N) of the ascending DP x CP group, the replicas of position j are
+// members j, j + n/N, ... (the intra- and inter-instance groups).
+TEST(RankLayout, InstancesAreBlocksOfTheDataAndContextParallelGroup) {
+  RankLayout l({.tp = 2, .cp = 2, .ep = 1, .dp = 4, .pp = 1, .instances = 2}, order("tp-cp-ep-dp-pp"));
+  EXPECT_EQ(l.group_members(GroupKind::dp_cp, 0), (Ranks{0, 2, 4, 6, 8, 10, 12, 14}));
+  EXPECT_EQ(l.group_members(GroupKind::dp_shard, 0), (Ranks{0, 2, 4, 6}));
+  EXPECT_EQ(l.group_members(GroupKind::dp_shard, 9), (Ranks{9, 11, 13, 15}));
+  EXPECT_EQ(l.group_members(GroupKind::dp_replica, 6), (Ranks{6, 14}));
+  EXPECT_TRUE(l.distinct(GroupKind::dp_shard));
+  std::string why;
+  EXPECT_TRUE(l.instance_split(GroupKind::dp_cp, why));
+  // One instance: the shard is the whole group, and no listing names it twice.
+  RankLayout one({.tp = 2, .cp = 2, .ep = 1, .dp = 4, .pp = 1}, order("tp-cp-ep-dp-pp"));
+  EXPECT_EQ(one.group_members(GroupKind::dp_shard, 0), one.group_members(GroupKind::dp_cp, 0));
+  EXPECT_FALSE(one.distinct(GroupKind::dp_shard));
+  EXPECT_FALSE(one.distinct(GroupKind::dp_replica));
+  // CP 4 then DP 3: 2 instances of 6 would cut CP's 4 at 6.
+  RankLayout uneven({.tp = 1, .cp = 4, .ep = 1, .dp = 3, .pp = 1, .instances = 2}, order("tp-cp-ep-dp-pp"));
+  EXPECT_FALSE(uneven.instance_split(GroupKind::dp_cp, why));
+  EXPECT_NE(why.find("inside one of its dimensions"), std::string::npos) << why;
+  RankLayout indivisible({.tp = 1, .cp = 1, .ep = 1, .dp = 6, .pp = 1, .instances = 4}, order("tp-cp-ep-dp-pp"));
+  EXPECT_FALSE(indivisible.instance_split(GroupKind::dp_cp, why));
+  EXPECT_NE(why.find("does not divide"), std::string::npos) << why;
 }
 
 TEST(RankLayout, ExpertParallelismIsCarvedOutOfDataParallelism) {
@@ -121,7 +149,10 @@ TEST(RankLayout, NodeSpanAgreesWithTheMembers) {
   const MeshShape shapes[] = {{.tp = 2, .cp = 2, .ep = 2, .dp = 4, .pp = 3},
                               {.tp = 8, .cp = 1, .ep = 1, .dp = 4, .pp = 2},
                               {.tp = 4, .cp = 2, .ep = 4, .dp = 8, .pp = 1},
-                              {.tp = 3, .cp = 1, .ep = 1, .dp = 6, .pp = 2}};
+                              {.tp = 3, .cp = 1, .ep = 1, .dp = 6, .pp = 2},
+                              {.tp = 2, .cp = 2, .ep = 2, .dp = 4, .pp = 3, .instances = 2},
+                              {.tp = 4, .cp = 2, .ep = 4, .dp = 8, .pp = 1, .instances = 4},
+                              {.tp = 3, .cp = 1, .ep = 1, .dp = 6, .pp = 2, .instances = 3}};
   for (const char* o : {"tp-cp-ep-dp-pp", "tp-pp-dp-ep-cp", "pp-dp-ep-cp-tp", "dp-tp-cp-ep-pp"}) {
     for (const auto& shape : shapes) {
       const RankLayout l(shape, order(o));

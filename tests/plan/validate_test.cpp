@@ -310,6 +310,24 @@ TEST(Validate, ZeroStageRange) {
   EXPECT_FALSE(check(p).has_errors());
 }
 
+// Megatron-core's --num-distributed-optimizer-instances: blocks of the DP x CP group, under a
+// sharded optimizer; the CPU executor shards over all of it.
+TEST(Validate, DistributedOptimizerInstancesSplitTheDataParallelGroup) {
+  Plan p = base_plan();  // DP 4, ZeRO-1
+  p.parallelism.num_distributed_optimizer_instances = 2;
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+  EXPECT_TRUE(has_error(backend_diagnostics(p, Backend::cpu), "parallelism.num_distributed_optimizer_instances", "shards the optimizer over all of DP x CP"));
+  p.parallelism.num_distributed_optimizer_instances = 3;
+  EXPECT_TRUE(has_error(check(p), "parallelism.num_distributed_optimizer_instances", "does not divide the dp_cp group (4 ranks)"));
+  p.parallelism.num_distributed_optimizer_instances = 4;
+  EXPECT_TRUE(has_warning(check(p), "parallelism.num_distributed_optimizer_instances", "the optimizer is not sharded"));
+  p.parallelism.num_distributed_optimizer_instances = 2;
+  p.parallelism.zero_stage = 0;
+  EXPECT_TRUE(has_error(check(p), "parallelism.num_distributed_optimizer_instances", "need a sharded optimizer"));
+  p.parallelism.num_distributed_optimizer_instances = 0;
+  EXPECT_TRUE(has_error(check(p), "parallelism.num_distributed_optimizer_instances", "at least 1"));
+}
+
 TEST(Validate, GpusPerNodeMustDivideNumGpus) {
   Plan p = base_plan();
   p.cluster.gpus_per_node = 6;

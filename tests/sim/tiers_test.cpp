@@ -223,5 +223,37 @@ TEST(Tiers, GradientCompressionMovesBothTiersAlike) {
   EXPECT_NEAR(compressed.simulated_s, compressed.estimated_s, 0.03 * compressed.estimated_s);
 }
 
+// Hybrid sharding (Megatron-core's --num-distributed-optimizer-instances): ZeRO-1 without
+// overlap of either collective, Llama-3-8B on two nodes of 8 x 400G, one micro-batch, rings
+// only. One instance
+// reduce-scatters the fp32 gradients (4 bytes a parameter) and gathers the bf16 parameters
+// (2 bytes) over the 16 GPUs: 15/16 of each buffer on a ring between the nodes, 1/8 of it
+// through each GPU's NIC. Two instances (a node each) reduce-scatter and gather 7/8 of the
+// buffers over NVLink, and all-reduce each 1/8 shard of the gradients between the nodes (a ring
+// of two: the shard once through each NIC). Each GPU's optimizer owns twice the parameters.
+TEST(Tiers, HybridShardingMovesBothTiersAlike) {
+  auto plan = [](int instances) {
+    return load("model: {preset: llama3-8b, seq_length: 4096}\n"
+                "training: {global_batch_size: 16, micro_batch_size: 1, precision: bf16, recompute: selective}\n"
+                "parallelism: {dp: 16, zero_stage: 1, num_distributed_optimizer_instances: " + std::to_string(instances) +
+                ", overlap: {grad_reduce: false, param_gather: false}}\n"
+                "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 400, collective_algorithm: ring}\n");
+  };
+  const plan::Plan one = plan(1), two = plan(2);
+  const auto est_one = models::estimate(one), est_two = models::estimate(two);
+  const auto hw = models::hardware_profile(one.cluster.gpu);
+  const double params = models::count_params(one.model).total;
+  const double nic = 50e9 * hw.nic_efficiency, nvlink = one.cluster.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvlink_efficiency;
+  const double hand_one = 15.0 / 16 * params * (4 + 2) / 8 / nic;
+  const double hand_two = 7.0 / 8 * params * (4 + 2) / nvlink + params * 4 / 8 / nic;
+  EXPECT_NEAR(est_one.breakdown.dp_s, hand_one, 0.10 * hand_one);
+  EXPECT_NEAR(est_two.breakdown.dp_s - est_one.breakdown.dp_s, hand_two - hand_one, 0.10 * (hand_two - hand_one));
+  EXPECT_NEAR(est_two.breakdown.optimizer_s / est_one.breakdown.optimizer_s, 2, 1e-9);
+  const Steps a = steps(one), b = steps(two);
+  const double estimated = b.estimated_s - a.estimated_s, simulated = b.simulated_s - a.simulated_s;
+  EXPECT_GT(estimated, 0.10 * a.estimated_s);
+  EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
+}
+
 }  // namespace
 }  // namespace meshwork::sim
