@@ -26,22 +26,6 @@ namespace {
 double d(std::int64_t v) { return static_cast<double>(v); }
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
-// Communication overlapped with compute slows both: NCCL kernels take SMs and HBM bandwidth
-// from the GEMMs. A p-norm of the two times (2^(1/2.4) = 1.33 at balance), fitted in 2025 on
-// the six ZeRO-3 rows of NAR21 Table 2 (bench/RESULTS.md), was never measured on what it
-// still prices here: ring attention's exchange under the attention kernels, which the
-// simulator does not overlap yet (issue 18). DP overlap and TP overlap (overlap.tp_comm) no
-// longer use it: they follow the Program's streams and models/layer_comm's GEMM pairing.
-constexpr double kOverlapNorm = 2.4;
-
-// Exposed time of `comm` seconds of communication running under `window` seconds of compute:
-// the overlapped pair takes (comm^p + window^p)^(1/p), of which the window is compute.
-double overlapped(double comm, double window) {
-  if (comm <= 0) return 0;
-  if (window <= 0) return comm;
-  return std::pow(std::pow(comm, kOverlapNorm) + std::pow(window, kOverlapNorm), 1 / kOverlapNorm) - window;
-}
-
 // The op kinds of models/op_table.hpp. A kind's index is its enumerator's value; a kind missing
 // here fails loudly (std::array::at) rather than being dropped from op_times.
 constexpr OpKind kOpKinds[] = {OpKind::gemm,      OpKind::attention, OpKind::elementwise, OpKind::norm,
@@ -243,9 +227,10 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     comm_pass(ops, moe, OpPhase::forward, s, raw_f, raw_b);
     comm_pass(ops, moe, OpPhase::recompute, s, raw_f, raw_b);
     comm_pass(ops, moe, OpPhase::backward_input, s, raw_f, raw_b);
-    // Estimate-only until the simulator overlaps it (issue 18): ring attention's exchange under
-    // the attention kernels (Megatron-core's ring attention), by the p-norm above.
-    if (s.cp_s > 0) s.cp_s = overlapped(s.cp_s, 3 * s.attention_s);
+    // CP's ring exchange holds the attention in both tiers, as the Program lists it (before the
+    // forward, before and after the backward). Megatron-core's ring attention overlaps each
+    // step's exchange with the previous block's attention; until the Program splits the
+    // attention into its CP blocks, neither tier does (a fitted p-norm once did here only).
     const double raw = raw_f + raw_b, exposed = s.tp_s + s.cp_s + s.ep_s;
     s.comm_f_s = raw > 0 ? exposed * raw_f / raw : 0;
     s.comm_b_s = raw > 0 ? exposed * raw_b / raw : 0;

@@ -97,7 +97,7 @@ void describe(V& v, ParallelismConfig& s) {
   v.field(s.pipeline_model_parallel_layout, {.key = "pipeline_model_parallel_layout", .doc = "Layers of every virtual stage in Megatron's --pipeline-model-parallel-layout syntax: virtual stages (pp x vpp, in the order c*pp + s) split by |, E the embedding, t a decoder layer, L the loss, (...)*n and x*n repeat, commas ignored; e.g. \"Et|(tt|)*6,t|L\". Empty: none."});
   v.field(s.sequence_parallel, {.key = "sequence_parallel", .doc = "Sequence parallelism: norms and dropout split over the TP group (Korthikanti et al. 2022).", .aliases = "sp"});
   v.field(s.context_parallel_load_balance, {.key = "context_parallel_load_balance", .doc = "Causal load balancing for CP: the sequence cut in 2*CP chunks (so it must divide by 2*CP)."});
-  v.field(s.zero_stage, {.key = "zero_stage", .doc = "ZeRO stage: 0 replicated, 1 optimizer states sharded (Megatron's distributed optimizer), 2 + gradients, 3 + parameters.", .aliases = "zero", .min = 0, .max = 3});
+  v.field(s.zero_stage, {.key = "zero_stage", .doc = "ZeRO stage: 0 replicated, 1 optimizer states sharded (Megatron's distributed optimizer; a ZeRO-2 that keeps its gradients whole until the last micro-batch has the same memory and traffic), 2 + gradients sharded, reduce-scattered every micro-batch, 3 + parameters.", .aliases = "zero", .min = 0, .max = 3});
   v.field(s.num_distributed_optimizer_instances,
           {.key = "num_distributed_optimizer_instances",
            .doc = "Hybrid sharding (Megatron-core's --num-distributed-optimizer-instances): ZeRO shards within each of this many blocks of consecutive DP x CP ranks, and the blocks all-reduce their reduced gradient shards. 1: sharded over all of DP x CP.",

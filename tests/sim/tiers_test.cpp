@@ -255,5 +255,58 @@ TEST(Tiers, HybridShardingMovesBothTiersAlike) {
   EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
 }
 
+// Context parallelism across nodes: NAR21's 1.7B (multi-head attention, h 2,304) with
+// sequences of 8K on two nodes, DP 16 against DP 8 x CP 2 with CP between the nodes (order
+// tp-dp-ep-cp-pp). The same tokens per GPU, the same attention FLOPs (load-balanced causal
+// halves), the same DP x CP group for the gradients: the step differs by the ring exchanges.
+// By hand: each layer passes K and V of its 4,096 tokens (2 x 4,096 x 2,304 x 2 bytes) to the
+// other node once before the forward and twice around the backward (K, V, then their
+// gradients), through each GPU's own NIC, for 24 layers and 2 micro-batches.
+TEST(Tiers, ContextParallelismMovesBothTiersAlike) {
+  auto plan = [](int cp) {
+    return load("model: {preset: nar21-1.7b, seq_length: 8192}\n"
+                "training: {global_batch_size: 16, micro_batch_size: 1, precision: bf16, recompute: none}\n"
+                "parallelism: {dp: " + std::to_string(16 / cp) + ", cp: " + std::to_string(cp) + ", order: tp-dp-ep-cp-pp, zero_stage: 1}\n"
+                "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 400}\n");
+  };
+  const plan::Plan without = plan(1), with = plan(2);
+  const auto est = models::estimate(with);
+  const double nic = 50e9 * models::hardware_profile(with.cluster.gpu).nic_efficiency;
+  const double kv_bytes = 2.0 * 4096 * 2304 * 2;
+  const double hand_cp = 2 * 24 * 3 * kv_bytes / nic;
+  EXPECT_NEAR(est.breakdown.cp_s, hand_cp, 0.10 * hand_cp);
+  const Steps a = steps(without), b = steps(with);
+  const double estimated = b.estimated_s - a.estimated_s, simulated = b.simulated_s - a.simulated_s;
+  EXPECT_GT(estimated, 0.10 * a.estimated_s);
+  EXPECT_NEAR(estimated, hand_cp, 0.10 * hand_cp);
+  EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
+}
+
+// Routing imbalance (once in the estimate only): Mixtral 8x7B with EP 2 between two nodes
+// (order tp-cp-dp-ep-pp), the hottest expert's rank taking routing_imbalance times the
+// balanced load of tokens, in its all-to-alls and its expert GEMMs, in both tiers. By hand for
+// the all-to-alls: each sends the 4,096 tokens x top-2 x h 4,096 x 2 bytes (times the
+// imbalance), half of it to the other node through the GPU's own NIC; four per MoE layer
+// (dispatch and combine, forward and backward), 32 layers, 2 micro-batches.
+TEST(Tiers, RoutingImbalanceMovesBothTiersAlike) {
+  auto plan = [](double imbalance) {
+    return load("model: {preset: mixtral-8x7b, seq_length: 4096, moe: {routing_imbalance: " + std::to_string(imbalance) + "}}\n"
+                "training: {global_batch_size: 32, micro_batch_size: 1, precision: bf16, recompute: selective}\n"
+                "parallelism: {dp: 16, ep: 2, order: tp-cp-dp-ep-pp, zero_stage: 1}\n"
+                "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 400}\n");
+  };
+  const plan::Plan balanced = plan(1.0), skewed = plan(1.5);
+  const auto est_balanced = models::estimate(balanced), est_skewed = models::estimate(skewed);
+  const double nic = 50e9 * models::hardware_profile(balanced.cluster.gpu).nic_efficiency;
+  const double a2a_bytes = 4096.0 * 2 * 4096 * 2 / 2;
+  const double hand_ep = 4 * 32 * 2 * a2a_bytes / nic;
+  EXPECT_NEAR(est_balanced.breakdown.ep_s, hand_ep, 0.10 * hand_ep);
+  EXPECT_NEAR(est_skewed.breakdown.ep_s - est_balanced.breakdown.ep_s, 0.5 * hand_ep, 0.10 * 0.5 * hand_ep);
+  const Steps a = steps(balanced), b = steps(skewed);
+  const double estimated = b.estimated_s - a.estimated_s, simulated = b.simulated_s - a.simulated_s;
+  EXPECT_GT(estimated, 0.10 * a.estimated_s);
+  EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
+}
+
 }  // namespace
 }  // namespace meshwork::sim
