@@ -143,8 +143,11 @@ class StageLowering {
   }
   // The next compute waits for instruction i too. It has two slots (Instr::after and
   // also_after): a stream runs its collectives in order, so of two collectives on one stream
-  // the later stands for both; otherwise i takes a free slot. (A third, never needed by the
-  // lowering's order, would replace the first.)
+  // the later stands for both; otherwise i takes a free slot. With both taken (a held
+  // reduction, a receive, then the blocking CP exchange before a recomputed attention), the
+  // collective i starts after the first: what the compute stream waits for orders what is
+  // issued after it (PyTorch's NCCL streams wait for the current stream at launch), and the
+  // first was issued after the compute that i follows, so nothing earlier is lost.
   void wait_for(std::int32_t i) {
     if (i < 0) return;
     const Instr& in = (*out_)[static_cast<std::size_t>(i)];
@@ -156,9 +159,16 @@ class StageLowering {
         return;
       }
     }
-    if (blocking_ < 0) blocking_ = i;
-    else if (also_blocking_ < 0) also_blocking_ = i;
-    else blocking_ = i;
+    if (blocking_ < 0) {
+      blocking_ = i;
+    } else if (also_blocking_ < 0) {
+      also_blocking_ = i;
+    } else {
+      // Receives come before a pass's collectives in the lowering's order, so i is one.
+      Instr& later = (*out_)[static_cast<std::size_t>(i)];
+      if (later.kind == InstrKind::collective) later.after = std::max(later.after, blocking_);
+      blocking_ = i;
+    }
   }
   // A collective on `stream` of `bytes` per rank; blocking ones hold the next compute.
   void collective(Stream stream, Collective c, plan::GroupKind g, double bytes, std::int64_t layer, bool blocking,
@@ -405,7 +415,9 @@ class StageLowering {
       prefetched_ = gather(next, -1);
       prefetched_layer_ = next;
     }
-    if (mine >= 0) blocking_ = mine;  // it follows `pending`, so it stands for both
+    // A gather issued now follows `pending` and stands for it; a prefetched one was issued
+    // before anything held since (a bucket's reduction), so it joins them.
+    wait_for(mine);
   }
 
   // ZeRO 1 and 2 with overlap.param_gather: the parameters the distributed optimizer updated
@@ -544,7 +556,7 @@ RankView for_rank(const Program& program, const plan::RankLayout& layout, std::i
     v.next_rank = layout.rank(next);
   }
   for (auto g : plan::kAllGroupKinds) {
-    if (layout.group_size(g) > 1) v.groups.emplace_back(g, layout.group_index(g, rank));
+    if (layout.distinct(g)) v.groups.emplace_back(g, layout.group_index(g, rank));
   }
   return v;
 }

@@ -146,6 +146,11 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
     kept["pipeline_schedule"] = c.schedule;
     kept["sequence_parallel"] = c.tp > 1;
     kept["zero_stage"] = c.zero;
+    // The base's distributed-optimizer instances, under a sharded optimizer (a candidate whose
+    // DP x CP they do not divide is refused by validation, with the reason).
+    for (const char* key : {"num_distributed_optimizer_instances", "dist_opt_instances"}) {
+      if (c.zero >= 1 && par.contains(key)) kept[key] = par[key];
+    }
     if (const std::int64_t first = first_stage(c.pp); first > 0) {
       kept["decoder_first_pipeline_num_layers"] = first;
       kept["decoder_last_pipeline_num_layers"] = first;

@@ -236,8 +236,6 @@ std::int64_t RankLayout::group_size(GroupKind g) const {
 
 bool RankLayout::distinct(GroupKind g) const {
   if ((is_shard(g) || is_replica(g)) && shape_.instances <= 1) return false;
-  // Without EP the experts' instances are the dense ones.
-  if ((g == GroupKind::expert_dp_shard || g == GroupKind::expert_dp_replica) && shape_.ep <= 1) return false;
   return group_size(g) > 1;
 }
 

@@ -94,7 +94,7 @@ class RankLayout {
   [[nodiscard]] std::int64_t group_size(GroupKind g) const;
   // Whether kind g is a group of its own in this layout: more than one member, and a shard or
   // replica group only when there are several instances (with one, the shard is dp_cp or
-  // expert_dp, which the listings name instead), an expert one only with EP.
+  // expert_dp, which the listings name instead).
   [[nodiscard]] bool distinct(GroupKind g) const;
   // Whether `whole` (dp_cp or expert_dp) splits into `instances` blocks of consecutive
   // members on the mesh's digits: the block size must be a product of whole dimensions of the

@@ -156,7 +156,10 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
   const auto& par = p.parallelism;
   d.checkpoint_bytes = models::count_params(p.model).total * kCheckpointBytesPerParam;
   const double replica_gpus = gpus / static_cast<double>(std::max<std::int64_t>(par.data_parallel_size, 1));
-  const double per_gpu_bytes = d.checkpoint_bytes / (par.zero_stage >= 1 ? gpus : replica_gpus);
+  // With distributed-optimizer instances each instance holds the whole state (its GPUs a
+  // 1/instance share each), so one instance's GPUs write it.
+  const double sharded_gpus = gpus / static_cast<double>(std::max<std::int64_t>(par.num_distributed_optimizer_instances, 1));
+  const double per_gpu_bytes = d.checkpoint_bytes / (par.zero_stage >= 1 ? sharded_gpus : replica_gpus);
   const auto& k = p.checkpoint;
   in.load_persistent_s = d.checkpoint_bytes / (k.read_gbytes_per_s * 1e9);
   in.snapshot_s = per_gpu_bytes / (k.snapshot_gbytes_per_s * 1e9);
@@ -166,7 +169,7 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
   // so the stages overlap rather than add). Without ZeRO one replica writes (its GPUs hold
   // the whole state; the others' is the same); with it every GPU writes its shard.
   const double gpus_per_node = static_cast<double>(std::max<std::int64_t>(c.gpus_per_node, 1));
-  const double writers = par.zero_stage >= 1 ? gpus : replica_gpus;
+  const double writers = par.zero_stage >= 1 ? sharded_gpus : replica_gpus;
   const double node_nics_gbps = c.nic_bandwidth_gbps * static_cast<double>(c.nics_per_node);
   const double storage_link_gbps = k.storage_link_gbps_per_node > 0 ? k.storage_link_gbps_per_node : node_nics_gbps;
   d.storage_s = d.checkpoint_bytes / (k.write_gbytes_per_s * 1e9);

@@ -199,6 +199,25 @@ TEST(Reliability, ThePlanGivesTheJobsRatesAndItsCheckpoint) {
   EXPECT_NEAR(d.inputs.target_work_s, 300e9 / (1536.0 * 2048) * 30, 1e-6);
 }
 
+// ZeRO shards the checkpoint over the GPUs that hold one copy of the state: all of them with
+// one distributed-optimizer instance, one instance's with several (each holds the whole
+// state), so each GPU snapshots twice as much with two.
+TEST(Reliability, DistributedOptimizerInstancesHoldTheirOwnCopyOfTheState) {
+  auto derive = [](int instances) {
+    auto loaded = plan::load_plan_text("model: gpt3-175b\ntraining: {global_batch_size: 1536}\n"
+                                       "parallelism: {tp: 8, pp: 8, dp: 16, zero_stage: 1, num_distributed_optimizer_instances: " +
+                                           std::to_string(instances) + "}\n"
+                                       "cluster: {gpu: a100-sxm-80gb, num_gpus: 1024, gpus_per_node: 8}\n"
+                                       "checkpoint: {mode: async, snapshot_gbytes_per_s: 25}\n",
+                                       plan::Format::yaml);
+    EXPECT_TRUE(loaded.ok());
+    return inputs_for(loaded.plan, 30.0);
+  };
+  const Derived one = derive(1), two = derive(2);
+  EXPECT_NEAR(one.inputs.snapshot_s, one.checkpoint_bytes / 1024 / 25e9, 1e-9);
+  EXPECT_NEAR(two.inputs.snapshot_s, 2 * one.inputs.snapshot_s, 1e-9);
+}
+
 // Issue 21: a link or switch event that every group can route around costs the stall until
 // the fabric reroutes (reroute_s), not a restart; a NIC's only link cuts its GPUs off and
 // stops the job as before.
