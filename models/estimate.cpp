@@ -15,6 +15,7 @@
 #include "models/op_table.hpp"
 #include "models/params.hpp"
 #include "models/pipeline.hpp"
+#include "models/sm_share.hpp"
 #include "plan/derived.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
@@ -165,6 +166,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // weight-gradient part, its only backward). Adds the exposed seconds to `s` and to `raw_f` or
   // `raw_b` by direction.
   const bool split_tp = tp_comm_overlapped(p);
+  // What TP's split collectives take from their GEMMs' SMs (models/sm_share.hpp).
+  const double rs_sms = sm_fraction(hw, Stream::tp, Collective::reduce_scatter, split_tp);
+  const double ag_sms = sm_fraction(hw, Stream::tp, Collective::all_gather, split_tp);
   auto comm_pass = [&](const std::vector<Op>& ops, bool moe, OpPhase phase, StageTimes& s, double& raw_f, double& raw_b) {
     std::vector<LayerComm> comms;
     const bool fwd = phase != OpPhase::backward_input;
@@ -180,7 +184,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
             pending_gather += dt;
             continue;
           }
-          dt = tp_exposed_s(dt, last_gemm);
+          dt = tp_exposed_s(dt, last_gemm, rs_sms);
         }
         (c.stream == Stream::tp ? s.tp_s : c.stream == Stream::ep ? s.ep_s : s.cp_s) += dt;
         (fwd && phase == OpPhase::forward ? raw_f : raw_b) += dt;
@@ -196,7 +200,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       if (op.kind == OpKind::gemm) {
         const double g = timer(op);
         if (pending_gather > 0) {
-          const double dt = tp_exposed_s(pending_gather, g);
+          const double dt = tp_exposed_s(pending_gather, g, ag_sms);
           s.tp_s += dt;
           (phase == OpPhase::forward ? raw_f : raw_b) += dt;
           pending_gather = 0;
@@ -424,11 +428,18 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       }
       double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0;
       GpuParams pending;
+      // The compute beside the DP stream's collectives runs on the SMs they leave it
+      // (models/sm_share.hpp); what it loses there is exposed DP time, as in the simulator.
+      SharedSms sms(sm_fraction(hw, Stream::dp, Collective::all_reduce, false));
       auto run = [&](double dt) {
-        compute += dt;
+        compute = sms.run(compute, dt);
         busy += dt;
       };
-      auto issue = [&](double dt) { return stream = std::max(stream, compute) + dt; };
+      auto issue = [&](double dt) {
+        const double start = std::max(stream, compute);
+        sms.busy(start, start + dt);
+        return stream = start + dt;
+      };
       auto flush = [&] {
         if (pending.total() <= 0) return;
         const double dt = reduce_time(pending);

@@ -30,6 +30,10 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.kernel_overhead_s = 0;
     // 8xA100 all-reduce: 232.5 GB/s busbw of 300 GB/s NVLink (nccl-tests#175).
     hw.nvlink_efficiency = 232.5 / 300;
+    // NCCL on a DGX with 8 NICs runs a collective on 16 channels, 16 SMs (the maintainer,
+    // NVIDIA/nccl#689), of A100's 108 (A100 whitepaper, Figure 6); userbuffers take 16 too.
+    hw.collective_sm_fraction = 16.0 / 108;
+    hw.tp_overlap_sm_fraction = 16.0 / 108;
     // HDR 200G ring all-reduce ~24 GB/s per NIC of 25 (nccl-tests#160, #252).
     hw.nic_efficiency = 24.0 / 25;
     // DGX A100: 6.5 kW maximum with 8 x 400 W GPUs (NVIDIA DGX A100 datasheet).
@@ -44,6 +48,10 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.kernel_overhead_s = 0;
     // 8xH100 ring all-reduce ~370 GB/s busbw of 450 (nccl#1455, NVIDIA's figure).
     hw.nvlink_efficiency = 370.0 / 450;
+    // 16 channels over 8 NICs (NVIDIA/nccl#689; an H800 node logs "16 coll channels",
+    // NVIDIA/nccl#892) of H100 SXM's 132 SMs (H100 whitepaper: 66 TPCs of 2 SMs).
+    hw.collective_sm_fraction = 16.0 / 132;
+    hw.tp_overlap_sm_fraction = 16.0 / 132;
     // NDR 400G: 46-48 GB/s busbw per NIC of 50 (nccl-tests#290).
     hw.nic_efficiency = 47.0 / 50;
     // 8xH100 NVLS all-reduce ~480 GB/s busbw, algbw ~275 GB/s of 450 (nccl-tests#212, the
@@ -70,6 +78,9 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     // 8xB200 NVLS all-reduce 838.0 GB/s busbw = algbw x 2(n-1)/n, so algbw 478.9 of 900
     // (docs/reference/published-runs.md C2, STAS).
     hw.nvls_efficiency = 838.0 / 1.75 / 900;
+    // No B200 SM count among our sources: Hopper's fractions (16 of 132 SMs).
+    hw.collective_sm_fraction = 16.0 / 132;
+    hw.tp_overlap_sm_fraction = 16.0 / 132;
     // DGX B200: 14.3 kW maximum (NVIDIA DGX B200 datasheet) with 8 x 1,000 W GPUs.
     hw.host_watts_per_node = 14300 * 0.94 - 8 * 1000;
   } else if (gpu.peak_tflops.bf16 > 0) {
@@ -83,6 +94,8 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.kernel_overhead_s = 0;
     hw.nvlink_efficiency = 232.5 / 300;
     hw.nic_efficiency = 0.94;
+    hw.collective_sm_fraction = 16.0 / 108;
+    hw.tp_overlap_sm_fraction = 16.0 / 108;
     hw.host_watts_per_node = 3000;
   } else {
     hw.generation = "cpu";
@@ -112,6 +125,7 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
   if (c.kernel_overhead_us > 0) hw.kernel_overhead_s = c.kernel_overhead_us * 1e-6;
   if (c.intra_node_efficiency > 0) hw.nvlink_efficiency = c.intra_node_efficiency;
   if (c.nic_efficiency > 0) hw.nic_efficiency = c.nic_efficiency;
+  if (c.collective_sm_fraction >= 0) hw.collective_sm_fraction = c.collective_sm_fraction;
   if (c != plan::Calibration{}) {
     hw.generation = "measured";
     hw.calibrated = true;

@@ -38,6 +38,13 @@ struct HardwareProfile {
   // NVLink SHARP all-reduce in an NVSwitch node: algbw / NVLink line rate (every GPU sends
   // and receives the buffer once; the switch reduces). 0: the generation has none.
   double nvls_efficiency = 0;
+  // The SMs a collective holds while it runs, as a fraction of the GPU's (models/sm_share.hpp):
+  // NCCL's channels, one CTA each, over the SM count; and Transformer Engine's userbuffers
+  // reduce-scatter split with its GEMM (overlap.tp_comm: `num_sm` 16 by default, with the GEMM
+  // given the rest, TransformerEngine transformer_engine/pytorch/module/base.py @d0067d0d,
+  // lines 384-390). 0: nothing taken (a CPU host).
+  double collective_sm_fraction = 0;
+  double tp_overlap_sm_fraction = 0;
   // Power: idle fraction of TDP; host (CPUs, memory, NICs, switches, fans) per node at load,
   // watts; power-supply efficiency. The idle fraction is an assumption (about 70 W of an H100's
   // 700 W) and is charged for all time not spent computing, communication included, so the GPU

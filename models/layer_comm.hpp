@@ -41,10 +41,8 @@ void comm_around(const plan::Plan& plan, std::string_view op, bool moe_layer, bo
 // the pass), each reduce-scatter with the GEMM that produces it (the previous one), and only
 // what the GEMM does not cover is exposed, in both tiers. Without SP the flag changes nothing.
 // (Chunked pipelining of the pair is taken as perfect; the SMs the collective takes from the
-// GEMM are not priced yet, issue 18.)
+// GEMM are priced by models::tp_exposed_s, models/sm_share.hpp.)
 bool tp_comm_overlapped(const plan::Plan& plan);
-// The exposed part of a TP collective of `comm_s` hidden under a GEMM of `gemm_s`.
-inline double tp_exposed_s(double comm_s, double gemm_s) { return comm_s > gemm_s ? comm_s - gemm_s : 0.0; }
 
 // Parameters one GPU holds of a layer (or of the parts outside the layers), split by the group
 // that reduces their gradients and shards them: dense ones over data x context parallelism,

@@ -133,6 +133,7 @@ void describe(V& v, Calibration& s) {
   v.field(s.kernel_overhead_us, {.key = "kernel_overhead_us", .doc = "Fixed cost of one kernel or CPU op.", .unit = Unit::microseconds, .min = 0, .max = 1e6});
   v.field(s.intra_node_efficiency, {.key = "intra_node_efficiency", .doc = "Collectives' bus bandwidth inside a node over the node fabric's bandwidth.", .min = 0, .max = 2});
   v.field(s.nic_efficiency, {.key = "nic_efficiency", .doc = "Collectives' bus bandwidth between nodes over the NICs' line rate.", .min = 0, .max = 2});
+  v.field(s.collective_sm_fraction, {.key = "collective_sm_fraction", .doc = "Fraction of the SMs a collective holds while it runs (NCCL: channels / SMs; 0: copy-engine collectives), which compute beside it loses; negative: the GPU generation's.", .min = -1, .max = 1});
 }
 
 template <class V>

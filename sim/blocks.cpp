@@ -1,6 +1,7 @@
 #include "sim/blocks.hpp"
 
 #include "models/layer_comm.hpp"
+#include "models/sm_share.hpp"
 
 namespace meshwork::sim {
 
@@ -47,6 +48,9 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
   // overlap.tp_comm (models/layer_comm): an all-gather waits for the GEMM it is split with (the
   // next one), a reduce-scatter hides under the GEMM before it, within a block.
   const bool split_tp = models::tp_comm_overlapped(plan_);
+  // What the split collectives take from their GEMMs' SMs (models/sm_share.hpp).
+  const double rs_sms = models::sm_fraction(timer_.hardware(), models::Stream::tp, models::Collective::reduce_scatter, split_tp);
+  const double ag_sms = models::sm_fraction(timer_.hardware(), models::Stream::tp, models::Collective::all_gather, split_tp);
   double pending_gather = 0, last_gemm = 0;
   auto close = [&] {
     if (open >= 0) times[static_cast<std::size_t>(open)].tp_s += pending_gather;
@@ -63,14 +67,14 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
       pending_gather += t;
       return;
     }
-    if (split_tp && in.collective == models::Collective::reduce_scatter) t = models::tp_exposed_s(t, last_gemm);
+    if (split_tp && in.collective == models::Collective::reduce_scatter) t = models::tp_exposed_s(t, last_gemm, rs_sms);
     b.tp_s += t;
   };
   auto add_compute = [&](BlockTime& b, const Instr& in) {
     charge(b, in);
     if (in.op != models::OpKind::gemm) return;
     const double g = timer_(in.op, in.flops, in.bytes);
-    if (pending_gather > 0) b.tp_s += models::tp_exposed_s(pending_gather, g);
+    if (pending_gather > 0) b.tp_s += models::tp_exposed_s(pending_gather, g, ag_sms);
     pending_gather = 0;
     last_gemm = g;
   };

@@ -31,6 +31,7 @@
 
 #include "models/comm.hpp"
 #include "models/compute_time.hpp"
+#include "models/sm_share.hpp"
 #include "models/estimate.hpp"
 #include "models/flops.hpp"
 #include "models/headline.hpp"
@@ -65,15 +66,19 @@ inline constexpr double kStalledBytesPerS = 1e-3;
 // its `also_after`, for the part of the wait up to that one's end).
 enum class Wait { none, pipeline, tp, cp, ep, dp };
 
-inline Wait wait_of(const Instr& in) {
-  if (in.kind == InstrKind::recv) return Wait::pipeline;
-  switch (in.stream) {
+inline Wait stream_wait(models::Stream s) {
+  switch (s) {
     case models::Stream::tp: return Wait::tp;
     case models::Stream::cp: return Wait::cp;
     case models::Stream::ep: return Wait::ep;
     case models::Stream::dp: return Wait::dp;
     default: return Wait::none;
   }
+}
+
+inline Wait wait_of(const Instr& in) {
+  if (in.kind == InstrKind::recv) return Wait::pipeline;
+  return stream_wait(in.stream);
 }
 
 // A class of flows: the flows of one type of every rank of one colour, played as the flow of
@@ -250,6 +255,7 @@ class Simulation {
     models::CollectiveFlows flows;
     std::size_t type = 0;
     std::int32_t index = 0;  // the instruction
+    double sms = 0;          // the fraction of the SMs it holds while it runs (models/sm_share.hpp)
   };
   struct Lane {
     std::deque<Job> jobs;
@@ -272,6 +278,12 @@ class Simulation {
     // per-micro-batch buckets of a 16K-GPU plan) once held thousands of blocked actors and
     // their stacks, 22 GB.
     std::array<Lane, 6> lanes;
+    // The SMs the lanes' running collectives hold (models/sm_share.hpp), per stream: the
+    // compute beside them runs on the rest, and waits on `sms_changed` (while `computing`) for
+    // a collective to start or end.
+    std::array<double, 6> held_sms{};
+    sg4::SemaphorePtr sms_changed;
+    bool computing = false;
     double busy_s = 0, recompute_s = 0, optimizer_s = 0;
     double straggle_s = 0;  // compute time a slow member added
     std::map<Wait, double> waited_s;
@@ -292,6 +304,12 @@ class Simulation {
   }
 
   void wait_for(ActorState& st, std::int32_t i, const models::StageProgram* sp = nullptr);
+
+  // Compute of `work_s` seconds (at full speed) beside the collectives the actor's lanes run:
+  // at 1 - the SMs they hold while they run; the time lost is charged to their streams' waits.
+  void compute_for(ActorState& st, double work_s);
+  // A lane's collective starts (`sms` > 0) or ends (0): wakes the compute to change its pace.
+  static void hold_sms(ActorState& st, std::size_t stream, double sms);
 
   // A stream's worker: its collectives one after the other, until a token without a job.
   void play_lane(ActorState& st, Lane& lane, const models::StageProgram& sp);

@@ -135,6 +135,49 @@ void Simulation::wait_for(ActorState& st, std::int32_t i, const models::StagePro
   }
 }
 
+void Simulation::hold_sms(ActorState& st, std::size_t stream, double sms) {
+  st.held_sms.at(stream) = sms;
+  if (st.computing) {
+    st.computing = false;  // one token per change the compute has not yet seen
+    st.sms_changed->release();
+  }
+}
+
+void Simulation::compute_for(ActorState& st, double work_s) {
+  double held = 0;
+  for (const double f : st.held_sms) held += f;
+  bool queued = false;  // a lane with work to start: a collective may begin under this compute
+  for (const Lane& lane : st.lanes) queued = queued || !lane.jobs.empty();
+  if (held <= 0 && !queued) {
+    if (work_s > 0) sg4::this_actor::sleep_for(work_s);
+    return;
+  }
+  if (!st.sms_changed) st.sms_changed = sg4::Semaphore::create(0);
+  double left = work_s;
+  while (left > 0) {
+    std::array<double, 6> shares = st.held_sms;
+    held = 0;
+    for (const double f : shares) held += f;
+    const double rate = std::max(0.0, 1 - held);
+    const double start = sg4::Engine::get_clock();
+    st.computing = true;
+    bool done = false;
+    if (rate <= 0) st.sms_changed->acquire();
+    else done = st.sms_changed->acquire_timeout(left / rate);  // true: no change came
+    st.computing = false;
+    const double elapsed = sg4::Engine::get_clock() - start;
+    const double worked = done ? left : std::min(left, elapsed * rate);
+    left = done ? 0 : left - worked;
+    // What the collectives took: charged to their streams' waits, by the SMs each held.
+    const double lost = elapsed - worked;
+    if (lost > 0 && held > 0) {
+      for (std::size_t s = 0; s < shares.size(); ++s) {
+        if (shares[s] > 0) st.waited_s[stream_wait(static_cast<models::Stream>(s))] += lost * shares[s] / held;
+      }
+    }
+  }
+}
+
 void Simulation::play_lane(ActorState& st, Lane& lane, const models::StageProgram& sp) {
   for (;;) {
     lane.queued->acquire();
@@ -142,7 +185,10 @@ void Simulation::play_lane(ActorState& st, Lane& lane, const models::StageProgra
     const Job job = lane.jobs.front();
     lane.jobs.pop_front();
     const double start = sg4::Engine::get_clock();
+    const auto stream = static_cast<std::size_t>(&lane - st.lanes.data());
+    hold_sms(st, stream, job.sms);
     collective(job.key, job.kind, job.flows, job.type);
+    hold_sms(st, stream, 0);
     if (st.traced) record(st, sp, sp.instrs[static_cast<std::size_t>(job.index)], start, sg4::Engine::get_clock());
     lane.done = job.index;
     if (lane.awaited >= 0 && lane.done >= lane.awaited) {
@@ -200,7 +246,8 @@ void Simulation::play(std::size_t a) {
         st.waited_s[Wait::cp] += bt.cp_s;
         // The compute stream is this actor's own: nothing shares it, so it is a sleep
         // (an execution would cost SimGrid a max-min variable for nothing).
-        if (now + dt > clock) sg4::this_actor::sleep_for(now + dt - clock);
+        if (now > clock) sg4::this_actor::sleep_for(now - clock);
+        compute_for(st, dt);
         st.last_compute_end_s = sg4::Engine::get_clock();
         st.last_active_s = st.last_compute_end_s;
         if (st.traced) record(st, sp, in, now, st.last_compute_end_s);
@@ -223,7 +270,7 @@ void Simulation::play(std::size_t a) {
           lane.woken = sg4::Semaphore::create(0);
           lane.worker = sg4::Actor::create("coll", host_of_[static_cast<std::size_t>(lead)], [this, &st, &lane, &sp] { play_lane(st, lane, sp); });
         }
-        lane.jobs.push_back({key, kind, f, type, static_cast<std::int32_t>(k)});
+        lane.jobs.push_back({key, kind, f, type, static_cast<std::int32_t>(k), models::sm_fraction(timer_.hardware(), in.stream, in.collective, false)});
         lane.queued->release();
         st.workers.emplace_back(static_cast<std::int32_t>(k), stream);
         break;

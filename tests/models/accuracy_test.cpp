@@ -70,11 +70,13 @@ TEST(Accuracy, Narayanan2021Table2PtdP) {
 // ahead, per-micro-batch reduce-scatters, at the ring's bandwidth), and nothing in meshwork
 // yet slows DeepSpeed's many small collectives (issue 20's message-size and protocol model):
 // the estimate runs far ahead of these runs, the more so the more GPUs. Pinned, not bounded,
-// and not re-fitted (bench/RESULTS.md reports them).
+// and not re-fitted (bench/RESULTS.md reports them). The SMs the prefetched gathers and the
+// reduce-scatters take from the compute beside them (models/sm_share.hpp) moved them 2 to 36
+// points closer.
 TEST(Accuracy, Narayanan2021Table2ZeroThreeArePinnedUntilTheMessageSizeModel) {
-  const Errors e = errors({{"nar21-t2-175b-zero3-384", 144, 35.9}, {"nar21-t2-175b-zero3-768", 88, 122.1},
-                           {"nar21-t2-175b-zero3-1536", 44, 342.3}, {"nar21-t2-530b-zero3-640", 138, 47.4},
-                           {"nar21-t2-530b-zero3-1120", 98, 107.2}, {"nar21-t2-530b-zero3-2240", 48, 321.8}},
+  const Errors e = errors({{"nar21-t2-175b-zero3-384", 144, 33.9}, {"nar21-t2-175b-zero3-768", 88, 114.5},
+                           {"nar21-t2-175b-zero3-1536", 44, 306.8}, {"nar21-t2-530b-zero3-640", 138, 45.1},
+                           {"nar21-t2-530b-zero3-1120", 98, 100.7}, {"nar21-t2-530b-zero3-2240", 48, 292.5}},
                           Figure::hardware_tflops);
   EXPECT_GT(e.mean_abs, 0.0);
 }

@@ -159,29 +159,32 @@ TEST(Tiers, OverlappedPipelineTransfersMoveBothTiersAlike) {
 // layer's gather (1/8 of its bf16 bytes x 15/16 through each NIC) is shorter than a layer's
 // forward of 2K tokens. By hand the flag saves the gather of everything but the first bucket.
 TEST(Tiers, ParameterGatherUnderTheForwardMovesBothTiersAlike) {
-  auto plan = [](bool ahead, int pp) {
+  auto plan = [](bool ahead, int pp, const std::string& sms = "-1") {
     return load("model: {preset: llama3-8b, seq_length: 2048, untie_embeddings_and_output_weights: false}\n"
                 "training: {global_batch_size: 16, micro_batch_size: 1, precision: bf16, recompute: selective}\n"
                 "parallelism: {pp: " + std::to_string(pp) + (pp > 1 ? ", vpp: 2, pipeline_schedule: interleaved" : "") + ", dp: " +
                 std::to_string(16 / pp) + ", zero_stage: 1, overlap: {param_gather: " + (ahead ? "true" : "false") + "}}\n"
-                "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 400}\n");
+                "cluster: {gpu: {preset: h100-sxm, calibration: {collective_sm_fraction: " + sms + "}}, num_gpus: 16, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 400}\n");
   };
   const plan::Plan under = plan(true, 1);
   const Steps blocking = steps(plan(false, 1)), ahead = steps(under);
   const auto counts = models::count_params(under.model);
-  const double nic = 50e9 * models::hardware_profile(under.cluster.gpu).nic_efficiency;
-  const double hand = (counts.total - counts.embedding - counts.dense_layer()) * 2 * 15.0 / 16 / 8 / nic;
+  const auto hw = models::hardware_profile(under.cluster.gpu);
+  const double nic = 50e9 * hw.nic_efficiency;
+  // Under the forward the gathers hold their SMs (models/sm_share.hpp): the forward beside them
+  // loses that fraction of their time.
+  const double hand = (1 - hw.collective_sm_fraction) * (counts.total - counts.embedding - counts.dense_layer()) * 2 * 15.0 / 16 / 8 / nic;
   const double estimated = blocking.estimated_s - ahead.estimated_s, simulated = blocking.simulated_s - ahead.simulated_s;
   EXPECT_GT(estimated, 0.10 * ahead.estimated_s);
   EXPECT_NEAR(estimated, hand, 0.10 * hand);
   EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
   EXPECT_NEAR(ahead.simulated_s, ahead.estimated_s, 0.03 * ahead.estimated_s);
   // Two interleaved stages: each chunk's first forward waits for its activation and its first
-  // bucket (two dependencies in the Program). Both tiers give the same DP, compute and
-  // bubble; the simulated pipeline transfers are slower, as they share the NICs with the
-  // gathers and reductions (contention the closed form does not see), and that is the whole
-  // difference of the steps.
-  const plan::Plan staged = plan(true, 2);
+  // bucket (two dependencies in the Program). With collectives that take no SMs, both tiers
+  // give the same DP, compute and bubble; the simulated pipeline transfers are slower, as they
+  // share the NICs with the gathers and reductions (contention the closed form does not see),
+  // and that is the whole difference of the steps.
+  const plan::Plan staged = plan(true, 2, "0");
   const auto est = models::estimate(staged);
   const auto sim = simulate(staged);
   ASSERT_TRUE(sim.report) << sim.error;
@@ -191,6 +194,21 @@ TEST(Tiers, ParameterGatherUnderTheForwardMovesBothTiersAlike) {
   EXPECT_NEAR(m.compute_s, e.compute_s, 1e-3 * e.compute_s);
   EXPECT_GT(m.pp_s, e.pp_s);
   EXPECT_NEAR(sim.report->step_time_s - est.step_time_s, m.pp_s - e.pp_s, 0.01 * est.step_time_s);
+  // With the gathers holding their SMs, the simulated critical stage (the last, with the head)
+  // runs some of its gathers while it waits for its first activation, where they slow nothing;
+  // the estimate replays the stage with its neighbours never late, all of them beside its
+  // forward (scheduling the closed form does not see). So the simulated DP time is the
+  // estimate's less at most the SM share of the stage's gathers: 16 layers and the head's copy
+  // of the embedding, in bf16, over its DP group.
+  const plan::Plan held = plan(true, 2);
+  const auto est_held = models::estimate(held);
+  const auto sim_held = simulate(held);
+  ASSERT_TRUE(sim_held.report) << sim_held.error;
+  const auto dp = models::group_network(held, hw, models::dp_groups(held, false).shard);
+  const double stage_gather_s = models::collective_s(dp, models::Collective::all_gather, (16 * counts.dense_layer() + counts.embedding) * 2);
+  const double less = est_held.breakdown.dp_s - sim_held.report->breakdown.dp_s;
+  EXPECT_GE(less, -1e-4);
+  EXPECT_LE(less, hw.collective_sm_fraction * stage_gather_s + 1e-4);
 }
 
 // Gradient compression (once priced in the estimate only): both tiers reduce the gradients by
@@ -306,6 +324,37 @@ TEST(Tiers, RoutingImbalanceMovesBothTiersAlike) {
   const double estimated = b.estimated_s - a.estimated_s, simulated = b.simulated_s - a.simulated_s;
   EXPECT_GT(estimated, 0.10 * a.estimated_s);
   EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
+}
+
+// Communication under compute slows the compute (models/sm_share.hpp): while a DP bucket's
+// reduce-scatter runs, the backward beside it has the SMs the collective leaves. Llama-3-8B
+// with its embedding tied to the head, DP 16 over two nodes of 4 x 400G, ZeRO-1 with the
+// gradient reduction overlapped (the parameter gather after the optimizer step), one
+// micro-batch of 4K: every layer fills a bucket alone, and each bucket's reduce-scatter (1/8
+// of its fp32 gradients x 15/16 from each GPU, two GPUs on a NIC) is shorter than the next layer's backward, so
+// every bucket but the last (layer 0 and the embedding, reduced after the backward) runs
+// entirely beside compute. Holding half the SMs (a measured `collective_sm_fraction`, against
+// 0 for copy-engine collectives), by hand each costs the compute half its duration.
+TEST(Tiers, CollectivesTakeTheirSmsFromTheComputeBesideThem) {
+  auto plan = [](double sms) {
+    return load("model: {preset: llama3-8b, seq_length: 4096, untie_embeddings_and_output_weights: false}\n"
+                "training: {global_batch_size: 16, micro_batch_size: 1, precision: bf16, recompute: selective}\n"
+                "parallelism: {dp: 16, zero_stage: 1, overlap: {grad_reduce: true, param_gather: false}}\n"
+                "cluster: {gpu: {preset: h100-sxm, calibration: {collective_sm_fraction: " + std::to_string(sms) + "}}, num_gpus: 16, gpus_per_node: 8, nics_per_node: 4, nic_bandwidth_gbps: 400}\n");
+  };
+  const plan::Plan free = plan(0), held = plan(0.5);
+  const auto counts = models::count_params(free.model);
+  const double nic = 50e9 * models::hardware_profile(free.cluster.gpu).nic_efficiency;
+  const double hand = 0.5 * (counts.total - counts.embedding - counts.dense_layer()) * 4 * 15.0 / 16 / 4 / nic;
+  const Steps a = steps(free), b = steps(held);
+  const double estimated = b.estimated_s - a.estimated_s, simulated = b.simulated_s - a.simulated_s;
+  EXPECT_GT(estimated, 0.10 * a.estimated_s);
+  EXPECT_NEAR(estimated, hand, 0.10 * hand);
+  EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
+  // The time lost is the DP stream's exposed time, in both tiers.
+  const auto est = models::estimate(held), est_free = models::estimate(free);
+  EXPECT_NEAR(est.breakdown.dp_s - est_free.breakdown.dp_s, estimated, 1e-9 + 1e-6 * estimated);
+  EXPECT_DOUBLE_EQ(est.breakdown.compute_s, est_free.breakdown.compute_s);
 }
 
 }  // namespace

@@ -1,0 +1,50 @@
+#include "models/sm_share.hpp"
+
+#include <algorithm>
+
+namespace meshwork::models {
+
+double sm_fraction(const HardwareProfile& hw, Stream stream, Collective c, bool tp_split) {
+  if (stream == Stream::compute) return 0;
+  if (tp_split && stream == Stream::tp) return c == Collective::all_gather ? 0.0 : hw.tp_overlap_sm_fraction;
+  return hw.collective_sm_fraction;
+}
+
+double slowed_compute_s(double work_s, double overlap_s, double fraction) {
+  if (work_s <= 0) return 0;
+  const double f = std::clamp(fraction, 0.0, 1.0);
+  if (f <= 0 || overlap_s <= 0) return work_s;
+  const double rate = 1 - f;
+  // Done inside the overlap at the slower rate, or the overlap's share and then the rest.
+  if (rate > 0 && work_s <= overlap_s * rate) return work_s / rate;
+  return overlap_s + (work_s - overlap_s * rate);
+}
+
+double tp_exposed_s(double comm_s, double gemm_s, double fraction) {
+  return std::max(0.0, std::max(comm_s, slowed_compute_s(gemm_s, comm_s, fraction)) - gemm_s);
+}
+
+void SharedSms::busy(double start_s, double end_s) {
+  if (end_s > start_s && fraction_ > 0) spans_.emplace_back(start_s, end_s);
+}
+
+double SharedSms::run(double start_s, double work_s) {
+  double t = start_s, left = work_s;
+  while (first_ < spans_.size() && spans_[first_].second <= t) ++first_;
+  for (std::size_t i = first_; i < spans_.size() && left > 0; ++i) {
+    const auto [a, b] = spans_[i];
+    if (t < a) {  // at full speed until the collective starts
+      if (left <= a - t) return t + left;
+      left -= a - t;
+      t = a;
+    }
+    const double inside = b - t;
+    const double end = t + slowed_compute_s(left, inside, fraction_);
+    if (end <= b) return end;
+    left -= inside * (1 - std::clamp(fraction_, 0.0, 1.0));
+    t = b;
+  }
+  return t + left;
+}
+
+}  // namespace meshwork::models
