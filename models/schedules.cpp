@@ -13,6 +13,7 @@ std::int32_t i32(std::int64_t v) { return static_cast<std::int32_t>(v); }
 // GPipe (Huang et al. 2019, §2.2): every forward, then every backward.
 Items gpipe(std::int64_t m) {
   Items out;
+  out.reserve(static_cast<std::size_t>(2 * m));
   for (std::int64_t k = 0; k < m; ++k) out.push_back({Pass::forward, i32(k), 0});
   for (std::int64_t k = 0; k < m; ++k) out.push_back({Pass::backward, i32(k), 0});
   return out;
@@ -24,6 +25,7 @@ Items gpipe(std::int64_t m) {
 Items one_f_one_b(std::int64_t p, std::int64_t s, std::int64_t m) {
   const std::int64_t warmup = std::min(p - s - 1, m);
   Items out;
+  out.reserve(static_cast<std::size_t>(2 * m));
   for (std::int64_t k = 0; k < warmup; ++k) out.push_back({Pass::forward, i32(k), 0});
   for (std::int64_t k = 0; k < m - warmup; ++k) {
     out.push_back({Pass::forward, i32(warmup + k), 0});
@@ -40,20 +42,28 @@ Items one_f_one_b(std::int64_t p, std::int64_t s, std::int64_t m) {
 Items interleaved(std::int64_t p, std::int64_t s, std::int64_t m, std::int64_t v) {
   const std::int64_t total = m * v;
   std::int64_t warmup = m == p ? total : std::min(total, (p - s - 1) * 2 + (v - 1) * p);
-  auto item = [&](std::int64_t k, bool forward) {
-    const std::int64_t in_group = k % (p * v);
-    std::int64_t chunk = in_group / p;
-    if (!forward) chunk = v - 1 - chunk;
-    const std::int64_t mb = (k / (p * v)) * p + k % p;
-    return ScheduleItem{forward ? Pass::forward : Pass::backward, i32(mb), i32(chunk)};
+  // The k-th item of a direction, counted up rather than divided out (k % p, (k % (p v)) / p,
+  // (k / (p v)) p): two divisions per item were a quarter of an estimate's time.
+  struct Cursor {
+    std::int64_t p, v, in_group = 0, chunk = 0, base = 0;
+    ScheduleItem next(bool forward) {
+      const ScheduleItem it{forward ? Pass::forward : Pass::backward, i32(base + in_group), i32(forward ? chunk : v - 1 - chunk)};
+      if (++in_group == p) {
+        in_group = 0;
+        if (++chunk == v) chunk = 0, base += p;
+      }
+      return it;
+    }
   };
+  Cursor fwd{p, v}, bwd{p, v};
   Items out;
-  for (std::int64_t k = 0; k < warmup; ++k) out.push_back(item(k, true));
+  out.reserve(static_cast<std::size_t>(2 * total));
+  for (std::int64_t k = 0; k < warmup; ++k) out.push_back(fwd.next(true));
   for (std::int64_t k = 0; k < total - warmup; ++k) {
-    out.push_back(item(warmup + k, true));
-    out.push_back(item(k, false));
+    out.push_back(fwd.next(true));
+    out.push_back(bwd.next(false));
   }
-  for (std::int64_t k = total - warmup; k < total; ++k) out.push_back(item(k, false));
+  for (std::int64_t k = total - warmup; k < total; ++k) out.push_back(bwd.next(false));
   return out;
 }
 
@@ -66,6 +76,7 @@ Items interleaved(std::int64_t p, std::int64_t s, std::int64_t m, std::int64_t v
 // p - s forwards awaiting their B (1F1B's bound) and p awaiting their W.
 Items zero_bubble(std::int64_t p, std::int64_t s, std::int64_t m) {
   Items out;
+  out.reserve(static_cast<std::size_t>(3 * m));
   for (std::int64_t x = 0; x < m + p - 1; ++x) {
     const std::int64_t b = x - (p - 1 - s), w = x - (p - 1);
     if (x < m) out.push_back({Pass::forward, i32(x), 0});

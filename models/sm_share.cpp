@@ -28,7 +28,7 @@ void SharedSms::busy(double start_s, double end_s) {
   if (end_s > start_s && fraction_ > 0) spans_.emplace_back(start_s, end_s);
 }
 
-double SharedSms::run(double start_s, double work_s) {
+double SharedSms::run_beside(double start_s, double work_s) {
   double t = start_s, left = work_s;
   while (first_ < spans_.size() && spans_[first_].second <= t) ++first_;
   for (std::size_t i = first_; i < spans_.size() && left > 0; ++i) {

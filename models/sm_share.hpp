@@ -49,9 +49,13 @@ class SharedSms {
   // (one stream).
   void busy(double start_s, double end_s);
   // When compute of `work_s` (at full speed) started at `start_s` ends.
-  double run(double start_s, double work_s);
+  double run(double start_s, double work_s) {
+    return spans_.empty() || spans_.back().second <= start_s ? start_s + work_s : run_beside(start_s, work_s);
+  }
 
  private:
+  double run_beside(double start_s, double work_s);
+
   double fraction_;
   std::vector<std::pair<double, double>> spans_;
   std::size_t first_ = 0;  // spans before it end before any compute still to run

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 #include <tuple>
@@ -62,6 +63,26 @@ TEST(Schedules, InterleavedAsMegatronOrdersIt) {
   // The last stage: 4 warm-up forwards.
   const auto last = stage_schedule(PipelineSchedule::interleaved, 4, 3, 8, 2);
   EXPECT_EQ(items({last.begin(), last.begin() + 6}), "F0 F1 F2 F3 F0.1 B0.1");
+}
+
+// Megatron's formula for the k-th item of a direction (forward_backward_pipelining_with_
+// interleaving's get_model_chunk_id and microbatch id), against the order stage_schedule
+// counts up, on shapes with 1, 2 and 3 groups of p micro-batches and m = p.
+TEST(Schedules, InterleavedOrderFollowsMegatronsFormula) {
+  for (const auto [p, v, m] : {std::array<std::int64_t, 3>{3, 3, 9}, {4, 2, 8}, {2, 4, 6}, {4, 3, 4}, {8, 2, 24}}) {
+    for (std::int64_t s = 0; s < p; ++s) {
+      const auto order = stage_schedule(PipelineSchedule::interleaved, p, s, m, v);
+      ASSERT_EQ(order.size(), static_cast<std::size_t>(2 * m * v));
+      std::int64_t f = 0, b = 0;
+      for (const ScheduleItem& it : order) {
+        const bool forward = it.pass == Pass::forward;
+        const std::int64_t k = forward ? f++ : b++;
+        const std::int64_t chunk = (k % (p * v)) / p;
+        EXPECT_EQ(it.chunk, forward ? chunk : v - 1 - chunk) << p << v << m << s << k;
+        EXPECT_EQ(it.microbatch, (k / (p * v)) * p + k % p) << p << v << m << s << k;
+      }
+    }
+  }
 }
 
 plan::Plan tiny(const std::string& schedule, std::int64_t pp, std::int64_t vpp, std::int64_t m, const std::string& extra = "") {
