@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "models/comm.hpp"
@@ -355,6 +357,26 @@ TEST(Tiers, CollectivesTakeTheirSmsFromTheComputeBesideThem) {
   const auto est = models::estimate(held), est_free = models::estimate(free);
   EXPECT_NEAR(est.breakdown.dp_s - est_free.breakdown.dp_s, estimated, 1e-9 + 1e-6 * estimated);
   EXPECT_DOUBLE_EQ(est.breakdown.compute_s, est_free.breakdown.compute_s);
+}
+
+// nar21-t2-530b-zero3-2240 is outside 3% (tests/models/tiers_agreement_test.cpp): its
+// simulated DP is 5.96 s against the estimate's 3.48 s. The cause is destination-mod-k
+// routing on the 3-tier fat tree, whose 20-port leaves split the 8-NIC nodes: two DP ring
+// flows meet on spine102->leaf100 and spine56->leaf40 (twice the bytes of any other link,
+// `simulate --explain`), which the closed form, pricing each flow at its steady-state share,
+// does not see. The same plan with adaptive routing spreads them, and the tiers agree.
+TEST(Tiers, ZeroThreeOn2240GpusDiffersOnlyByDestinationModKCollisions) {
+  std::ifstream in(std::string(MESHWORK_SOURCE_DIR) + "/scenarios/published/nar21-t2-530b-zero3-2240.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "topology: {kind: fat_tree, tiers: 3, switch_radix: 40}";
+  ASSERT_NE(yaml.find(from), std::string::npos);
+  yaml.replace(yaml.find(from), from.size(), "topology: {kind: fat_tree, tiers: 3, switch_radix: 40, routing: adaptive}");
+  const plan::Plan adaptive = load(yaml);
+  const auto est = models::estimate(adaptive);
+  const auto sim = simulate(adaptive);
+  ASSERT_TRUE(sim.report) << sim.error;
+  EXPECT_NEAR(sim.report->step_time_s, est.step_time_s, 0.03 * est.step_time_s);
+  EXPECT_NEAR(sim.report->breakdown.dp_s, est.breakdown.dp_s, 0.05 * est.breakdown.dp_s);
 }
 
 }  // namespace
