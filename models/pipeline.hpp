@@ -45,18 +45,23 @@ struct PipelineSpec {
   // The stages' orders when the caller has made them (stage_orders below, for this spec's
   // schedule, stages, micro-batches and chunks); null: pipeline_times makes them.
   const StageOrders* orders = nullptr;
+  // Replay a shorter step and add the steady state's periods it skips, where the check allows
+  // (models/pipeline.cpp); false: every micro-batch (the reference the tests compare with).
+  bool extrapolate = true;
 };
 
 struct PipelineTimes {
   double makespan_s = 0;
   std::vector<double> busy_s;  // per stage: its items' seconds
   std::vector<double> idle_s;  // per stage: makespan - busy
+  std::int64_t replayed_microbatches = 0;  // fewer than the spec's where the steady state was extrapolated
 };
 
 // The orders pipeline_times replays for `spec`.
 StageOrders stage_orders(const PipelineSpec& spec);
 
-// Replays the schedule; O(stages x micro-batches x chunks).
+// Replays the schedule: O(stages x micro-batches x chunks), or, extrapolated over its steady
+// state, O(stages x (stages + check periods) x chunks).
 PipelineTimes pipeline_times(const PipelineSpec& spec);
 // Replays two specs of one schedule (the same stages, micro-batches, chunks and orders; their
 // times, transfers and preposted may differ) in one pass: the estimate's replay with
