@@ -49,7 +49,11 @@ void add_calibrate_command(CLI::App& app, Io& io) {
         if (rank == 0 && !*json) io.err << "calibrate: " << line << '\n' << std::flush;
       };
       const exec::CalibrationRun run = exec::calibrate(*world, spec, precision, intra_gbytes, progress, p ? &*p : nullptr);
+      // What the run measured replaces the plan's calibration; what it does not measure (the SMs a
+      // collective holds) stays as the plan had it.
+      const double collective_sms = spec.calibration.collective_sm_fraction;
       spec.calibration = run.calibration;
+      spec.calibration.collective_sm_fraction = collective_sms;
       if (rank == 0) {
         nlohmann::json m;
         for (const auto& g : run.gemm) m["gemm"].push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"gflops_per_s", g.flops_per_s / 1e9}});

@@ -126,7 +126,11 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
   if (c.intra_node_efficiency > 0) hw.nvlink_efficiency = c.intra_node_efficiency;
   if (c.nic_efficiency > 0) hw.nic_efficiency = c.nic_efficiency;
   if (c.collective_sm_fraction >= 0) hw.collective_sm_fraction = c.collective_sm_fraction;
-  if (c != plan::Calibration{}) {
+  // A figure measured on the machine makes the profile "measured"; the SMs a collective holds
+  // are a setting of the communication library (NCCL's channels), not such a measurement.
+  plan::Calibration measured = c;
+  measured.collective_sm_fraction = plan::Calibration{}.collective_sm_fraction;
+  if (measured != plan::Calibration{}) {
     hw.generation = "measured";
     hw.calibrated = true;
   }

@@ -12,7 +12,7 @@ double sm_fraction(const HardwareProfile& hw, Stream stream, Collective c, bool 
 
 double slowed_compute_s(double work_s, double overlap_s, double fraction) {
   if (work_s <= 0) return 0;
-  const double f = std::clamp(fraction, 0.0, 1.0);
+  const double f = std::clamp(fraction, 0.0, kMostSmsHeld);
   if (f <= 0 || overlap_s <= 0) return work_s;
   const double rate = 1 - f;
   // Done inside the overlap at the slower rate, or the overlap's share and then the rest.
@@ -41,7 +41,7 @@ double SharedSms::run_beside(double start_s, double work_s) {
     const double inside = b - t;
     const double end = t + slowed_compute_s(left, inside, fraction_);
     if (end <= b) return end;
-    left -= inside * (1 - std::clamp(fraction_, 0.0, 1.0));
+    left -= inside * (1 - std::clamp(fraction_, 0.0, kMostSmsHeld));
     t = b;
   }
   return t + left;

@@ -12,7 +12,11 @@
 // whose collective took the SMs. Not priced, in either tier: what the collective's memory
 // traffic takes from a kernel beside it (measured slowdowns are larger than the SM share:
 // 18.9% on average, Lee et al. 2025, arXiv:2507.03114), and the SMs of pipeline transfers
-// (NCCL's send and receive kernels), which neither tier yet puts beside the compute.
+// (NCCL's send and receive kernels), which neither tier yet puts beside the compute. The
+// simulator holds a collective's SMs from when its stream starts it, waiting for late peers
+// included (NCCL's kernels spin); the estimate, whose peers are never late, from its start.
+// The power model counts the time lost as communication, not as compute (a slight
+// underestimate of the GPU's draw).
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -21,6 +25,12 @@
 #include "models/program.hpp"
 
 namespace meshwork::models {
+
+// Collectives running at once hold at most this fraction of the SMs together: NCCL runs at
+// most 64 channels (MAXCHANNELS, NVIDIA/nccl src/include/device.h), 0.59 of A100's 108 SMs;
+// the compute always keeps the rest (and a simulated rank whose compute stopped could not
+// reach the collective its peers wait for).
+inline constexpr double kMostSmsHeld = 64.0 / 108;
 
 // The fraction of the SMs a collective of `c` on `stream` holds while it runs: NCCL's channels
 // (HardwareProfile::collective_sm_fraction), or, for TP's collectives split with their GEMMs

@@ -157,9 +157,9 @@ struct Calibration {
   double kernel_overhead_us = 0;   // fixed cost per kernel or op
   double intra_node_efficiency = 0;  // collectives' bus bandwidth in a node / its fabric's
   double nic_efficiency = 0;
-  // The fraction of the SMs one collective holds while it runs, which the compute beside it
-  // loses (models/sm_share.hpp): NCCL's channels over the SM count, 0 for copy-engine
-  // collectives; negative: the generation's.
+  // The fraction of the SMs one NCCL collective holds while it runs, which the compute beside
+  // it loses (models/sm_share.hpp): its channels over the SM count, 0 for copy-engine
+  // collectives; negative (unlike the fields above, where 0 means it): the generation's.
   double collective_sm_fraction = -1;
 
   bool operator==(const Calibration&) const = default;

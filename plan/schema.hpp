@@ -133,7 +133,7 @@ void describe(V& v, Calibration& s) {
   v.field(s.kernel_overhead_us, {.key = "kernel_overhead_us", .doc = "Fixed cost of one kernel or CPU op.", .unit = Unit::microseconds, .min = 0, .max = 1e6});
   v.field(s.intra_node_efficiency, {.key = "intra_node_efficiency", .doc = "Collectives' bus bandwidth inside a node over the node fabric's bandwidth.", .min = 0, .max = 2});
   v.field(s.nic_efficiency, {.key = "nic_efficiency", .doc = "Collectives' bus bandwidth between nodes over the NICs' line rate.", .min = 0, .max = 2});
-  v.field(s.collective_sm_fraction, {.key = "collective_sm_fraction", .doc = "Fraction of the SMs a collective holds while it runs (NCCL: channels / SMs; 0: copy-engine collectives), which compute beside it loses; negative: the GPU generation's.", .min = -1, .max = 1});
+  v.field(s.collective_sm_fraction, {.key = "collective_sm_fraction", .doc = "Fraction of the SMs an NCCL collective holds while it runs (channels / SMs; 0: copy-engine collectives), which compute beside it loses; at most 0.59 (NCCL's 64 channels on A100's 108 SMs); negative: the GPU generation's. TP's reduce-scatter split with its GEMM (overlap.tp_comm) keeps Transformer Engine's 16 SMs.", .min = -1, .max = 64.0 / 108});
 }
 
 template <class V>

@@ -158,12 +158,10 @@ void Simulation::compute_for(ActorState& st, double work_s) {
     std::array<double, 6> shares = st.held_sms;
     held = 0;
     for (const double f : shares) held += f;
-    const double rate = std::max(0.0, 1 - held);
+    const double rate = 1 - std::min(held, models::kMostSmsHeld);
     const double start = sg4::Engine::get_clock();
     st.computing = true;
-    bool done = false;
-    if (rate <= 0) st.sms_changed->acquire();
-    else done = st.sms_changed->acquire_timeout(left / rate);  // true: no change came
+    const bool done = st.sms_changed->acquire_timeout(left / rate);  // true: no change came
     st.computing = false;
     const double elapsed = sg4::Engine::get_clock() - start;
     const double worked = done ? left : std::min(left, elapsed * rate);
