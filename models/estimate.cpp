@@ -281,9 +281,6 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   pipe.microbatches = derived.micro_batches_per_step;
   pipe.chunks = vchunks;
   pipe.preposted = par.overlap.p2p;
-  // Each stage's order of items, made once: both replays below and the DP replay walk them.
-  const StageOrders orders = stage_orders(pipe);
-  pipe.orders = &orders;
   const auto pipe_slots = static_cast<std::size_t>(pipe.stages * vchunks);
   pipe.forward_s.assign(pipe_slots, 0);
   pipe.backward_s.assign(pipe_slots, 0);
@@ -418,9 +415,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       const std::int64_t pchunks = par.pipeline_schedule == plan::PipelineSchedule::interleaved ? par.virtual_pipeline_model_parallel_size : 1;
       const auto& my_chunks = chunks[static_cast<std::size_t>(slow_stage)];
       const auto& my_firsts = firsts[static_cast<std::size_t>(slow_stage)];
-      std::vector<ScheduleItem> own;  // only when the chunks differ from the pipeline's
-      if (pchunks != pipe.chunks) own = stage_schedule(par.pipeline_schedule, par.pipeline_model_parallel_size, slow_stage, derived.micro_batches_per_step, pchunks);
-      const auto& sched = pchunks == pipe.chunks ? orders[static_cast<std::size_t>(slow_stage)] : own;
+      // The slowest stage's order alone (the pipeline replay makes the orders it needs, of a
+      // shorter step where it extrapolates).
+      const std::vector<ScheduleItem> sched = stage_schedule(par.pipeline_schedule, par.pipeline_model_parallel_size, slow_stage, derived.micro_batches_per_step, pchunks);
       // The last item of each chunk that produces weight gradients.
       std::vector<std::size_t> last_grad_item(my_chunks.size(), 0);
       for (std::size_t i = 0; i < sched.size(); ++i) {

@@ -240,9 +240,11 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
     const auto to = static_cast<std::size_t>(steady_section(spec.schedule, p, static_cast<std::int64_t>(s), short_m, v).second);
     for (std::size_t k = 0; k < N; ++k) {
       if (s == 0) delta[k] = ends[0][to - 1][k] - ends[0][to - 1 - L][k];
+      if (!std::isfinite(delta[k])) return whole();
       for (std::size_t i = to - kCheckedPeriods * L; i < to; ++i) {
         const double shift = ends[s][i][k] - ends[s][i - L][k];
-        if (std::abs(shift - delta[k]) > 1e-9 * std::max(1.0, std::abs(ends[s][i][k]))) return whole();
+        // Written so that a NaN fails it.
+        if (!(std::abs(shift - delta[k]) <= 1e-9 * std::max(1.0, std::abs(ends[s][i][k])))) return whole();
       }
       for (std::size_t i = to - L; i < to; ++i) period_busy[s][k] += item_s(*specs[k], order[s][i], static_cast<std::int64_t>(s));
     }

@@ -43,7 +43,8 @@ struct PipelineSpec {
   std::vector<double> boundary_transfer_s;
   bool preposted = true;  // overlap.p2p
   // The stages' orders when the caller has made them (stage_orders below, for this spec's
-  // schedule, stages, micro-batches and chunks); null: pipeline_times makes them.
+  // schedule, stages, micro-batches and chunks, and no others: an extrapolated replay makes
+  // the orders of its shorter step itself); null: pipeline_times makes them when it needs them.
   const StageOrders* orders = nullptr;
   // Replay a shorter step and add the steady state's periods it skips, where the check allows
   // (models/pipeline.cpp); false: every micro-batch (the reference the tests compare with).

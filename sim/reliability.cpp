@@ -65,6 +65,9 @@ double mean(const std::vector<double>& v) {
 // Half-width of the 95% interval of the mean (normal approximation; trials are many).
 double ci95(const std::vector<double>& v) {
   if (v.size() < 2) return 0;
+  // Trials that all agree (no failures) have no spread; the mean of equal values is not always
+  // exactly one of them, which once gave a spread of 1e-10.
+  if (std::all_of(v.begin(), v.end(), [&](double x) { return x == v.front(); })) return 0;
   const double m = mean(v);
   double ss = 0;
   for (double x : v) ss += (x - m) * (x - m);
