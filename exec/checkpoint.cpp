@@ -14,6 +14,8 @@
 #include <stdexcept>
 
 #include "kernels/checksum.hpp"
+#include "plan/plan_io.hpp"
+#include "report/report_io.hpp"
 
 namespace meshwork::exec {
 
@@ -254,6 +256,16 @@ RankState load_shard(const std::filesystem::path& dir, std::int64_t step, std::i
   }
   if (s.plan_hash != plan_hash) throw ForeignCheckpoint(file + ": written for another plan (hash " + s.plan_hash + ", this plan " + plan_hash + ")");
   return s;
+}
+
+std::string checkpoint_plan_key(const plan::Plan& plan) {
+  const nlohmann::json all = plan::to_json(plan);
+  nlohmann::json training = all.at("training"), parallelism = all.at("parallelism");
+  training.erase("tokens");
+  training.erase("attention_flops");
+  parallelism.erase("overlap");
+  const nlohmann::json key = {{"model", all.at("model")}, {"training", training}, {"parallelism", parallelism}, {"seed", all.at("run").at("seed")}};
+  return report::fnv1a_hex(key.dump());
 }
 
 }  // namespace meshwork::exec

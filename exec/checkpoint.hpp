@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+namespace meshwork::plan {
+struct Plan;
+}  // namespace meshwork::plan
+
 namespace meshwork::exec {
 
 struct RankState {
@@ -67,5 +71,12 @@ class ForeignCheckpoint : public std::runtime_error {
 // Loads and checks a shard against what the resuming run expects: std::runtime_error naming
 // the file for a missing, truncated or corrupt one, ForeignCheckpoint for another run's.
 RankState load_shard(const std::filesystem::path& dir, std::int64_t step, std::int64_t rank, std::int64_t world_size, const std::string& plan_hash);
+
+// What a checkpoint is written for (RankState::plan_hash): the plan's parts that decide the
+// trained state and its shards (the model, the training settings but the token budget and
+// the FLOP-counting convention, the parallelism but its overlap flags, the seed), hashed. A run
+// may resume with another cluster description, calibration, failure or checkpoint policy, or
+// with a new field at its default: none of those changes what a shard holds.
+std::string checkpoint_plan_key(const plan::Plan& plan);
 
 }  // namespace meshwork::exec

@@ -302,7 +302,7 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
     }
     run->keep_reduced = options.verify;
     if (options.verify) ref.emplace(single_rank(plan), local_groups(), 0, nullptr);
-    const std::string plan_hash = report::fnv1a_hex(plan::to_json(plan).dump());
+    const std::string plan_hash = checkpoint_plan_key(plan);
     std::int64_t first = 1;
     if (options.resume) {
       ResumePoint point = find_resume_point(*run->groups().world, options.checkpoint_dir, size, plan_hash, options.warning);

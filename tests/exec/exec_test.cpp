@@ -194,6 +194,39 @@ TEST_F(Checkpoint, ACorruptTruncatedOrForeignShardIsRefusedByName) {
   expect_error("no checkpoint shard", 2, "abc");
 }
 
+// A checkpoint is keyed on what decides the trained state: another cluster description,
+// calibration, failure or checkpoint policy, token budget or overlap flag resumes from it (a
+// field added to the cluster's calibration once refused every earlier checkpoint); another
+// model, mesh, batch or seed does not.
+TEST(CheckpointKey, OnlyWhatDecidesTheStateChangesIt) {
+  const std::string base = "model: {preset: tiny}\n"
+                           "training: {global_batch_size: 8, micro_batch_size: 2, precision: fp32}\n"
+                           "parallelism: {tp: 1, dp: 2}\n"
+                           "cluster: {gpu: cpu-host, num_gpus: 2, gpus_per_node: 2, intra_node: {kind: shared_memory}, nics_per_node: 0, "
+                           "topology: {kind: single_node}}\n"
+                           "run: {seed: 7}\n";
+  auto key = [](const std::string& yaml) {
+    const auto r = plan::load_plan_text(yaml, plan::Format::yaml);
+    EXPECT_TRUE(r.ok()) << yaml;
+    return checkpoint_plan_key(r.plan);
+  };
+  const std::string k = key(base);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string y = base;
+    y.replace(y.find(from), from.size(), to);
+    return key(y);
+  };
+  EXPECT_EQ(with("kind: shared_memory}", "kind: shared_memory, latency_us: 5}"), k);
+  EXPECT_EQ(with("gpu: cpu-host", "gpu: {preset: cpu-host, calibration: {gemm_max_efficiency: 0.3}}"), k);
+  EXPECT_EQ(with("run: {seed: 7}", "run: {seed: 7, trials: 5}\nfailures: {detection_s: 30}\ncheckpoint: {interval: 100}"), k);
+  EXPECT_EQ(with("precision: fp32}", "precision: fp32, tokens: 1e9}"), k);
+  EXPECT_EQ(with("dp: 2}", "dp: 2, overlap: {grad_reduce: false}}"), k);
+  EXPECT_NE(with("seed: 7", "seed: 8"), k);
+  EXPECT_NE(with("tp: 1, dp: 2", "tp: 2, dp: 1"), k);
+  EXPECT_NE(with("preset: tiny}", "preset: tiny, num_layers: 4}"), k);
+  EXPECT_NE(with("micro_batch_size: 2", "micro_batch_size: 4"), k);
+}
+
 TEST_F(Checkpoint, LatestIsAStepNumberAndANewlineOrItsProblemIsNamed) {
   EXPECT_EQ(parse_latest("12\n").step, 12);
   for (const char* bad : {"", "\n", "0\n", "12", "12\n\n", "4x\n", "-3\n", "99999999999999999999\n"}) {
