@@ -60,7 +60,6 @@ std::array<PipelineTimes, N> replay_orders(const std::array<const PipelineSpec*,
   std::vector<Lanes> activation(slots), gradient(slots);
   std::vector<char> activation_sent(slots, 0), gradient_sent(slots, 0);
   auto slot = [&](std::int64_t s, std::int64_t c, std::int64_t mb) { return static_cast<std::size_t>((s * v + c) * m + mb); };
-  auto at = [&](const std::vector<double>& d, std::int64_t s, std::int64_t c) { return d[static_cast<std::size_t>(s * v + c)]; };
   // Each lane's transfer over each boundary.
   std::vector<Lanes> transfer(P);
   for (std::size_t b = 0; b < P; ++b) {
@@ -100,14 +99,7 @@ std::array<PipelineTimes, N> replay_orders(const std::array<const PipelineSpec*,
       // stored one by one, it stalled on store forwarding (40% of the replay's time).
       Lanes end;
       for (std::size_t k = 0; k < N; ++k) {
-        const PipelineSpec& sp = *specs[k];
-        double dt = 0;
-        switch (it.pass) {
-          case Pass::forward: dt = at(sp.forward_s, s, c); break;
-          case Pass::backward: dt = at(sp.backward_s, s, c); break;
-          case Pass::backward_input: dt = at(sp.backward_s, s, c) - at(sp.weight_s, s, c); break;
-          case Pass::backward_weight: dt = at(sp.weight_s, s, c); break;
-        }
+        const double dt = item_s(*specs[k], it, s);
         end[k] = start[k] + dt;
         busy[S][k] += dt;
       }
