@@ -48,7 +48,10 @@ TYPED_TEST(CausalSoftmax, MatchesTheDefinitionAndZeroesTheMask) {
   MESHWORK_REQUIRE_GPU();
   using T = TypeParam;
   std::mt19937_64 rng(501);
-  for (const auto& [batch, seq] : {std::pair<Index, Index>{1, 1}, {3, 5}, {2, 33}, {4, 100}}) {
+  // The warp-per-row kernels (seq not a multiple of 8, and every fp32 shape), then bf16's
+  // block-per-row kernels with 1, 1 (a partial last vector per row), 2, 4 and 8 vectors per thread.
+  for (const auto& [batch, seq] :
+       {std::pair<Index, Index>{1, 1}, {3, 5}, {2, 33}, {4, 100}, {2, 8}, {3, 64}, {1, 1000}, {1, 1032}, {1, 2056}, {1, 4104}}) {
     SCOPED_TRACE("batch " + std::to_string(batch) + " seq " + std::to_string(seq));
     const auto n = static_cast<std::size_t>(batch * seq * seq);
     const float scale = 0.125f;  // 1/sqrt(64)
@@ -68,7 +71,7 @@ TYPED_TEST(CausalSoftmax, MatchesTheDefinitionAndZeroesTheMask) {
       ds_ref.middleRows(b * seq, seq) = causal_softmax_backward_reference(all_dprobs.middleRows(b * seq, seq),
                                                                           gpu_probs.middleRows(b * seq, seq), scale);
     }
-    // Row sums of seq <= 100 exps: fp32 within the float bound; bf16 by its output rounding.
+    // Row sums of up to 4,104 exps: fp32 within the float bound; bf16 by its output rounding.
     expect_close(probs, p_ref, kOutputBound<T>, "probs");
     expect_close(dscores, ds_ref, kOutputBound<T>, "dscores");
     for (Index r = 0; r < batch * seq; ++r)
