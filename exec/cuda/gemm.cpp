@@ -106,6 +106,14 @@ Gemm::~Gemm() {
   if (handle_ != nullptr) cublasLtDestroy(handle_);  // not checked: destructors do not throw
 }
 
+const float* Gemm::unit_scale() {
+  if (unit_scale_.size() == 0) {
+    const float one = 1.0F;
+    unit_scale_ = kernels::cuda::DeviceBuffer<float>(std::span<const float>(&one, 1));
+  }
+  return unit_scale_.data();
+}
+
 void* Gemm::workspace(cudaStream_t stream) {
   if (workspace_bytes_ == 0) return nullptr;
   auto it = workspaces_.find(stream);
@@ -143,6 +151,15 @@ Gemm::Plan& Gemm::plan_for(const Key& key) {
       MESHWORK_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
       MESHWORK_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i], sizeof strides[i]));
     }
+  }
+  if (key.types == Types::fp8_e4m3_to_bf16) {
+    // The scale pointers before the heuristic, as cuBLASLt's fp8 sample sets them: chosen
+    // without them, the H200 of the first GPU check (2026-12-04, cuBLAS 13.0) ran an algorithm
+    // that cublasLtMatmul then refused with scales set (CUBLAS_STATUS_NOT_SUPPORTED). Each call
+    // sets its own tensors' (run).
+    const float* unit = unit_scale();
+    MESHWORK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &unit, sizeof unit));
+    MESHWORK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &unit, sizeof unit));
   }
   cublasLtMatmulPreference_t pref = nullptr;
   MESHWORK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -183,7 +200,9 @@ void Gemm::run(Types types, const void* a, const void* b, void* c, const Batched
   Plan& plan = plan_for(key);
   if (types == Types::fp8_e4m3_to_bf16) {
     // cuBLASLt's A is our B: its scale is b_scale. Set on every call: the plan is shared by
-    // every call of this shape, whatever its tensors.
+    // every call of this shape, whatever its tensors. A null scale is 1 (unit_scale_).
+    if (a_scale == nullptr) a_scale = unit_scale();
+    if (b_scale == nullptr) b_scale = unit_scale();
     MESHWORK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof b_scale));
     MESHWORK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof a_scale));
   }

@@ -104,6 +104,7 @@ class Gemm {
   // The workspace of `stream`: concurrent GEMMs on different streams must not share one
   // (cuBLAS API reference, cublasSetWorkspace()).
   void* workspace(cudaStream_t stream);
+  const float* unit_scale();
 
   cublasLtHandle_t handle_ = nullptr;
   std::size_t workspace_bytes_;
@@ -111,6 +112,9 @@ class Gemm {
   int compute_capability_ = 0;  // 10 * major + minor
   std::map<cudaStream_t, kernels::cuda::DeviceBuffer<std::byte>> workspaces_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  // 1.0f on the device: the fp8 scale for a null a_scale or b_scale, so that every fp8 call,
+  // and the heuristic query before it, has both scale pointers set (made on first use).
+  kernels::cuda::DeviceBuffer<float> unit_scale_;
 };
 
 }  // namespace meshwork::exec::cuda

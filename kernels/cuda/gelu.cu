@@ -16,15 +16,24 @@ namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 
-__device__ __forceinline__ float gelu(float z) {
-  return 0.5f * z * (1.0f + tanhf(kSqrt2OverPi * (z + kCubic * z * z * z)));
-}
+// Evaluated through 0.5 (1 + tanh(u)) = sigmoid(2u), which is the same function without the
+// cancellation of 1 + tanh(u) where tanh(u) is near -1: there fp32's tanh, one ulp of 1 off,
+// left a small gelu(z) 0.6% off (z near -4: BiasGelu [1, 1] on the first GPU
+// check, 2026-12-04). kernels/gelu.cpp writes the tanh form, exact in the
+// double it is checked in.
+__device__ __forceinline__ float gelu_inner(float z) { return kSqrt2OverPi * (z + kCubic * z * z * z); }
 
-// d gelu / dz of the same approximation, as kernels/gelu.cpp: 0.5 (1 + t) + 0.5 z (1 - t^2) u'.
+__device__ __forceinline__ float gelu(float z) { return z / (1.0f + expf(-2.0f * gelu_inner(z))); }
+
+// d gelu / dz of the same approximation: 0.5 (1 + t) + 0.5 z (1 - t^2) u' with t = tanh(u), which
+// is s + 2 z s (1 - s) u' for s = sigmoid(2u); 1 - s is sigmoid(-2u), computed as such (no
+// cancellation on either tail, and no inf / inf where exp overflows).
 __device__ __forceinline__ float gelu_derivative(float z) {
-  const float t = tanhf(kSqrt2OverPi * (z + kCubic * z * z * z));
+  const float u = gelu_inner(z);
+  const float s = 1.0f / (1.0f + expf(-2.0f * u));
+  const float s_neg = 1.0f / (1.0f + expf(2.0f * u));
   const float dinner_dz = kSqrt2OverPi * (1.0f + 3.0f * kCubic * z * z);
-  return 0.5f * (1.0f + t) + 0.5f * z * (1.0f - t * t) * dinner_dz;
+  return s + 2.0f * z * s * s_neg * dinner_dz;
 }
 
 template <class T>

@@ -41,7 +41,17 @@ TYPED_TEST(RmsNorm, MatchesTheCpuReference) {
     expect_close(download(y_d), f.y, kOutputBound<T>, "y");
     expect_close(rstd_d.download(), f.rstd, kFloatOutputBound, "rstd");
     const auto g = kernels::rmsnorm_backward<double>(as_mat(dy, rows, cols), x_ref, gamma_ref, f.rstd);
-    expect_close(download(dx_d), g.dx, kOutputBound<T>, "dx");
+    if (cols > 1) {
+      expect_close(download(dx_d), g.dx, kOutputBound<T>, "dx");
+    } else {
+      // One column: dx = rstd dy gamma (1 - xhat^2) with xhat^2 = x^2 / (x^2 + eps), two terms
+      // of size rstd |dy gamma| that cancel to a part in x^2 / eps ~ 1e6. No fp32 formula keeps
+      // relative accuracy there (the first GPU check failed it at 1e-5, 2026-12-04): the error is
+      // bounded by a few fp32 roundings of the terms that cancel, plus T's own rounding.
+      const double terms = std::abs(f.rstd(0) * as_vec(dy)(0) * gamma_ref(0));
+      const double err = std::abs(static_cast<double>(download(dx_d)[0]) - g.dx(0, 0));
+      EXPECT_LE(err, 8 * 0x1.0p-24 * terms + kOutputBound<T> * std::abs(g.dx(0, 0))) << "dx of one column";
+    }
     expect_close(dgamma_d.download(), g.dgamma, kFloatOutputBound, "dgamma");
   }
 }
