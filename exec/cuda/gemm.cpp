@@ -1,6 +1,8 @@
 #include "exec/cuda/gemm.hpp"
 
+#include <array>
 #include <string>
+#include <vector>
 
 #include "exec/cuda/cublas_check.hpp"
 
@@ -80,6 +82,9 @@ struct Gemm::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C
   cublasLtMatmulAlgo_t algo{};
   std::size_t workspace_bytes = 0;
+  // The heuristic's other candidates, best first, tried when cublasLtMatmul refuses `algo`
+  // with CUBLAS_STATUS_NOT_SUPPORTED (the first becomes `algo` once it runs).
+  std::vector<cublasLtMatmulHeuristicResult_t> fallbacks;
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -174,9 +179,12 @@ Gemm::Plan& Gemm::plan_for(const Key& key) {
   MESHWORK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a_bytes, sizeof key.align_a_bytes));
   MESHWORK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c_bytes, sizeof key.align_c_bytes));
   MESHWORK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c_bytes, sizeof key.align_c_bytes));
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 8;
+  std::array<cublasLtMatmulHeuristicResult_t, kCandidates> results{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c, plan->c, pref, 1, &result, &found);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c, plan->c, pref, kCandidates, results.data(), &found);
+  const cublasLtMatmulHeuristicResult_t& result = results[0];
   // NOT_SUPPORTED: no heuristic for this configuration at all; said with the problem below.
   if (status != CUBLAS_STATUS_NOT_SUPPORTED) check_cublas(status, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic");
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
@@ -187,6 +195,8 @@ Gemm::Plan& Gemm::plan_for(const Key& key) {
   }
   plan->algo = result.algo;
   plan->workspace_bytes = result.workspaceSize;
+  for (int i = 1; i < found; ++i)
+    if (results[static_cast<std::size_t>(i)].state == CUBLAS_STATUS_SUCCESS) plan->fallbacks.push_back(results[static_cast<std::size_t>(i)]);
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
@@ -208,8 +218,21 @@ void Gemm::run(Types types, const void* a, const void* b, void* c, const Batched
   }
   // alpha and beta are host values (CUBLASLT_POINTER_MODE_HOST, the default), read before the
   // call returns.
-  MESHWORK_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c, plan.c, &plan.algo,
-                                       plan.workspace_bytes > 0 ? workspace(stream) : nullptr, plan.workspace_bytes, stream));
+  auto matmul = [&] {
+    return cublasLtMatmul(handle_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c, plan.c, &plan.algo,
+                          plan.workspace_bytes > 0 ? workspace(stream) : nullptr, plan.workspace_bytes, stream);
+  };
+  cublasStatus_t status = matmul();
+  // The heuristic's first choice is not always one cublasLtMatmul runs: the fp8 GEMM of the first
+  // GPU check (H200, cuBLAS 13.0, 2026-12-04) was refused with NOT_SUPPORTED. Its next candidates,
+  // in order; the one that runs is kept for the shape.
+  while (status == CUBLAS_STATUS_NOT_SUPPORTED && !plan.fallbacks.empty()) {
+    plan.algo = plan.fallbacks.front().algo;
+    plan.workspace_bytes = plan.fallbacks.front().workspaceSize;
+    plan.fallbacks.erase(plan.fallbacks.begin());
+    status = matmul();
+  }
+  check_cublas(status, __FILE__, __LINE__, ("cublasLtMatmul of " + describe(types, s) + " (every candidate of the heuristic)").c_str());
 }
 
 void Gemm::matmul(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,

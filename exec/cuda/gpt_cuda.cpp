@@ -57,6 +57,7 @@ struct CudaGpt::Impl {
   AttentionPath path;          // what runs: materialised or flash_direct once allocate() has run
   bool ln, swiglu, bias, tied;
   bool rope;  // rotary positions on q and k (Su et al. 2021) in place of a learned table
+  DeviceBuffer<double2> rope_table;  // with rope: the angles of positions [0, seq) (gpt_rope_table)
   I H, heads, groups, hd, q_cols, kv_cols, ffn, ffn_in, vocab, seq;
 
   std::vector<ParamSpec> specs;
@@ -150,6 +151,10 @@ struct CudaGpt::Impl {
     tmp_gamma = buffer<float>(H);
     tmp_beta = buffer<float>(H);
     tmp_bias = buffer<float>(ffn_in);
+    if (rope) {
+      rope_table = buffer<double2>(seq * (hd / 2));
+      gpt_rope_table(rope_table.data(), seq, hd, s);
+    }
   }
 
   const Entry& entry(std::string_view name) const {
@@ -310,8 +315,8 @@ struct CudaGpt::Impl {
     {
       auto t = op(models::OpKind::attention);
       if (rope) {  // timed with the attention, as the backward's inverse rotation is
-        gpt_rope(L.q.data(), tokens, heads, hd, seq, false, s);
-        gpt_rope(L.k.data(), tokens, groups, hd, seq, false, s);
+        gpt_rope(L.q.data(), rope_table.data(), tokens, heads, hd, seq, false, s);
+        gpt_rope(L.k.data(), rope_table.data(), tokens, groups, hd, seq, false, s);
       }
       rows_to_heads(L.q.data(), L.qh.data(), samples, seq, heads, heads, hd, s);
       rows_to_heads(L.k.data(), L.kh.data(), samples, seq, heads, groups, hd, s);
@@ -400,8 +405,8 @@ struct CudaGpt::Impl {
       heads_to_rows(dkh.data(), dk.data(), samples, seq, heads, groups, hd, s);  // GQA: a group's heads summed
       heads_to_rows(dvh.data(), dv.data(), samples, seq, heads, groups, hd, s);
       if (rope) {  // back through the rotation: the opposite angle
-        gpt_rope(dq.data(), tokens, heads, hd, seq, true, s);
-        gpt_rope(dk.data(), tokens, groups, hd, seq, true, s);
+        gpt_rope(dq.data(), rope_table.data(), tokens, heads, hd, seq, true, s);
+        gpt_rope(dk.data(), rope_table.data(), tokens, groups, hd, seq, true, s);
       }
     }
     weight_grad(L.y1.data(), dq.data(), lp(l, "q"), H, q_cols);

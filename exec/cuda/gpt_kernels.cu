@@ -1,5 +1,7 @@
 #include "exec/cuda/gpt_kernels.hpp"
 
+#include <cstdint>
+
 #include <stdexcept>
 #include <string>
 
@@ -81,19 +83,80 @@ __global__ void embedding_backward_position_kernel(const bf16* dx, float* dposit
 // One thread per rotated pair (row, head, i < head_dim / 2): the pair (i, i + head_dim / 2) of
 // the head at row r turns by sign * (r mod seq) * base^(-2i / head_dim), as kernels/rope.cpp.
 // The angle in double: at position 8K a float angle is off by ~5e-4 rad.
-__global__ void rope_kernel(bf16* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::int64_t seq, double sign, double base) {
+// The angles of kernels/rope.hpp in double, as the rotation used to compute them per element:
+// table[p * half + i] = (cos, sin) of p * base^(-2i / head_dim). Once per model, so that the
+// rotation itself is a table read: computing pow and sincos in double per element made RoPE
+// run at a twentieth of the H200's memory bandwidth (first GPU check, 2026-12-04).
+__global__ void rope_table_kernel(double2* table, std::int64_t seq, std::int64_t head_dim, double base) {
   const std::int64_t half = head_dim / 2;
-  for (std::int64_t j = thread_index(); j < rows * heads * half; j += thread_stride()) {
-    const std::int64_t r = j / (heads * half), h = (j / half) % heads, i = j % half;
-    const double a = sign * static_cast<double>(r % seq) * pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  for (std::int64_t j = thread_index(); j < seq * half; j += thread_stride()) {
+    const std::int64_t p = j / half, i = j % half;
+    const double a = static_cast<double>(p) * pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
     double sn = 0, cs = 0;
     sincos(a, &sn, &cs);
-    bf16* lo = x + r * heads * head_dim + h * head_dim + i;
+    table[j] = make_double2(cs, sn);
+  }
+}
+
+// One block per row; the inverse rotation turns by the opposite angle (sin negated).
+__global__ void rope_kernel(bf16* x, const double2* table, std::int32_t heads, std::int32_t half, std::int64_t seq, double sign) {
+  const std::int64_t r = blockIdx.x;
+  const double2* angle = table + (r % seq) * half;
+  bf16* row = x + r * heads * 2 * half;
+  for (std::int32_t t = static_cast<std::int32_t>(threadIdx.x); t < heads * half; t += static_cast<std::int32_t>(blockDim.x)) {
+    const std::int32_t h = t / half, i = t - h * half;
+    const double cs = angle[i].x, sn = sign * angle[i].y;
+    bf16* lo = row + h * 2 * half + i;
     bf16* hi = lo + half;
     const double l = __bfloat162float(*lo), u = __bfloat162float(*hi);
     *lo = __float2bfloat16(static_cast<float>(l * cs - u * sn));
     *hi = __float2bfloat16(static_cast<float>(u * cs + l * sn));
   }
+}
+
+// The layout changes with head_dim a multiple of 8 and 16-byte aligned tensors: one block per
+// token row, one thread per 16-byte vector of it (8 bf16), no 64-bit divisions per element.
+// The element-wise kernels below them take every other shape; both give the same bits.
+constexpr std::int64_t kVec = 8;
+
+__global__ void rows_to_heads_vec_kernel(const uint4* in, uint4* out, std::int64_t seq, std::int32_t heads, std::int32_t groups,
+                                         std::int32_t vecs_per_head) {
+  const std::int64_t t = blockIdx.x, s = t / seq, l = t % seq;
+  const std::int32_t per_group = heads / groups;
+  for (std::int32_t j = static_cast<std::int32_t>(threadIdx.x); j < heads * vecs_per_head; j += static_cast<std::int32_t>(blockDim.x)) {
+    const std::int32_t h = j / vecs_per_head, d = j - h * vecs_per_head, g = h / per_group;
+    out[((s * heads + h) * seq + l) * vecs_per_head + d] = in[t * groups * vecs_per_head + g * vecs_per_head + d];
+  }
+}
+
+__global__ void heads_to_rows_vec_kernel(const uint4* in, uint4* out, std::int64_t seq, std::int32_t heads, std::int32_t groups,
+                                         std::int32_t vecs_per_head) {
+  const std::int64_t t = blockIdx.x, s = t / seq, l = t % seq;
+  const std::int32_t per_group = heads / groups;
+  for (std::int32_t j = static_cast<std::int32_t>(threadIdx.x); j < groups * vecs_per_head; j += static_cast<std::int32_t>(blockDim.x)) {
+    const std::int32_t g = j / vecs_per_head, d = j - g * vecs_per_head;
+    float sum[kVec] = {};
+    for (std::int32_t h = g * per_group; h < (g + 1) * per_group; ++h) {
+      const uint4 raw = in[((s * heads + h) * seq + l) * vecs_per_head + d];
+      const auto* v = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+      for (int e = 0; e < kVec / 2; ++e) {
+        const float2 f = __bfloat1622float2(v[e]);
+        sum[2 * e] += f.x;
+        sum[2 * e + 1] += f.y;
+      }
+    }
+    uint4 packed;
+    auto* o = reinterpret_cast<__nv_bfloat162*>(&packed);
+#pragma unroll
+    for (int e = 0; e < kVec / 2; ++e) o[e] = __floats2bfloat162_rn(sum[2 * e], sum[2 * e + 1]);
+    out[t * groups * vecs_per_head + g * vecs_per_head + d] = packed;
+  }
+}
+
+bool vector_layout(const void* in, const void* out, std::int64_t heads, std::int64_t head_dim, std::int64_t rows) {
+  return head_dim % kVec == 0 && reinterpret_cast<std::uintptr_t>(in) % 16 == 0 && reinterpret_cast<std::uintptr_t>(out) % 16 == 0 &&
+         heads * (head_dim / kVec) <= 0x7fffffff && rows <= 0x7fffffff;
 }
 
 // One thread per element of the head-major tensor.
@@ -171,10 +234,19 @@ void embedding_backward_word(const std::int64_t* ids, const bf16* dx, float* dwo
   check_launch();
 }
 
-void gpt_rope(bf16* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::int64_t seq, bool inverse, cudaStream_t stream) {
+void gpt_rope_table(double2* table, std::int64_t seq, std::int64_t head_dim, cudaStream_t stream) {
+  if (head_dim % 2 != 0) throw std::invalid_argument("gpt_rope_table: head width " + std::to_string(head_dim) + " is odd (RoPE turns dimensions in pairs)");
+  if (seq * (head_dim / 2) == 0) return;
+  rope_table_kernel<<<blocks_for(seq * (head_dim / 2)), kThreads, 0, stream>>>(table, seq, head_dim, kernels::kRopeBase);
+  check_launch();
+}
+
+void gpt_rope(bf16* x, const double2* table, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::int64_t seq, bool inverse, cudaStream_t stream) {
   if (head_dim % 2 != 0) throw std::invalid_argument("gpt_rope: head width " + std::to_string(head_dim) + " is odd (RoPE turns dimensions in pairs)");
   if (rows * heads * (head_dim / 2) == 0) return;
-  rope_kernel<<<blocks_for(rows * heads * (head_dim / 2)), kThreads, 0, stream>>>(x, rows, heads, head_dim, seq, inverse ? -1.0 : 1.0, kernels::kRopeBase);
+  if (rows > 0x7fffffff || heads * head_dim > 0x7fffffff) throw std::invalid_argument("gpt_rope: " + std::to_string(rows) + " rows of " + std::to_string(heads) + " heads exceed a grid");
+  rope_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, table, static_cast<std::int32_t>(heads), static_cast<std::int32_t>(head_dim / 2), seq,
+                                                                  inverse ? -1.0 : 1.0);
   check_launch();
 }
 
@@ -188,6 +260,13 @@ void rows_to_heads(const bf16* in, bf16* out, std::int64_t samples, std::int64_t
                    cudaStream_t stream) {
   const std::int64_t n = samples * heads * seq * head_dim;
   if (n <= 0) return;
+  if (vector_layout(in, out, heads, head_dim, samples * seq)) {
+    rows_to_heads_vec_kernel<<<static_cast<unsigned>(samples * seq), kThreads, 0, stream>>>(
+        reinterpret_cast<const uint4*>(in), reinterpret_cast<uint4*>(out), seq, static_cast<std::int32_t>(heads), static_cast<std::int32_t>(groups),
+        static_cast<std::int32_t>(head_dim / kVec));
+    check_launch();
+    return;
+  }
   rows_to_heads_kernel<<<blocks_for(n), kThreads, 0, stream>>>(in, out, samples, seq, heads, groups, head_dim);
   check_launch();
 }
@@ -196,6 +275,13 @@ void heads_to_rows(const bf16* in, bf16* out, std::int64_t samples, std::int64_t
                    cudaStream_t stream) {
   const std::int64_t n = samples * seq * groups * head_dim;
   if (n <= 0) return;
+  if (vector_layout(in, out, heads, head_dim, samples * seq)) {
+    heads_to_rows_vec_kernel<<<static_cast<unsigned>(samples * seq), kThreads, 0, stream>>>(
+        reinterpret_cast<const uint4*>(in), reinterpret_cast<uint4*>(out), seq, static_cast<std::int32_t>(heads), static_cast<std::int32_t>(groups),
+        static_cast<std::int32_t>(head_dim / kVec));
+    check_launch();
+    return;
+  }
   heads_to_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(in, out, samples, seq, heads, groups, head_dim);
   check_launch();
 }

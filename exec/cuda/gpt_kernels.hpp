@@ -34,9 +34,13 @@ void embedding_forward(const std::int64_t* ids, const bf16* word, const bf16* po
                        std::int64_t hidden, cudaStream_t stream);
 // dword[ids[t]] += dx[t] (atomicAdd: the order of tokens hitting one id is not fixed).
 void embedding_backward_word(const std::int64_t* ids, const bf16* dx, float* dword, std::int64_t tokens, std::int64_t hidden, cudaStream_t stream);
-// RoPE in place on x [rows, heads * head_dim], row r at position r mod seq: kernels/rope.hpp's
-// rotation (Su et al. 2021), by the opposite angle when `inverse` (the gradient's map).
-void gpt_rope(bf16* x, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::int64_t seq, bool inverse, cudaStream_t stream);
+// RoPE's angles for positions [0, seq): table [seq * head_dim / 2] of (cos, sin), in double as
+// kernels/rope.hpp computes them (Su et al. 2021).
+void gpt_rope_table(double2* table, std::int64_t seq, std::int64_t head_dim, cudaStream_t stream);
+// RoPE in place on x [rows, heads * head_dim], row r at position r mod seq, with gpt_rope_table's
+// angles: kernels/rope.hpp's rotation, by the opposite angle when `inverse` (the gradient's map).
+void gpt_rope(bf16* x, const double2* table, std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::int64_t seq, bool inverse,
+              cudaStream_t stream);
 // dposition[p] += sum over samples s of dx[s * seq + p], samples in order.
 void embedding_backward_position(const bf16* dx, float* dposition, std::int64_t samples, std::int64_t seq, std::int64_t hidden, cudaStream_t stream);
 
