@@ -213,6 +213,20 @@ void Gemm::run(Types types, const void* a, const void* b, void* c, const Batched
     // every call of this shape, whatever its tensors. A null scale is 1 (unit_scale_).
     if (a_scale == nullptr) a_scale = unit_scale();
     if (b_scale == nullptr) b_scale = unit_scale();
+    auto aligned = [](const float* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+    if (!aligned(a_scale) || !aligned(b_scale)) {
+      auto it = staged_scales_.find(stream);
+      if (it == staged_scales_.end()) it = staged_scales_.emplace(stream, kernels::cuda::DeviceBuffer<float>(8)).first;
+      float* staged = it->second.data();  // slots 0 and 4: 16 bytes apart
+      if (!aligned(a_scale)) {
+        MESHWORK_CUDA_CHECK(cudaMemcpyAsync(staged, a_scale, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+        a_scale = staged;
+      }
+      if (!aligned(b_scale)) {
+        MESHWORK_CUDA_CHECK(cudaMemcpyAsync(staged + 4, b_scale, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+        b_scale = staged + 4;
+      }
+    }
     MESHWORK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof b_scale));
     MESHWORK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof a_scale));
   }

@@ -115,6 +115,10 @@ class Gemm {
   // 1.0f on the device: the fp8 scale for a null a_scale or b_scale, so that every fp8 call,
   // and the heuristic query before it, has both scale pointers set (made on first use).
   kernels::cuda::DeviceBuffer<float> unit_scale_;
+  // Per stream, two 16-byte aligned floats: copies of fp8 scales whose pointers are not
+  // 16-byte aligned (the H200 of the first GPU check refused every algorithm for a scale
+  // pointer 4 bytes past an aligned one; cuBLASLt's heuristic had seen aligned ones).
+  std::map<cudaStream_t, kernels::cuda::DeviceBuffer<float>> staged_scales_;
 };
 
 }  // namespace meshwork::exec::cuda

@@ -167,6 +167,12 @@ TEST(CudaGemm, Fp8WithScalesOrAClearError) {
   reference(a, b, c, BatchedGemmShape{.m = m, .n = n, .k = k, .trans_a = false, .trans_b = true}, 0, 1.0F, 0.0F);  // scales multiply to 1
   const auto got = dc.download();
   for (std::size_t i = 0; i < c.size(); ++i) ASSERT_EQ(__bfloat162float(got[i]), __bfloat162float(__float2bfloat16(c[i]))) << i;
+  // Null scales are 1 (and the scales above, the second 4 bytes past a 16-byte boundary, were
+  // copied to aligned ones first).
+  gemm.matmul_fp8(da.data(), db.data(), dc.data(), m, n, k, nullptr, nullptr, 1.0F, 0.0F, stream.get());
+  stream.synchronize();
+  const auto unit = dc.download();
+  for (std::size_t i = 0; i < c.size(); ++i) ASSERT_EQ(__bfloat162float(unit[i]), __bfloat162float(__float2bfloat16(c[i]))) << i;
   // A layout the fp8 kernels do not take is refused on the host.
   EXPECT_THROW(gemm.matmul_fp8(da.data(), db.data(), dc.data(), m, n, 40, nullptr, nullptr, 1.0F, 0.0F, stream.get()), kernels::cuda::CudaError);
 }

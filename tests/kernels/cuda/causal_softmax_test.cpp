@@ -118,16 +118,21 @@ TEST(CausalSoftmaxFastPath, ComposesToTheCpuAttention) {
 TYPED_TEST(CausalSoftmax, NaNScorePoisonsItsRowOnly) {
   MESHWORK_REQUIRE_GPU();
   using T = TypeParam;
-  const Index seq = 4;
-  std::vector<float> scores(static_cast<std::size_t>(seq * seq), 0.25f);
-  scores[static_cast<std::size_t>(2 * seq + 1)] = std::nanf("");  // visible from row 2
-  scores[static_cast<std::size_t>(0 * seq + 3)] = std::nanf("");  // masked in row 0: never read
-  DeviceBuffer<T> scores_d = upload<T>(scores), probs_d(scores.size());
-  cuda::causal_softmax_forward<T>(scores_d.data(), probs_d.data(), 1, seq, 1.0f, nullptr);
-  const auto p = download(probs_d);
-  EXPECT_EQ(p[0], 1.0f);
-  for (Index j = 0; j <= 2; ++j) EXPECT_TRUE(std::isnan(p[static_cast<std::size_t>(2 * seq + j)])) << j;
-  for (Index j = 0; j <= 3; ++j) EXPECT_FALSE(std::isnan(p[static_cast<std::size_t>(3 * seq + j)])) << j;
+  // seq 4: the warp-per-row kernel; seq 16: bf16's block-per-row kernel, whose masked columns
+  // share a 16-byte vector with visible ones.
+  for (const Index seq : {Index{4}, Index{16}}) {
+    SCOPED_TRACE("seq " + std::to_string(seq));
+    std::vector<float> scores(static_cast<std::size_t>(seq * seq), 0.25f);
+    scores[static_cast<std::size_t>(2 * seq + 1)] = std::nanf("");  // visible from row 2
+    scores[static_cast<std::size_t>(0 * seq + 3)] = std::nanf("");  // masked in row 0: never read
+    DeviceBuffer<T> scores_d = upload<T>(scores), probs_d(scores.size());
+    cuda::causal_softmax_forward<T>(scores_d.data(), probs_d.data(), 1, seq, 1.0f, nullptr);
+    const auto p = download(probs_d);
+    EXPECT_EQ(p[0], 1.0f);
+    for (Index j = 0; j <= 2; ++j) EXPECT_TRUE(std::isnan(p[static_cast<std::size_t>(2 * seq + j)])) << j;
+    for (Index j = 3; j < seq; ++j) EXPECT_EQ(p[static_cast<std::size_t>(2 * seq + j)], 0.0f) << "masked, row 2, " << j;
+    for (Index j = 0; j <= 3; ++j) EXPECT_FALSE(std::isnan(p[static_cast<std::size_t>(3 * seq + j)])) << j;
+  }
 }
 
 }  // namespace
