@@ -23,7 +23,7 @@ TYPED_TEST(SwiGlu, MatchesTheCpuReference) {
   MESHWORK_REQUIRE_GPU();
   using T = TypeParam;
   std::mt19937_64 rng(201);
-  for (const auto& [rows, ffn] : {std::pair<Index, Index>{1, 1}, {2, 31}, {17, 64}, {70, 300}}) {
+  for (const auto& [rows, ffn] : {std::pair<Index, Index>{1, 1}, {2, 31}, {17, 64}, {70, 300}, {3, 2056}}) {
     SCOPED_TRACE(shape_of(rows, 2 * ffn));
     const auto gate_up = rounded_to<T>(random_values(static_cast<std::size_t>(rows * 2 * ffn), rng, -5.0, 5.0));
     const auto dy = rounded_to<T>(random_values(static_cast<std::size_t>(rows * ffn), rng));
