@@ -1,21 +1,109 @@
-// meshwork calibrate [--plan PLAN] [--out FILE] [--json]: measures this machine (GEMM
+// meshwork calibrate [--plan PLAN] [--out FILE] [--json] [--nccl-tests FILE...]: measures this machine (GEMM
 // efficiency on a fixed grid of shapes, streaming bandwidth, the executor's own kernels, an
 // op's fixed cost, collective bus bandwidth and latency over the ranks of `mpirun -np N`) and writes what it found where
 // plans and the simulator take it: with --plan, that plan with its GPU's `calibration` and
-// its node fabric's latency filled in; otherwise the calibrated GPU section.
+// its node fabric's latency filled in; otherwise the calibrated GPU section. With --nccl-tests
+// it measures nothing: it reads real nccl-tests outputs against the plan's fabric
+// (models/nccl_tests.hpp).
 #include <mpi.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <ostream>
 
 #include "cli/commands.hpp"
 #include "exec/calibrate.hpp"
+#include "models/nccl_tests.hpp"
+#include "plan/document.hpp"
 #include "exec/launch.hpp"
 #include "exec/mpi_group.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/presets.hpp"
 
 namespace meshwork::cli {
+
+namespace {
+
+// calibrate --nccl-tests: real nccl-tests outputs read against the plan's fabric, no MPI.
+void calibrate_from_files(Io& io, const plan::Plan& p, const std::vector<std::string>& files, const std::string& out_file, bool json) {
+  std::vector<models::NcclTestBlock> blocks;
+  for (const auto& f : files) {
+    std::string error;
+    const auto text = plan::read_text_file(f, std::size_t{64} << 20, error);
+    if (!text) {
+      io.err << "meshwork calibrate: --nccl-tests " << f << ": " << error << '\n';
+      io.exit_code = 1;
+      return;
+    }
+    try {
+      for (auto& b : models::parse_nccl_tests(*text, std::filesystem::path(f).filename().string())) blocks.push_back(std::move(b));
+    } catch (const std::invalid_argument& e) {
+      io.err << "meshwork calibrate: " << e.what() << '\n';
+      io.exit_code = 1;
+      return;
+    }
+  }
+  models::NcclCalibration cal;
+  try {
+    cal = models::calibrate_from_nccl_tests(p, blocks);
+  } catch (const std::invalid_argument& e) {
+    io.err << "meshwork calibrate: " << e.what() << '\n';
+    io.exit_code = 1;
+    return;
+  }
+  const auto& k = cal.plan.cluster.gpu.calibration;
+  if (json) {
+    nlohmann::json m;
+    for (const auto& r : cal.blocks) {
+      nlohmann::json b = {{"where", r.block->where}, {"collective", r.block->collective}, {"ranks", r.block->ranks}, {"nodes", r.block->nodes},
+                          {"sizes", r.block->points.size()}, {"fit_latency_us", r.fit.latency_s * 1e6}, {"fit_algbw_gbytes_per_s", r.fit.algbw_bytes_per_s / 1e9}};
+      if (!r.field.empty()) {
+        b["field"] = r.field;
+        b["efficiency"] = r.efficiency;
+        b["model_max_error"] = r.max_error;
+        b["model_max_error_bytes"] = r.max_error_bytes;
+      } else {
+        b["why_none"] = r.why;
+      }
+      m["blocks"].push_back(b);
+    }
+    m["intra_node_efficiency"] = k.intra_node_efficiency;
+    m["nic_efficiency"] = k.nic_efficiency;
+    m["intra_node_latency_us"] = cal.plan.cluster.intra_node.latency_us;
+    io.out << m.dump(2) << '\n';
+  } else {
+    char buf[512];
+    io.out << "nccl-tests blocks against " << p.cluster.gpu.name << " nodes of " << p.cluster.gpus_per_node << " GPUs (the cost model's own collectives):\n";
+    for (const auto& r : cal.blocks) {
+      const auto& b = *r.block;
+      std::snprintf(buf, sizeof buf, "  %-48s %-15s %4lld ranks on %3lld nodes, %2zu sizes: fit %8.1f us + S / %7.1f GB/s; ", b.where.c_str(),
+                    b.collective.empty() ? "?" : b.collective.c_str(), static_cast<long long>(b.ranks), static_cast<long long>(b.nodes), b.points.size(),
+                    r.fit.latency_s * 1e6, r.fit.algbw_bytes_per_s / 1e9);
+      io.out << buf;
+      if (!r.field.empty()) {
+        std::snprintf(buf, sizeof buf, "%s %.3f (the model then misses by up to %.1f%%, at %.0f bytes)\n", r.field.c_str(), r.efficiency, 100 * r.max_error,
+                      r.max_error_bytes);
+        io.out << buf;
+      } else {
+        io.out << "sets nothing: " << r.why << '\n';
+      }
+    }
+    std::snprintf(buf, sizeof buf, "calibration: intra_node_efficiency %.4f, nic_efficiency %.4f (0: the generation's), intra-node latency %.3f us\n",
+                  k.intra_node_efficiency, k.nic_efficiency, cal.plan.cluster.intra_node.latency_us);
+    io.out << buf;
+  }
+  if (!out_file.empty()) {
+    std::string error;
+    if (!plan::save_plan(cal.plan, out_file, error)) {
+      io.err << "meshwork calibrate: " << error << '\n';
+      io.exit_code = 1;
+    } else if (!json) {
+      io.out << "wrote " << out_file << '\n';
+    }
+  }
+}
+
+}  // namespace
 
 void add_calibrate_command(CLI::App& app, Io& io) {
   auto* cmd = app.add_subcommand("calibrate", "Measure this machine (GEMMs, memory, the executor's kernels, op overhead, collectives over mpirun's ranks) for the cost models");
@@ -25,11 +113,24 @@ void add_calibrate_command(CLI::App& app, Io& io) {
   cmd->add_option("--plan", *plan_file, "Calibrate this plan's GPU and node fabric; --out then gets the calibrated plan");
   cmd->add_option("--out", *out_file, "Write the calibrated plan (with --plan) or GPU section (JSON), atomically");
   cmd->add_flag("--json", *json, "Print the measurements as JSON");
-  cmd->callback([&io, plan_file, out_file, json] {
+  auto nccl_files = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("--nccl-tests", *nccl_files,
+                  "Read these nccl-tests outputs instead of measuring (no MPI): the plan's intra-node and NIC efficiencies, and its node fabric's latency "
+                  "when a run inside one node reaches 64 KiB or less, for which the cost model reproduces them; needs --plan");
+  cmd->callback([&io, plan_file, out_file, json, nccl_files] {
     std::optional<plan::Plan> p;
     if (!plan_file->empty()) {
       p = load_plan_for(io, *plan_file, "calibrate");
       if (!p) return;
+    }
+    if (!nccl_files->empty()) {
+      if (!p) {
+        io.err << "meshwork calibrate: --nccl-tests needs --plan PLAN, the cluster whose fabric the measurements are read against\n";
+        io.exit_code = 2;
+        return;
+      }
+      calibrate_from_files(io, *p, *nccl_files, *out_file, *json);
+      return;
     }
     plan::GpuSpec spec = p ? p->cluster.gpu : plan::find_gpu_preset("cpu-host")->spec;
     const plan::Precision precision = p ? p->training.precision : plan::Precision::fp32;

@@ -1,0 +1,185 @@
+// nccl-tests outputs (docs/reference/nccl-tests, real H100 runs) read, fitted and turned into a
+// plan's fabric calibration by the cost model itself.
+#include "models/nccl_tests.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "models/comm.hpp"
+#include "models/hardware.hpp"
+#include "plan/plan_io.hpp"
+
+namespace meshwork::models {
+namespace {
+
+const std::filesystem::path kDir = std::filesystem::path(MESHWORK_SOURCE_DIR) / "docs/reference/nccl-tests";
+
+std::vector<NcclTestBlock> read(const std::string& file) {
+  std::ifstream in(kDir / file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_nccl_tests(text.str(), file);
+}
+
+plan::Plan llama_plan() {
+  const auto loaded = plan::load_plan(std::filesystem::path(MESHWORK_SOURCE_DIR) / "scenarios/heldout/llama3-405b-h100-8192.yaml");
+  EXPECT_TRUE(loaded.ok());
+  return loaded.plan;
+}
+
+TEST(NcclTests, ReadsEveryBlockOfAFileWithItsRanksAndHosts) {
+  const auto blocks = read("h100x8_1node_nvswitch_xxrjun-cluster01_cnode3-002.txt");
+  ASSERT_EQ(blocks.size(), 5U);
+  const char* names[] = {"all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv"};
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(blocks[i].collective, names[i]);
+    EXPECT_EQ(blocks[i].ranks, 8);
+    EXPECT_EQ(blocks[i].nodes, 1);
+  }
+  ASSERT_EQ(blocks[0].points.size(), 10U);
+  EXPECT_DOUBLE_EQ(blocks[0].points[0].bytes, 33554432);
+  EXPECT_DOUBLE_EQ(blocks[0].points[0].time_s, 182.87e-6);
+  EXPECT_DOUBLE_EQ(blocks[0].points[0].busbw_bytes_per_s, 321.10e9);
+  const auto multi = read("h100_10nodes_x8gpu_xxrjun-cluster01_N10_G8.txt");
+  ASSERT_FALSE(multi.empty());
+  EXPECT_EQ(multi[0].ranks, 80);
+  EXPECT_EQ(multi[0].nodes, 10);
+}
+
+TEST(NcclTests, NamesTheCollectiveFromBusbwWhenTheStartingLineIsMissing) {
+  // The A3-Mega output lost some leading '#' (inside a markdown fence) and has no "starting" line.
+  const auto a3 = read("h100_2nodes_gcp-a3mega_tcpxo_allreduce.txt");
+  ASSERT_EQ(a3.size(), 1U);
+  EXPECT_EQ(a3[0].collective, "all_reduce");
+  EXPECT_EQ(a3[0].ranks, 16);
+  EXPECT_EQ(a3[0].nodes, 2);
+  EXPECT_DOUBLE_EQ(a3[0].points.front().bytes, 8);
+  EXPECT_DOUBLE_EQ(a3[0].points.back().time_s, 47535e-6);
+  const auto dgx = read("h100x8_1node_dgx_nvidia-dgxc-benchmarking_allreduce.txt");
+  ASSERT_EQ(dgx.size(), 1U);
+  EXPECT_EQ(dgx[0].collective, "all_reduce");
+  EXPECT_EQ(dgx[0].ranks, 8);
+}
+
+TEST(NcclTests, ABadRowOrNoTableIsAnErrorNamingTheLine) {
+  const std::string header = "#  Rank  0 Group  0 Pid 1 on a device  0 [0] GPU\n"
+                             "#       size         count      type   redop    root     time   algbw   busbw #wrong\n";
+  try {
+    (void)parse_nccl_tests(header + "     1024   256   float   sum   -1   12.x   0.08   0.15   0\n", "bad.txt");
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.txt:3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("time"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)parse_nccl_tests(header + "     1024   256   float\n", "short.txt"), std::invalid_argument);
+  EXPECT_THROW((void)parse_nccl_tests("# nothing measured\n", "empty.txt"), std::invalid_argument);
+}
+
+TEST(NcclTests, LatencyAndBandwidthPredictTheSizesHeldBack) {
+  // Fit on every other size and check the sizes between them. Inside one node from 32 MiB up,
+  // latency + size / bandwidth holds within 6% (measured: 2.5, 2.7, 4.5, 5.4%).
+  for (const auto& b : read("h100x8_1node_nvswitch_xxrjun-cluster01_cnode3-002.txt")) {
+    if (b.collective == "sendrecv") continue;  // the test's own pairing, not a collective
+    std::vector<NcclTestPoint> fitted, held;
+    for (std::size_t i = 0; i < b.points.size(); ++i) (i % 2 == 0 ? fitted : held).push_back(b.points[i]);
+    const auto fit = fit_latency_bandwidth(fitted);
+    double worst = 0;
+    for (const auto& p : held) worst = std::max(worst, std::abs(fit.time_s(p.bytes) - p.time_s) / p.time_s);
+    EXPECT_LT(worst, 0.06) << b.collective;
+    EXPECT_GT(fit.latency_s, 0) << b.collective;
+  }
+  // From 8 B to 16 GiB it does not: NCCL changes protocol (LL, LL128, Simple) with size, and one
+  // line misses the sizes between by a third (issue 20's message-size model is still to come).
+  const auto dgx = read("h100x8_1node_dgx_nvidia-dgxc-benchmarking_allreduce.txt").front();
+  std::vector<NcclTestPoint> fitted, held;
+  for (std::size_t i = 0; i < dgx.points.size(); ++i) (i % 2 == 0 ? fitted : held).push_back(dgx.points[i]);
+  const auto fit = fit_latency_bandwidth(fitted);
+  double worst = 0;
+  for (const auto& p : held) worst = std::max(worst, std::abs(fit.time_s(p.bytes) - p.time_s) / p.time_s);
+  EXPECT_GT(worst, 0.3);
+  EXPECT_THROW((void)fit_latency_bandwidth({dgx.points.front()}), std::invalid_argument);
+}
+
+TEST(NcclTests, CalibrationMakesTheCostModelReproduceTheLargestMeasurement) {
+  const plan::Plan p = llama_plan();
+  auto blocks = read("h100x8_1node_nvswitch_xxrjun-cluster01_cnode3-002.txt");
+  for (auto& b : read("h100_10nodes_x8gpu_xxrjun-cluster01_N10_G8.txt")) blocks.push_back(b);
+  const auto cal = calibrate_from_nccl_tests(p, blocks);
+  ASSERT_EQ(cal.blocks.size(), blocks.size());
+  double intra = 10, nic = 10;
+  for (const auto& r : cal.blocks) {
+    const NcclTestBlock& b = *r.block;
+    if (b.collective == "sendrecv") {
+      EXPECT_TRUE(r.field.empty());
+      EXPECT_FALSE(r.why.empty());
+      continue;
+    }
+    if (b.collective == "all_reduce" && b.nodes == 1) {
+      // On NVSwitch the model runs it with NVLink SHARP, whose rate is the generation's: the ring's
+      // efficiency is not what it measures (solving for it gave 1.07, an efficiency above 1).
+      EXPECT_TRUE(r.field.empty());
+      EXPECT_NE(r.why.find("nvls"), std::string::npos) << r.why;
+      continue;
+    }
+    ASSERT_FALSE(r.field.empty()) << b.where << ": " << r.why;
+    EXPECT_EQ(r.field, b.nodes > 1 ? "nic_efficiency" : "intra_node_efficiency");
+    (b.nodes > 1 ? nic : intra) = std::min(b.nodes > 1 ? nic : intra, r.efficiency);
+    // The cost model, given the efficiency, on the block's group (its ranks per host on the
+    // plan's nodes: DP members TP apart), gives the largest size's measured time.
+    plan::Plan q = p;
+    q.parallelism = {};
+    q.parallelism.tensor_model_parallel_size = 8 / (b.ranks / b.nodes);
+    q.parallelism.data_parallel_size = b.ranks;
+    (b.nodes > 1 ? q.cluster.gpu.calibration.nic_efficiency : q.cluster.gpu.calibration.intra_node_efficiency) = r.efficiency;
+    const Collective c = b.collective == "all_reduce" ? Collective::all_reduce
+                         : b.collective == "all_gather" ? Collective::all_gather
+                         : b.collective == "reduce_scatter" ? Collective::reduce_scatter
+                                                            : Collective::all_to_all;
+    const auto& largest = b.points.back();
+    const double t = collective_s(group_network(q, hardware_profile(q.cluster.gpu), plan::GroupKind::dp), c, largest.bytes);
+    // Solved for the algorithm the model picks at the generation's efficiency; at the solved one
+    // its choice may move to another that is a little faster (across 10 nodes: 0.14%).
+    EXPECT_NEAR(t / largest.time_s, 1.0, 1e-2) << b.where;
+    // Smaller sizes are where the model's fixed latency falls short (32 MiB: 21-31% in a node,
+    // 33-63% across 10 nodes): reported, the message-size model of issue 20 is what fixes it.
+    EXPECT_GT(r.max_error, 0.0);
+    EXPECT_DOUBLE_EQ(r.max_error_bytes, b.points.front().bytes) << b.where;
+  }
+  // The plan takes the lowest of each: no collective is priced faster than it measured.
+  EXPECT_DOUBLE_EQ(cal.plan.cluster.gpu.calibration.intra_node_efficiency, intra);
+  EXPECT_DOUBLE_EQ(cal.plan.cluster.gpu.calibration.nic_efficiency, nic);
+  EXPECT_LT(intra, 1.0);
+}
+
+TEST(NcclTests, LatencyComesFromABlockThatReachesSmallMessages) {
+  const plan::Plan p = llama_plan();
+  const auto dgx = read("h100x8_1node_dgx_nvidia-dgxc-benchmarking_allreduce.txt");
+  const auto cal = calibrate_from_nccl_tests(p, dgx);
+  // The all-reduce's fitted latency over its ring's 2(n - 1) = 14 steps.
+  EXPECT_NEAR(cal.plan.cluster.intra_node.latency_us, fit_latency_bandwidth(dgx[0].points).latency_s * 1e6 / 14, 1e-9);
+  // From 32 MiB up (the xxrjun runs) the latency is not determined: the plan's stays.
+  const auto big = calibrate_from_nccl_tests(p, read("h100x8_1node_nvswitch_xxrjun-cluster01_cnode3-002.txt"));
+  EXPECT_EQ(big.plan.cluster.intra_node.latency_us, p.cluster.intra_node.latency_us);
+}
+
+TEST(NcclTests, ABlockThatDoesNotFitThePlansNodesIsAnError) {
+  NcclTestBlock b;
+  b.collective = "all_reduce";
+  b.where = "odd.txt:9";
+  b.ranks = 3;
+  b.nodes = 1;
+  b.points = {{1e6, 1e-4, 1e10, 1.3e10}, {1e8, 1e-3, 1e11, 1.3e11}};
+  try {
+    (void)calibrate_from_nccl_tests(llama_plan(), {b});
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("odd.txt:9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gpus_per_node"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace meshwork::models
