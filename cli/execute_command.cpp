@@ -139,8 +139,8 @@ void add_execute_command(CLI::App& app, Io& io) {
               " stopped by SIGTERM, SIGUSR1 or SIGUSR2 at a step boundary, with a checkpoint of that step when --checkpoint-dir is given (resume with --resume).");
   cmd->callback([&io, file, opt, json, trace, bitflip, hang, death, save_death, signal, slowdown, tolerance] {
     std::string error;
-    if (opt->backend == "cuda" && !exec::have_cuda_backend()) {
-      io.err << "meshwork execute: --backend cuda: this build has no CUDA backend\n";
+    if (std::string why; opt->backend == "cuda" && !exec::have_cuda_backend(&why)) {
+      io.err << "meshwork execute: --backend cuda: " << why << '\n';
       io.exit_code = 2;
       return;
     }

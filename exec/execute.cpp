@@ -17,15 +17,13 @@
 #include "exec/trainer.hpp"
 #include "models/program_trace.hpp"
 #include "plan/derived.hpp"
+#include "exec/backend_module.hpp"
 #include "plan/backend_limits.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
 #include "report/report_io.hpp"
 #include "report/trace.hpp"
 
-#ifdef MESHWORK_HAVE_CUDA
-#include "exec/cuda/execute_cuda.hpp"
-#endif
 
 namespace meshwork::exec {
 
@@ -251,21 +249,19 @@ report::Report cpu_report(const plan::Plan& plan, const std::vector<StepRecord>&
 
 }  // namespace
 
-bool have_cuda_backend() {
-#ifdef MESHWORK_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
+bool have_cuda_backend(std::string* why) {
+  std::string reason;
+  const bool loaded = cuda_backend(reason) != nullptr;
+  if (why != nullptr) *why = reason;
+  return loaded;
 }
 
 ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
   if (options.backend == "cuda") {
-#ifdef MESHWORK_HAVE_CUDA
-    return cuda::execute_cuda(plan, options);
-#else
-    throw std::invalid_argument("backend cuda: this build has no CUDA backend");
-#endif
+    std::string why;
+    const CudaBackendModule* cuda = cuda_backend(why);
+    if (cuda == nullptr) throw std::invalid_argument("backend cuda: " + why);
+    return cuda->execute(plan, options);
   }
   if (options.backend != "cpu") throw std::invalid_argument("backend '" + options.backend + "' is not one of cpu, cuda");
   ExecuteResult out = start_job(plan);

@@ -86,7 +86,8 @@ struct ExecuteResult {
 
 ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options);
 
-// Whether this build has the CUDA backend (execute() with backend "cuda").
-[[nodiscard]] bool have_cuda_backend();
+// Whether the CUDA backend (execute() with backend "cuda") loads: the module of this build
+// (exec/backend_module.hpp), loaded here on first use; `why` says what is missing otherwise.
+[[nodiscard]] bool have_cuda_backend(std::string* why = nullptr);
 
 }  // namespace meshwork::exec

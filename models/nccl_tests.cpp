@@ -53,7 +53,7 @@ struct Pending {
 };
 
 // Without a "Collective test starting" line: an all-reduce's busbw is 2(n-1)/n of its algbw, a
-// reduce-scatter's (n-1)/n, both with a sum (doc/PERFORMANCE.md).
+// reduce-scatter's (n-1)/n, both with a sum (nccl-tests' doc/PERFORMANCE.md).
 std::string inferred(const Pending& p) {
   const auto n = static_cast<double>(p.ranks.size());
   if (n < 2 || p.redop != "sum") return "";

@@ -49,15 +49,25 @@ std::vector<std::string> CudaTrainer::unsupported(const plan::Plan& plan) {
 }
 
 CudaTrainer::CudaTrainer(const plan::Plan& plan, CudaTrainerOptions options) : plan_(plan) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // No GPU first: on a machine without one, that is the whole answer, whatever the mesh.
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices < 1) {
+    // Without a driver the runtime says "CUDA driver version is insufficient": say what it means.
+    const std::string cause = e == cudaErrorInsufficientDriver ? ": no NVIDIA driver, or one older than this CUDA runtime"
+                              : e != cudaSuccess              ? std::string(": ") + cudaGetErrorString(e)
+                                                              : "";
+    throw std::runtime_error("the CUDA backend found no CUDA device on rank " + text(rank) + cause);
+  }
   const auto problems = unsupported(plan_);
   if (!problems.empty()) {
     std::string message = "the CUDA backend runs data parallelism only (the multi-dimension CUDA mesh is future work):";
     for (std::size_t i = 0; i < problems.size(); ++i) message += (i == 0 ? " " : "; ") + problems[i];
     throw std::invalid_argument(message);
   }
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
   world_rank_ = rank;
   const auto layout = plan::RankLayout::from_plan(plan_.parallelism);
   if (layout.world_size() != size) {
@@ -72,11 +82,6 @@ CudaTrainer::CudaTrainer(const plan::Plan& plan, CudaTrainerOptions options) : p
   overlap_ = plan_.parallelism.overlap.grad_reduce;
 
   const NodePlace place = node_place(rank);
-  int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices < 1) {
-    throw std::runtime_error("the CUDA backend found no GPU on rank " + text(rank) + (e != cudaSuccess ? std::string(": ") + cudaGetErrorString(e) : ""));
-  }
   if (dp_size_ > 1 && place.local_size > devices) {
     // NCCL refuses two members of one communicator on one device.
     throw std::invalid_argument("rank " + text(rank) + "'s node runs " + text(place.local_size) + " ranks and has " + text(devices) +

@@ -1,0 +1,47 @@
+#pragma once
+// The CUDA backend as a module (libmeshwork_cuda.so, built beside the programs in lib/) that
+// execute() loads the first time a run asks for it (exec/backend_loader.cpp): every other
+// command starts without the CUDA runtime, cuBLASLt and NCCL, which linked into the programs
+// cost 243 MB and 0.13 s at each start of `meshwork validate`. The module and the program share
+// C++ types (plan::Plan, ExecuteOptions, ExecuteResult), so both must come from one build: the
+// module states the build it comes from (module_abi) and the loader refuses another.
+#include <cstdint>
+#include <string_view>
+
+#include "exec/execute.hpp"
+#include "meshwork/version.hpp"
+#include "plan/plan.hpp"
+
+namespace meshwork::exec {
+
+struct CudaBackendModule {
+  std::uint64_t abi = 0;
+  ExecuteResult (*execute)(const plan::Plan& plan, const ExecuteOptions& options) = nullptr;
+};
+
+// The exported entry point: `extern "C" const CudaBackendModule* meshwork_cuda_backend_module()`.
+inline constexpr const char* kCudaModuleEntry = "meshwork_cuda_backend_module";
+inline constexpr const char* kCudaModuleFile = "libmeshwork_cuda.so";
+
+// This build's fingerprint: FNV-1a over the version, the commit and the sizes of the types the
+// two sides pass (a field added on one side only changes a size).
+constexpr std::uint64_t module_abi() {
+  std::uint64_t h = 14695981039346656037ULL;
+  auto mix = [&h](std::string_view s) {
+    for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+    h = (h ^ 0xffU) * 1099511628211ULL;
+  };
+  mix(kVersion);
+  mix(kGitCommit);
+  for (const std::uint64_t size : {sizeof(plan::Plan), sizeof(ExecuteOptions), sizeof(ExecuteResult)}) {
+    for (int i = 0; i < 8; ++i) h = (h ^ ((size >> (8 * i)) & 0xffU)) * 1099511628211ULL;
+  }
+  return h;
+}
+
+// The CUDA backend, loaded on the first call; nullptr with `why` (the module is not in this
+// build, cannot load, or comes from another build). MESHWORK_CUDA_BACKEND, when set, names the
+// module's file; otherwise it is lib/libmeshwork_cuda.so beside the program's folder.
+const CudaBackendModule* cuda_backend(std::string& why);
+
+}  // namespace meshwork::exec
