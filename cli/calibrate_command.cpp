@@ -36,8 +36,8 @@ void calibrate_from_files(Io& io, const plan::Plan& p, const std::vector<std::st
       return;
     }
     try {
-      for (auto& b : models::parse_nccl_tests(*text, std::filesystem::path(f).filename().string())) blocks.push_back(std::move(b));
-    } catch (const std::invalid_argument& e) {
+      for (auto& b : models::parse_nccl_tests(*text, f)) blocks.push_back(std::move(b));
+    } catch (const std::exception& e) {
       io.err << "meshwork calibrate: " << e.what() << '\n';
       io.exit_code = 1;
       return;
@@ -46,7 +46,7 @@ void calibrate_from_files(Io& io, const plan::Plan& p, const std::vector<std::st
   models::NcclCalibration cal;
   try {
     cal = models::calibrate_from_nccl_tests(p, blocks);
-  } catch (const std::invalid_argument& e) {
+  } catch (const std::exception& e) {
     io.err << "meshwork calibrate: " << e.what() << '\n';
     io.exit_code = 1;
     return;

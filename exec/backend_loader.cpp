@@ -26,8 +26,10 @@ struct Loaded {
 
 Loaded load() {
   Loaded out;
-  const std::filesystem::path path = module_path();
   std::error_code ec;
+  // Absolute: dlopen searches the library path for a name without a '/', which is not the file
+  // that exists() found.
+  const std::filesystem::path path = std::filesystem::absolute(module_path(), ec);
   if (!std::filesystem::exists(path, ec)) {
     out.why = "this build has no CUDA backend (no " + path.string() +
               "; it is built where the CUDA toolkit and MPI are found, or MESHWORK_CUDA_BACKEND names it)";

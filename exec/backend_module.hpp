@@ -23,8 +23,10 @@ struct CudaBackendModule {
 inline constexpr const char* kCudaModuleEntry = "meshwork_cuda_backend_module";
 inline constexpr const char* kCudaModuleFile = "libmeshwork_cuda.so";
 
-// This build's fingerprint: FNV-1a over the version, the commit and the sizes of the types the
-// two sides pass (a field added on one side only changes a size).
+// This build's fingerprint: FNV-1a over the version, the commit (both as CMake last configured)
+// and the sizes of the types the two sides pass and of those they hold. A field added to one of
+// them changes a size; a field reordered without changing one is not seen, nor a rebuild of one
+// side alone between two configures: build the programs and the module together.
 constexpr std::uint64_t module_abi() {
   std::uint64_t h = 14695981039346656037ULL;
   auto mix = [&h](std::string_view s) {
@@ -33,7 +35,8 @@ constexpr std::uint64_t module_abi() {
   };
   mix(kVersion);
   mix(kGitCommit);
-  for (const std::uint64_t size : {sizeof(plan::Plan), sizeof(ExecuteOptions), sizeof(ExecuteResult)}) {
+  for (const std::uint64_t size : {sizeof(plan::Plan), sizeof(plan::ModelConfig), sizeof(plan::ParallelismConfig), sizeof(ExecuteOptions),
+                                   sizeof(ExecuteResult), sizeof(StepRecord), sizeof(report::Report)}) {
     for (int i = 0; i < 8; ++i) h = (h ^ ((size >> (8 * i)) & 0xffU)) * 1099511628211ULL;
   }
   return h;

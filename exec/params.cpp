@@ -64,7 +64,13 @@ Mat initial_value(const ParamSpec& spec, std::uint64_t seed) {
       }
       std::vector<std::thread> pool;
       pool.reserve(static_cast<std::size_t>(threads));
-      for (Index t = 0; t < threads; ++t) pool.emplace_back(fill, n * t / threads, n * (t + 1) / threads);
+      try {
+        for (Index t = 1; t < threads; ++t) pool.emplace_back(fill, n * t / threads, n * (t + 1) / threads);
+      } catch (...) {  // a thread that would not start: join the others before saying so
+        for (auto& th : pool) th.join();
+        throw;
+      }
+      fill(0, n / threads);  // the calling thread's share
       for (auto& th : pool) th.join();
       break;
     }

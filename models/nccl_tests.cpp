@@ -46,6 +46,8 @@ struct Pending {
   std::set<std::int64_t> ranks;
   std::set<std::string> hosts;
   std::string redop;
+  std::string root;  // "-1" for the collectives without a root (all-reduce, reduce-scatter, ...)
+  std::size_t root_i = 0;  // 0: no root column
   // Column positions of the out-of-place time, algbw and busbw (nccl-tests 2.x with its root
   // column; older outputs have none and one fewer column before them).
   std::size_t time_i = 5, algbw_i = 6, busbw_i = 7;
@@ -56,7 +58,10 @@ struct Pending {
 // reduce-scatter's (n-1)/n, both with a sum (nccl-tests' doc/PERFORMANCE.md).
 std::string inferred(const Pending& p) {
   const auto n = static_cast<double>(p.ranks.size());
-  if (n < 2 || p.redop != "sum") return "";
+  // A reduce also sums, with busbw = algbw: with 2 ranks that is an all-reduce's ratio, with
+  // over 50 a reduce-scatter's within the tolerance. Its root column names a rank, theirs -1; an
+  // output without the column is not guessed at.
+  if (n < 2 || p.redop != "sum" || p.root_i == 0 || p.root != "-1") return "";
   const auto last = std::max_element(p.block.points.begin(), p.block.points.end(),
                                       [](const NcclTestPoint& a, const NcclTestPoint& b) { return a.bytes < b.bytes; });
   if (last == p.block.points.end() || last->algbw_bytes_per_s <= 0) return "";
@@ -102,7 +107,10 @@ std::vector<NcclTestBlock> parse_nccl_tests(std::string_view text, const std::st
     // "#  Rank  3 Group  0 Pid 4180129 on cnode3-002 device  3 [...] NVIDIA H100 80GB HBM3".
     if (t.size() >= 2 && t[0] == "Rank" && all_digits(t[1])) {
       if (!cur.block.points.empty()) finish();  // a second test's ranks without its own "starting" line
-      cur.ranks.insert(std::stoll(t[1]));
+      std::int64_t rank = 0;
+      const auto [rank_end, rank_ec] = std::from_chars(t[1].data(), t[1].data() + t[1].size(), rank);
+      if (rank_ec != std::errc{} || rank_end != t[1].data() + t[1].size()) throw std::invalid_argument(where + ": rank '" + t[1] + "' is not a rank number");
+      cur.ranks.insert(rank);
       const auto on = std::find(t.begin(), t.end(), "on");
       if (on != t.end() && on + 1 != t.end()) cur.hosts.insert(*(on + 1));
       continue;
@@ -121,6 +129,7 @@ std::vector<NcclTestBlock> parse_nccl_tests(std::string_view text, const std::st
         const auto it = std::find(t.begin(), t.end(), column);
         return it == t.end() ? fallback : static_cast<std::size_t>(it - t.begin());
       };
+      cur.root_i = first("root", 0);
       cur.time_i = first("time", 5);
       cur.algbw_i = first("algbw", cur.time_i + 1);
       cur.busbw_i = first("busbw", cur.time_i + 2);
@@ -133,6 +142,7 @@ std::vector<NcclTestBlock> parse_nccl_tests(std::string_view text, const std::st
     if (!cur.header_seen) {
       // No header: nccl-tests 2.x has a root column (13 columns), older ones do not.
       cur.time_i = t.size() >= 13 ? 5 : 4;
+      cur.root_i = t.size() >= 13 ? 4 : 0;
       cur.algbw_i = cur.time_i + 1;
       cur.busbw_i = cur.time_i + 2;
       cur.header_seen = true;
@@ -149,6 +159,7 @@ std::vector<NcclTestBlock> parse_nccl_tests(std::string_view text, const std::st
     pt.busbw_bytes_per_s = number(t[cur.busbw_i], where, "busbw (GB/s)") * 1e9;
     if (pt.time_s <= 0) throw std::invalid_argument(where + ": a time of " + t[cur.time_i] + " us");
     if (t.size() > 3 && cur.redop.empty()) cur.redop = t[3];
+    if (cur.root_i > 0 && cur.root_i < t.size() && cur.root.empty()) cur.root = t[cur.root_i];
     cur.block.points.push_back(pt);
   }
   finish();
@@ -157,11 +168,17 @@ std::vector<NcclTestBlock> parse_nccl_tests(std::string_view text, const std::st
 }
 
 LatencyBandwidth fit_latency_bandwidth(const std::vector<NcclTestPoint>& points) {
-  if (points.size() < 2) throw std::invalid_argument("a latency and bandwidth fit needs two sizes or more, got " + std::to_string(points.size()));
+  std::set<double> sizes;
+  for (const auto& p : points)
+    if (p.bytes > 0 && p.time_s > 0) sizes.insert(p.bytes);
+  if (sizes.size() < 2) {
+    throw std::invalid_argument("a latency and bandwidth fit needs two different sizes above 0 bytes, got " + std::to_string(sizes.size()));
+  }
   // Minimise sum ((a + b S - t) / t)^2 over a and b = 1 / B: with u = 1/t and v = S/t the
   // residual is a u + b v - 1, a linear least-squares problem (normal equations, 2 x 2).
   double uu = 0, uv = 0, vv = 0, su = 0, sv = 0;
   for (const auto& p : points) {
+    if (p.bytes <= 0 || p.time_s <= 0) continue;
     const double u = 1 / p.time_s, v = p.bytes / p.time_s;
     uu += u * u;
     uv += u * v;
@@ -228,84 +245,123 @@ std::string fixed(double v, int digits) {
 
 }  // namespace
 
+namespace {
+
+std::size_t distinct_sizes(const NcclTestBlock& b) {
+  std::set<double> sizes;
+  for (const auto& p : b.points)
+    if (p.bytes > 0) sizes.insert(p.bytes);
+  return sizes.size();
+}
+
+// One block against the plan as it stands: its fit, and the efficiency `field` for which the
+// model's collective takes the largest size's measured time.
+BlockCalibration calibrate_block(const plan::Plan& plan, const NcclTestBlock& b) {
+  BlockCalibration r;
+  r.block = &b;
+  if (distinct_sizes(b) < 2) {
+    r.why = "fewer than two different sizes: no latency and bandwidth to fit";
+    return r;
+  }
+  r.fit = fit_latency_bandwidth(b.points);
+  const Collective c = model_collective(b.collective);
+  if (c == Collective::none) {
+    r.why = b.collective.empty() ? "the collective is not named (no '# Collective test starting' line) and its columns do not tell"
+                                 : "'" + b.collective + "' is not a collective the cost model prices from a fabric's efficiency";
+    return r;
+  }
+  if (b.ranks < 2) {
+    r.why = "one rank: no fabric crossed";
+    return r;
+  }
+  const plan::Plan q = group_plan(plan, b);
+  r.field = b.nodes > 1 ? "nic_efficiency" : "intra_node_efficiency";
+  const auto largest = *std::max_element(b.points.begin(), b.points.end(), [](auto& x, auto& y) { return x.bytes < y.bytes; });
+  // The algorithm the model runs the largest size with, on the plan's fabric as it stands; the
+  // efficiency is solved for that algorithm (letting the choice move with the efficiency would
+  // credit one algorithm's measurement to another's rate). The model's time falls as the
+  // efficiency rises: bisection in log space for the one that gives the measured time of the
+  // largest size, where latency weighs least. At most 2: the schema's largest.
+  const CollectiveAlgorithm a = algorithm_for(network(q, r.field, 0), c, largest.bytes);
+  const std::string algorithm(plan::to_string(a));
+  constexpr double kLow = 0.01, kHigh = 2.0;
+  auto time_at = [&](double e) { return collective_s(network(q, r.field, e), c, largest.bytes, a); };
+  const double slow = time_at(kLow), fast = time_at(kHigh);
+  if (std::abs(slow - fast) <= 1e-9 * largest.time_s) {
+    const double model = collective_s(network(q, r.field, 0), c, largest.bytes, a);
+    r.why = "the cost model runs it with " + algorithm + ", whose rate is the generation's, not " + r.field + " (" + fixed(model * 1e6, 0) +
+            " us against the measured " + fixed(largest.time_s * 1e6, 0) + " us at the largest size)";
+    r.field.clear();
+    return r;
+  }
+  if (largest.time_s < fast || largest.time_s > slow) {
+    r.why = "no " + r.field + " in [" + fixed(kLow, 2) + ", " + fixed(kHigh, 2) + "] makes the model's " + algorithm + " take the measured " +
+            fixed(largest.time_s * 1e6, 0) + " us at the largest size";
+    r.field.clear();
+    return r;
+  }
+  double lo = std::log(kLow), hi = std::log(kHigh);
+  for (int i = 0; i < 60; ++i) {
+    const double mid = (lo + hi) / 2;
+    (time_at(std::exp(mid)) > largest.time_s ? lo : hi) = mid;
+  }
+  r.efficiency = std::exp((lo + hi) / 2);
+  return r;
+}
+
+// The model with the plan's final calibration against every size of the block.
+void measure_errors(const plan::Plan& plan, BlockCalibration& r) {
+  const NcclTestBlock& b = *r.block;
+  const plan::Plan q = group_plan(plan, b);
+  const GroupNetwork g = network(q, r.field, 0);
+  const Collective c = model_collective(b.collective);
+  for (const auto& p : b.points) {
+    const double e = std::abs(collective_s(g, c, p.bytes) - p.time_s) / p.time_s;
+    if (e > r.max_error) {
+      r.max_error = e;
+      r.max_error_bytes = p.bytes;
+    }
+  }
+}
+
+}  // namespace
+
 NcclCalibration calibrate_from_nccl_tests(const plan::Plan& plan, const std::vector<NcclTestBlock>& blocks) {
   NcclCalibration out;
   out.plan = plan;
   // The node fabric's latency first (the efficiencies are solved with it): from a block inside
-  // one node that reaches small messages, its fitted latency over a ring's steps.
+  // one node that reaches small messages, its fitted latency over a ring's steps. A fit whose
+  // latency came out 0 (bandwidth alone fitted better) says nothing of it.
   double latency_s = -1;
   for (const auto& b : blocks) {
     const Collective c = model_collective(b.collective);
-    if (b.nodes != 1 || b.ranks < 2 || c == Collective::none || c == Collective::all_to_all || b.points.size() < 2) continue;
+    if (b.nodes != 1 || b.ranks < 2 || c == Collective::none || c == Collective::all_to_all || distinct_sizes(b) < 2) continue;
     const double smallest = std::min_element(b.points.begin(), b.points.end(), [](auto& x, auto& y) { return x.bytes < y.bytes; })->bytes;
     if (smallest > 64 * 1024) continue;
     const double steps = static_cast<double>(c == Collective::all_reduce ? 2 * (b.ranks - 1) : b.ranks - 1);
     const double l = fit_latency_bandwidth(b.points).latency_s / steps;
+    if (l <= 0) continue;
     latency_s = latency_s < 0 ? l : std::min(latency_s, l);
   }
   if (latency_s > 0) out.plan.cluster.intra_node.latency_us = latency_s * 1e6;
 
-  double intra = -1, nic = -1;
-  for (const auto& b : blocks) {
-    BlockCalibration r;
-    r.block = &b;
-    if (b.points.size() >= 2) r.fit = fit_latency_bandwidth(b.points);
-    const Collective c = model_collective(b.collective);
-    if (c == Collective::none) {
-      r.why = b.collective.empty() ? "the collective is not named (no '# Collective test starting' line) and its busbw does not tell"
-                                   : "'" + b.collective + "' is not a collective the cost model prices from a fabric's efficiency";
-      out.blocks.push_back(r);
-      continue;
+  // Inside a node first, then across nodes with the node's efficiency set: a ring between nodes
+  // runs at the lower of the NIC's and NVLink's rates (models/comm), so the NIC's is solved
+  // against the calibrated node. Each field takes the lowest any block gave.
+  std::vector<BlockCalibration> results(blocks.size());
+  for (const bool across : {false, true}) {
+    double lowest = -1;
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      if ((blocks[i].nodes > 1) != across) continue;
+      results[i] = calibrate_block(out.plan, blocks[i]);
+      if (!results[i].field.empty()) lowest = lowest < 0 ? results[i].efficiency : std::min(lowest, results[i].efficiency);
     }
-    if (b.ranks < 2) {
-      r.why = "one rank: no fabric crossed";
-      out.blocks.push_back(r);
-      continue;
-    }
-    const plan::Plan q = group_plan(out.plan, b);
-    r.field = b.nodes > 1 ? "nic_efficiency" : "intra_node_efficiency";
-    const auto largest = *std::max_element(b.points.begin(), b.points.end(), [](auto& x, auto& y) { return x.bytes < y.bytes; });
-    // The algorithm the model runs the largest size with, on the plan's fabric as it stands; the
-    // efficiency is solved for that algorithm (letting the choice move with the efficiency would
-    // credit one algorithm's measurement to another's rate). The model's time falls as the
-    // efficiency rises: bisection in log space for the one that gives the measured time of the
-    // largest size, where latency weighs least.
-    const CollectiveAlgorithm a = algorithm_for(network(q, r.field, 0), c, largest.bytes);
-    const std::string algorithm(plan::to_string(a));
-    constexpr double kLow = 0.01, kHigh = 4.0;
-    auto time_at = [&](double e) { return collective_s(network(q, r.field, e), c, largest.bytes, a); };
-    const double slow = time_at(kLow), fast = time_at(kHigh);
-    if (std::abs(slow - fast) <= 1e-9 * largest.time_s) {
-      const double model = collective_s(network(q, r.field, 0), c, largest.bytes, a);
-      r.why = "the cost model runs it with " + algorithm + ", whose rate is the generation's, not " + r.field + " (" + fixed(model * 1e6, 0) +
-              " us against the measured " + fixed(largest.time_s * 1e6, 0) + " us at the largest size)";
-      r.field.clear();
-    } else if (largest.time_s < fast || largest.time_s > slow) {
-      r.why = "no " + r.field + " in [" + fixed(kLow, 2) + ", " + fixed(kHigh, 2) + "] makes the model's " + algorithm + " take the measured " +
-              fixed(largest.time_s * 1e6, 0) + " us at the largest size";
-      r.field.clear();
-    } else {
-      double lo = std::log(kLow), hi = std::log(kHigh);
-      for (int i = 0; i < 60; ++i) {
-        const double mid = (lo + hi) / 2;
-        (time_at(std::exp(mid)) > largest.time_s ? lo : hi) = mid;
-      }
-      r.efficiency = std::exp((lo + hi) / 2);
-      const GroupNetwork g = network(q, r.field, r.efficiency);
-      for (const auto& p : b.points) {
-        const double e = std::abs(collective_s(g, c, p.bytes) - p.time_s) / p.time_s;
-        if (e > r.max_error) {
-          r.max_error = e;
-          r.max_error_bytes = p.bytes;
-        }
-      }
-      double& slot = r.field == "nic_efficiency" ? nic : intra;
-      slot = slot < 0 ? r.efficiency : std::min(slot, r.efficiency);
-    }
-    out.blocks.push_back(r);
+    if (lowest > 0) (across ? out.plan.cluster.gpu.calibration.nic_efficiency : out.plan.cluster.gpu.calibration.intra_node_efficiency) = lowest;
   }
-  if (intra > 0) out.plan.cluster.gpu.calibration.intra_node_efficiency = intra;
-  if (nic > 0) out.plan.cluster.gpu.calibration.nic_efficiency = nic;
+  // How far the plan as written, with both fields, is on every size of every block.
+  for (auto& r : results)
+    if (!r.field.empty()) measure_errors(out.plan, r);
+  out.blocks = std::move(results);
   return out;
 }
 

@@ -27,8 +27,9 @@ struct NcclTestPoint {
 struct NcclTestBlock {
   // all_reduce, all_gather, reduce_scatter, alltoall, sendrecv, broadcast, reduce: from the
   // block's "# Collective test starting: X_perf" line, or, without it, from the ratio of busbw to
-  // algbw and the reduction (all_reduce 2(n-1)/n with a sum, reduce_scatter (n-1)/n with a sum).
-  // Empty when neither tells (an all_gather and an alltoall print alike).
+  // algbw, the reduction and the root column (all_reduce 2(n-1)/n with a sum and root -1,
+  // reduce_scatter (n-1)/n likewise). Empty when neither tells (an all_gather and an alltoall
+  // print alike; a reduce names a root).
   std::string collective;
   std::string where;  // "file:line" of the block's table header
   std::int64_t ranks = 0;  // the "Rank N ... on HOST" lines
@@ -45,7 +46,7 @@ struct LatencyBandwidth {
   double algbw_bytes_per_s = 0;  // as S grows
   [[nodiscard]] double time_s(double bytes) const { return latency_s + bytes / algbw_bytes_per_s; }
 };
-// Throws std::invalid_argument with fewer than two sizes.
+// Throws std::invalid_argument with fewer than two different sizes above 0 bytes.
 LatencyBandwidth fit_latency_bandwidth(const std::vector<NcclTestPoint>& points);
 
 struct BlockCalibration {
@@ -58,8 +59,8 @@ struct BlockCalibration {
   std::string field;
   double efficiency = 0;
   std::string why;
-  // The cost model with that efficiency against every size of the block: the largest relative
-  // error (|model - measured| / measured) and where.
+  // The cost model with the plan as written (every field at the lowest any block gave) against
+  // every size of the block: the largest relative error (|model - measured| / measured) and where.
   double max_error = 0;
   double max_error_bytes = 0;
 };

@@ -237,6 +237,7 @@ void Gemm::run(Types types, const void* a, const void* b, void* c, const Batched
                           plan.workspace_bytes > 0 ? workspace(stream) : nullptr, plan.workspace_bytes, stream);
   };
   cublasStatus_t status = matmul();
+  const bool had_candidates = !plan.fallbacks.empty();
   // The heuristic's first choice is not always one cublasLtMatmul runs: the fp8 GEMM of the first
   // GPU check (H200, cuBLAS 13.0, 2026-12-04) was refused with NOT_SUPPORTED. Its next candidates,
   // in order; the one that runs is kept for the shape.
@@ -246,7 +247,9 @@ void Gemm::run(Types types, const void* a, const void* b, void* c, const Batched
     plan.fallbacks.erase(plan.fallbacks.begin());
     status = matmul();
   }
-  check_cublas(status, __FILE__, __LINE__, ("cublasLtMatmul of " + describe(types, s) + " (every candidate of the heuristic)").c_str());
+  check_cublas(status, __FILE__, __LINE__,
+               ("cublasLtMatmul of " + describe(types, s) + (had_candidates && status == CUBLAS_STATUS_NOT_SUPPORTED ? " (every candidate of the heuristic)" : ""))
+                   .c_str());
 }
 
 void Gemm::matmul(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,

@@ -13,13 +13,14 @@ namespace meshwork::kernels::cuda {
 // scores, probs: `batch` matrices [seq, seq], one after the other. Row i of each:
 // probs_ij = exp(scale s_ij - m_i) / sum_{k <= i} exp(scale s_ik - m_i) for j <= i, with m_i the
 // row's maximum (NaN if any visible score is NaN), and exactly 0 for j > i: the masked scores
-// are never read. probs may alias scores.
+// never reach the output (the bf16 row kernels load those that share a 16-byte vector with
+// visible ones, and drop them). probs may alias scores.
 template <class T>
 void causal_softmax_forward(const T* scores, T* probs, std::int64_t batch, std::int64_t seq, float scale,
                             cudaStream_t stream);
 
 // dscores_ij = scale * P_ij * (dP_ij - sum_{k <= i} dP_ik P_ik) for j <= i and exactly 0 for
-// j > i (the masked dP, which no output depends on, are never read). dscores may alias dprobs.
+// j > i (the masked dP, which no output depends on, never reach it). dscores may alias dprobs.
 template <class T>
 void causal_softmax_backward(const T* dprobs, const T* probs, T* dscores, std::int64_t batch, std::int64_t seq,
                              float scale, cudaStream_t stream);

@@ -64,6 +64,39 @@ TEST(NcclTests, NamesTheCollectiveFromBusbwWhenTheStartingLineIsMissing) {
   EXPECT_EQ(dgx[0].ranks, 8);
 }
 
+TEST(NcclTests, AReduceIsNotTakenForAnAllReduce) {
+  // reduce_perf on 2 ranks: a sum with busbw = algbw, an all-reduce's ratio at n = 2; its root
+  // column names rank 0. Without the starting line it stays unnamed, and sets nothing.
+  const std::string text = "#  Rank  0 Group  0 Pid 1 on a device  0 [0] GPU\n"
+                           "#  Rank  1 Group  0 Pid 2 on a device  1 [1] GPU\n"
+                           "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+                           "     1048576    262144     float     sum       0    20.00   52.43   52.43      0\n"
+                           "    16777216   4194304     float     sum       0   120.00  139.81  139.81      0\n";
+  const auto blocks = parse_nccl_tests(text, "reduce.txt");
+  ASSERT_EQ(blocks.size(), 1U);
+  EXPECT_EQ(blocks[0].collective, "");
+  const auto cal = calibrate_from_nccl_tests(llama_plan(), blocks);
+  EXPECT_TRUE(cal.blocks[0].field.empty());
+  // The same rows with root -1 are an all-reduce's.
+  std::string all_reduce = text;
+  for (std::size_t at = all_reduce.find("sum       0"); at != std::string::npos; at = all_reduce.find("sum       0", at))
+    all_reduce.replace(at, 11, "sum      -1");
+  EXPECT_EQ(parse_nccl_tests(all_reduce, "all_reduce.txt")[0].collective, "all_reduce");
+}
+
+TEST(NcclTests, OneSizeRepeatedGivesNoFit) {
+  NcclTestBlock b;
+  b.collective = "all_gather";
+  b.where = "one-size.txt:3";
+  b.ranks = 8;
+  b.nodes = 1;
+  b.points = {{1e9, 3e-3, 3.3e11, 2.9e11}, {1e9, 3.1e-3, 3.2e11, 2.8e11}};
+  EXPECT_THROW((void)fit_latency_bandwidth(b.points), std::invalid_argument);
+  const auto cal = calibrate_from_nccl_tests(llama_plan(), {b});
+  EXPECT_TRUE(cal.blocks[0].field.empty());
+  EXPECT_NE(cal.blocks[0].why.find("two different sizes"), std::string::npos) << cal.blocks[0].why;
+}
+
 TEST(NcclTests, ABadRowOrNoTableIsAnErrorNamingTheLine) {
   const std::string header = "#  Rank  0 Group  0 Pid 1 on a device  0 [0] GPU\n"
                              "#       size         count      type   redop    root     time   algbw   busbw #wrong\n";
@@ -133,6 +166,9 @@ TEST(NcclTests, CalibrationMakesTheCostModelReproduceTheLargestMeasurement) {
     q.parallelism = {};
     q.parallelism.tensor_model_parallel_size = 8 / (b.ranks / b.nodes);
     q.parallelism.data_parallel_size = b.ranks;
+    // Across nodes, solved with the node's efficiency already calibrated (a ring between nodes
+    // runs at the lower of the NIC's and NVLink's rates).
+    if (b.nodes > 1) q.cluster.gpu.calibration.intra_node_efficiency = cal.plan.cluster.gpu.calibration.intra_node_efficiency;
     (b.nodes > 1 ? q.cluster.gpu.calibration.nic_efficiency : q.cluster.gpu.calibration.intra_node_efficiency) = r.efficiency;
     const Collective c = b.collective == "all_reduce" ? Collective::all_reduce
                          : b.collective == "all_gather" ? Collective::all_gather
