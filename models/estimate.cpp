@@ -15,6 +15,7 @@
 #include "models/op_table.hpp"
 #include "models/params.hpp"
 #include "models/pipeline.hpp"
+#include "models/regime.hpp"
 #include "models/sm_share.hpp"
 #include "plan/derived.hpp"
 #include "plan/plan_io.hpp"
@@ -572,10 +573,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
 
   attach_power(p, r);
 
-  if (!hw.calibrated) {
-    r.notes.push_back("no calibration covers " + p.cluster.gpu.name +
-                      ": generic efficiencies (Ampere's fractions of its datasheet figures)");
-  }
+  for (auto& note : regime_notes(p)) r.notes.push_back(std::move(note));
   r.provenance.meshwork_version = kVersion;
   r.provenance.meshwork_commit = kGitCommit;
   if (options.provenance) r.provenance.plan_hash = report::fnv1a_hex(plan::to_json(p).dump());

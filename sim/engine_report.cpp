@@ -1,6 +1,8 @@
 // What the step was: the Report's attribution, the trace and the hottest links (engine.hpp).
 #include "sim/engine.hpp"
 
+#include "models/regime.hpp"
+
 namespace meshwork::sim::engine {
 
 void Simulation::record(ActorState& st, const models::StageProgram& sp, const Instr& in, double start, double end) {
@@ -23,7 +25,7 @@ std::string Simulation::trace_json() const {
 report::Report Simulation::make_report() const {
   report::Report r = models::estimate(p_);
   r.method = report::Method::simulated;
-  r.notes.clear();
+  r.notes = models::regime_notes(p_);  // the estimate's own notes are its tier's
   // The critical rank: the one that computed longest (its stage sets the pace).
   std::size_t crit = 0;
   for (std::size_t i = 0; i < actors_.size(); ++i) {

@@ -545,8 +545,9 @@ TEST(Simulate, PastTheBudgetAlikeActorsShareAClassThatMovesAtItsSlowestPace) {
   EXPECT_TRUE(std::none_of(roomy.report->notes.begin(), roomy.report->notes.end(),
                            [](const std::string& n) { return n.find("approximate") != std::string::npos; }));
   EXPECT_EQ(tight.played_actors, 1);
-  ASSERT_FALSE(tight.report->notes.empty());
-  EXPECT_NE(tight.report->notes.front().find("approximate: 1 played actor stands for 8 "), std::string::npos) << tight.report->notes.front();
+  // Among the Report's notes (an H100 plan's also says it is uncalibrated, models/regime).
+  EXPECT_TRUE(std::any_of(tight.report->notes.begin(), tight.report->notes.end(),
+                          [](const std::string& n) { return n.find("approximate: 1 played actor stands for 8 ") != std::string::npos; }));
   EXPECT_GE(tight.report->step_time_s, exact.report->step_time_s * (1 - 1e-12));
   EXPECT_EQ(tight.flows, exact.flows);  // every flow is still counted, played or mirrored
 }

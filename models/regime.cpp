@@ -1,0 +1,42 @@
+#include "models/regime.hpp"
+
+#include "models/hardware.hpp"
+
+namespace meshwork::models {
+
+std::vector<std::string> regime_notes(const plan::Plan& p) {
+  std::vector<std::string> notes;
+  // Compute measured on the machine (`meshwork calibrate`) stands on its own; a profile with
+  // only its fabric measured (`calibrate --nccl-tests`) is still its generation's otherwise.
+  if (p.cluster.gpu.calibration.gemm_max_efficiency > 0) return notes;
+  plan::GpuSpec datasheet = p.cluster.gpu;
+  datasheet.calibration = {};
+  const HardwareProfile hw = hardware_profile(datasheet);
+  const std::string gpu = p.cluster.gpu.name;
+  if (hw.generation == "cpu") return notes;
+  if (!hw.calibrated) {
+    notes.push_back("uncalibrated: no calibration covers " + gpu + ": generic efficiencies (Ampere's fractions of its datasheet figures)");
+    return notes;
+  }
+  if (hw.generation == "hopper") {
+    notes.push_back("uncalibrated: no published Hopper run checks the cost model yet (NeMo's DGX-H100 runs, docs/reference/published-runs.md A3, "
+                    "are to); " + gpu + "'s efficiencies are datasheet and microbenchmark figures with Ampere's in-training GEMM fraction");
+    return notes;
+  }
+  if (hw.generation == "blackwell") {
+    notes.push_back("uncalibrated: no published Blackwell run checks the cost model; " + gpu +
+                    "'s efficiencies are datasheet and microbenchmark figures with Ampere's in-training GEMM fraction");
+    return notes;
+  }
+  // Ampere: the dense GPT runs of NAR21 and KOR22.
+  const std::string outside = "outside the calibrated regime (Ampere's set: NAR21 and KOR22, dense GPT on 32 to " +
+                              std::to_string(kAmpereSetLargestGpus) + " A100s): ";
+  if (p.model.moe.num_moe_experts > 0) notes.push_back(outside + "experts (MoE): their dispatch, imbalance and kernels are not checked");
+  if (p.parallelism.context_parallel_size > 1) notes.push_back(outside + "context parallelism: its ring attention and exchanges are not checked");
+  if (p.cluster.num_gpus > kAmpereSetLargestGpus) {
+    notes.push_back(outside + std::to_string(p.cluster.num_gpus) + " GPUs, more than the largest checked run");
+  }
+  return notes;
+}
+
+}  // namespace meshwork::models
