@@ -30,6 +30,26 @@ plan::Plan llama_plan() {
   return loaded.plan;
 }
 
+NcclTestBlock block(const char* collective, const char* where, std::int64_t ranks, std::vector<NcclTestPoint> points) {
+  NcclTestBlock b;
+  b.collective = collective;
+  b.where = where;
+  b.ranks = ranks;
+  b.nodes = 1;
+  b.points = std::move(points);
+  return b;
+}
+
+// Latency and bandwidth fitted on every other size; the worst relative error on the sizes between.
+double worst_held_back_error(const NcclTestBlock& b) {
+  std::vector<NcclTestPoint> fitted, held;
+  for (std::size_t i = 0; i < b.points.size(); ++i) (i % 2 == 0 ? fitted : held).push_back(b.points[i]);
+  const auto fit = fit_latency_bandwidth(fitted);
+  double worst = 0;
+  for (const auto& p : held) worst = std::max(worst, std::abs(fit.time_s(p.bytes) - p.time_s) / p.time_s);
+  return worst;
+}
+
 TEST(NcclTests, ReadsEveryBlockOfAFileWithItsRanksAndHosts) {
   const auto blocks = read("h100x8_1node_nvswitch_xxrjun-cluster01_cnode3-002.txt");
   ASSERT_EQ(blocks.size(), 5U);
@@ -85,12 +105,7 @@ TEST(NcclTests, AReduceIsNotTakenForAnAllReduce) {
 }
 
 TEST(NcclTests, OneSizeRepeatedGivesNoFit) {
-  NcclTestBlock b;
-  b.collective = "all_gather";
-  b.where = "one-size.txt:3";
-  b.ranks = 8;
-  b.nodes = 1;
-  b.points = {{1e9, 3e-3, 3.3e11, 2.9e11}, {1e9, 3.1e-3, 3.2e11, 2.8e11}};
+  const NcclTestBlock b = block("all_gather", "one-size.txt:3", 8, {{1e9, 3e-3, 3.3e11, 2.9e11}, {1e9, 3.1e-3, 3.2e11, 2.8e11}});
   EXPECT_THROW((void)fit_latency_bandwidth(b.points), std::invalid_argument);
   const auto cal = calibrate_from_nccl_tests(llama_plan(), {b});
   EXPECT_TRUE(cal.blocks[0].field.empty());
@@ -116,23 +131,13 @@ TEST(NcclTests, LatencyAndBandwidthPredictTheSizesHeldBack) {
   // latency + size / bandwidth holds within 6% (measured: 2.5, 2.7, 4.5, 5.4%).
   for (const auto& b : read("h100x8_1node_nvswitch_xxrjun-cluster01_cnode3-002.txt")) {
     if (b.collective == "sendrecv") continue;  // the test's own pairing, not a collective
-    std::vector<NcclTestPoint> fitted, held;
-    for (std::size_t i = 0; i < b.points.size(); ++i) (i % 2 == 0 ? fitted : held).push_back(b.points[i]);
-    const auto fit = fit_latency_bandwidth(fitted);
-    double worst = 0;
-    for (const auto& p : held) worst = std::max(worst, std::abs(fit.time_s(p.bytes) - p.time_s) / p.time_s);
-    EXPECT_LT(worst, 0.06) << b.collective;
-    EXPECT_GT(fit.latency_s, 0) << b.collective;
+    EXPECT_LT(worst_held_back_error(b), 0.06) << b.collective;
+    EXPECT_GT(fit_latency_bandwidth(b.points).latency_s, 0) << b.collective;
   }
   // From 8 B to 16 GiB it does not: NCCL changes protocol (LL, LL128, Simple) with size, and one
   // line misses the sizes between by a third (issue 20's message-size model is still to come).
   const auto dgx = read("h100x8_1node_dgx_nvidia-dgxc-benchmarking_allreduce.txt").front();
-  std::vector<NcclTestPoint> fitted, held;
-  for (std::size_t i = 0; i < dgx.points.size(); ++i) (i % 2 == 0 ? fitted : held).push_back(dgx.points[i]);
-  const auto fit = fit_latency_bandwidth(fitted);
-  double worst = 0;
-  for (const auto& p : held) worst = std::max(worst, std::abs(fit.time_s(p.bytes) - p.time_s) / p.time_s);
-  EXPECT_GT(worst, 0.3);
+  EXPECT_GT(worst_held_back_error(dgx), 0.3);
   EXPECT_THROW((void)fit_latency_bandwidth({dgx.points.front()}), std::invalid_argument);
 }
 
@@ -202,12 +207,7 @@ TEST(NcclTests, LatencyComesFromABlockThatReachesSmallMessages) {
 }
 
 TEST(NcclTests, ABlockThatDoesNotFitThePlansNodesIsAnError) {
-  NcclTestBlock b;
-  b.collective = "all_reduce";
-  b.where = "odd.txt:9";
-  b.ranks = 3;
-  b.nodes = 1;
-  b.points = {{1e6, 1e-4, 1e10, 1.3e10}, {1e8, 1e-3, 1e11, 1.3e11}};
+  const NcclTestBlock b = block("all_reduce", "odd.txt:9", 3, {{1e6, 1e-4, 1e10, 1.3e10}, {1e8, 1e-3, 1e11, 1.3e11}});
   try {
     (void)calibrate_from_nccl_tests(llama_plan(), {b});
     ADD_FAILURE() << "no error";
