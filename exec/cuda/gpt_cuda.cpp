@@ -322,7 +322,8 @@ struct CudaGpt::Impl {
       rows_to_heads(L.k.data(), L.kh.data(), samples, seq, heads, groups, hd, s);
       rows_to_heads(L.v.data(), L.vh.data(), samples, seq, heads, groups, hd, s);
       if (path == AttentionPath::materialised) {
-        materialised_attention_forward(gemm, L.qh.data(), L.kh.data(), L.vh.data(), L.probs.data(), L.atth.data(), bh, seq, hd, s);
+        materialised_attention_forward(gemm, L.qh.data(), L.kh.data(), L.vh.data(), L.probs.data(), L.atth.data(), bh, seq, hd, s,
+                                       causal_row_blocks(seq));
       } else if (hd <= kernels::cuda::kFlashMaxHeadDim) {
         kernels::cuda::flash_attention_forward<bf16>(L.qh.data(), L.kh.data(), L.vh.data(), L.atth.data(), L.lse.data(), bh, seq, hd, s);
       } else {
@@ -396,7 +397,7 @@ struct CudaGpt::Impl {
       rows_to_heads(datt.data(), dattH.data(), samples, seq, heads, heads, hd, s);
       if (path == AttentionPath::materialised) {
         materialised_attention_backward(gemm, dattH.data(), L.qh.data(), L.kh.data(), L.vh.data(), L.probs.data(), dprobs.data(), dqh.data(), dkh.data(),
-                                        dvh.data(), bh, seq, hd, s);
+                                        dvh.data(), bh, seq, hd, s, causal_row_blocks(seq));
       } else {
         kernels::cuda::causal_attention_backward<bf16>(dattH.data(), L.qh.data(), L.kh.data(), L.vh.data(), L.atth.data(), L.lse.data(), dqh.data(),
                                                        dkh.data(), dvh.data(), bh, seq, hd, s);

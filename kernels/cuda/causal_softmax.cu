@@ -14,13 +14,23 @@
 namespace meshwork::kernels::cuda {
 namespace {
 
+// The columns of query i's row that are written: to the end of its block of block_rows rows
+// (the causal GEMMs' diagonal block, which reads the zeros), or the whole row (block_rows 0).
+__host__ __device__ inline std::int64_t written_columns(std::int64_t i, std::int64_t seq, std::int64_t block_rows) {
+  if (block_rows <= 0) return seq;
+  const std::int64_t end = (i / block_rows + 1) * block_rows;
+  return end < seq ? end : seq;
+}
+
 // One warp per row of the batch * seq rows; row r is query i = r % seq of its matrix.
 template <class T>
-__global__ void forward_kernel(const T* scores, T* probs, std::int64_t rows, std::int64_t seq, float scale) {
+__global__ void forward_kernel(const T* scores, T* probs, std::int64_t rows, std::int64_t seq, float scale,
+                               std::int64_t block_rows) {
   const std::int64_t row = warp_row();
   if (row >= rows) return;
   const int lane = warp_lane();
   const std::int64_t visible = row % seq + 1;  // columns j <= i
+  const std::int64_t written = written_columns(row % seq, seq, block_rows);
   const T* s = scores + row * seq;
   T* p = probs + row * seq;
   // Subtracting the row maximum keeps exp() in range (the "safe softmax"); a NaN score makes
@@ -31,7 +41,7 @@ __global__ void forward_kernel(const T* scores, T* probs, std::int64_t rows, std
   float sum = 0.0f;
   for (std::int64_t j = lane; j < visible; j += kWarpSize) sum += expf(scale * to_float(s[j]) - m);
   sum = warp_sum(sum);
-  for (std::int64_t j = lane; j < seq; j += kWarpSize)
+  for (std::int64_t j = lane; j < written; j += kWarpSize)
     p[j] = from_float<T>(j < visible ? expf(scale * to_float(s[j]) - m) / sum : 0.0f);
 }
 
@@ -39,18 +49,19 @@ __global__ void forward_kernel(const T* scores, T* probs, std::int64_t rows, std
 // D_i = sum_j P_ij dP_ij, times the scale that multiplied S before the softmax.
 template <class T>
 __global__ void backward_kernel(const T* dprobs, const T* probs, T* dscores, std::int64_t rows, std::int64_t seq,
-                                float scale) {
+                                float scale, std::int64_t block_rows) {
   const std::int64_t row = warp_row();
   if (row >= rows) return;
   const int lane = warp_lane();
   const std::int64_t visible = row % seq + 1;
+  const std::int64_t written = written_columns(row % seq, seq, block_rows);
   const T* dp = dprobs + row * seq;
   const T* p = probs + row * seq;
   T* ds = dscores + row * seq;
   float d = 0.0f;
   for (std::int64_t j = lane; j < visible; j += kWarpSize) d += to_float(p[j]) * to_float(dp[j]);
   d = warp_sum(d);
-  for (std::int64_t j = lane; j < seq; j += kWarpSize)
+  for (std::int64_t j = lane; j < written; j += kWarpSize)
     ds[j] = from_float<T>(j < visible ? scale * to_float(p[j]) * (to_float(dp[j]) - d) : 0.0f);
 }
 
@@ -90,9 +101,11 @@ __device__ __forceinline__ uint4 pack(const float (&in)[kBf16PerVector]) {
 // Nsight Compute (first GPU check, 2026-12-04). Columns are int32 (seq <= kMaxVectorRowSeq).
 template <int NV>
 __global__ void __launch_bounds__(kRowVectorThreads)
-    forward_rows_kernel(const __nv_bfloat16* scores, __nv_bfloat16* probs, std::int64_t seq, float scale) {
+    forward_rows_kernel(const __nv_bfloat16* scores, __nv_bfloat16* probs, std::int64_t seq, float scale,
+                        std::int64_t block_rows) {
   const std::int64_t row = blockIdx.x;
   const int visible = static_cast<int>(row % seq) + 1;
+  const int written = static_cast<int>(written_columns(row % seq, seq, block_rows));
   const int vectors = static_cast<int>(seq) / kBf16PerVector;
   const auto* s = reinterpret_cast<const uint4*>(scores + row * seq);
   auto* p = reinterpret_cast<uint4*>(probs + row * seq);
@@ -127,7 +140,7 @@ __global__ void __launch_bounds__(kRowVectorThreads)
 #pragma unroll
   for (int v = 0; v < NV; ++v) {
     const int idx = v * kRowVectorThreads + static_cast<int>(threadIdx.x), col = idx * kBf16PerVector;
-    if (idx >= vectors) continue;
+    if (idx >= vectors || col >= written) continue;
     float y[kBf16PerVector] = {};
     if (col < visible) {
 #pragma unroll
@@ -140,9 +153,10 @@ __global__ void __launch_bounds__(kRowVectorThreads)
 template <int NV>
 __global__ void __launch_bounds__(kRowVectorThreads)
     backward_rows_kernel(const __nv_bfloat16* dprobs, const __nv_bfloat16* probs, __nv_bfloat16* dscores,
-                         std::int64_t seq, float scale) {
+                         std::int64_t seq, float scale, std::int64_t block_rows) {
   const std::int64_t row = blockIdx.x;
   const std::int64_t visible = row % seq + 1;
+  const std::int64_t written = written_columns(row % seq, seq, block_rows);
   const std::int64_t vectors = seq / kBf16PerVector;
   const auto* dp = reinterpret_cast<const uint4*>(dprobs + row * seq);
   const auto* p = reinterpret_cast<const uint4*>(probs + row * seq);
@@ -167,7 +181,7 @@ __global__ void __launch_bounds__(kRowVectorThreads)
 #pragma unroll
   for (int v = 0; v < NV; ++v) {
     const std::int64_t idx = v * kRowVectorThreads + threadIdx.x, col = idx * kBf16PerVector;
-    if (idx >= vectors) continue;
+    if (idx >= vectors || col >= written) continue;
     float y[kBf16PerVector] = {};
     if (col < visible) {
       float a[kBf16PerVector], b[kBf16PerVector];
@@ -199,20 +213,23 @@ int row_vectors(std::int64_t seq, std::initializer_list<const void*> pointers) {
 
 template <int NV>
 void launch_forward(const __nv_bfloat16* scores, __nv_bfloat16* probs, std::int64_t rows, std::int64_t seq, float scale,
-                    cudaStream_t stream) {
-  forward_rows_kernel<NV><<<static_cast<unsigned>(rows), kRowVectorThreads, 0, stream>>>(scores, probs, seq, scale);
+                    std::int64_t block_rows, cudaStream_t stream) {
+  forward_rows_kernel<NV><<<static_cast<unsigned>(rows), kRowVectorThreads, 0, stream>>>(scores, probs, seq, scale,
+                                                                                       block_rows);
 }
 
 template <int NV>
 void launch_backward(const __nv_bfloat16* dprobs, const __nv_bfloat16* probs, __nv_bfloat16* dscores, std::int64_t rows,
-                     std::int64_t seq, float scale, cudaStream_t stream) {
+                     std::int64_t seq, float scale, std::int64_t block_rows, cudaStream_t stream) {
   backward_rows_kernel<NV><<<static_cast<unsigned>(rows), kRowVectorThreads, 0, stream>>>(dprobs, probs, dscores, seq,
-                                                                                        scale);
+                                                                                        scale, block_rows);
 }
 
-void check_shape(std::string_view op, std::int64_t batch, std::int64_t seq) {
+void check_shape(std::string_view op, std::int64_t batch, std::int64_t seq, std::int64_t block_rows) {
   require(batch >= 0 && seq >= 0, op, "negative shape: batch " + std::to_string(batch) + ", seq " +
                                           std::to_string(seq));
+  require(block_rows >= 0 && (block_rows == 0 || seq % block_rows == 0), op,
+          "block_rows " + std::to_string(block_rows) + " must be 0 or divide seq " + std::to_string(seq));
   require_grid_fits(row_warp_blocks(batch * seq), op,
                     "batch " + std::to_string(batch) + " of " + shape_of(seq, seq));
 }
@@ -221,9 +238,9 @@ void check_shape(std::string_view op, std::int64_t batch, std::int64_t seq) {
 
 template <class T>
 void causal_softmax_forward(const T* scores, T* probs, std::int64_t batch, std::int64_t seq, float scale,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, std::int64_t block_rows) {
   constexpr std::string_view op = "causal_softmax_forward";
-  check_shape(op, batch, seq);
+  check_shape(op, batch, seq, block_rows);
   const std::int64_t rows = batch * seq;
   if (rows == 0) return;
   require_pointer(scores, op, "scores");
@@ -233,24 +250,24 @@ void causal_softmax_forward(const T* scores, T* probs, std::int64_t batch, std::
     // here, so rows are within a grid's x only if this holds too.
     if (rows <= 0x7fffffff) {
       switch (row_vectors<T>(seq, {scores, probs})) {
-        case 1: launch_forward<1>(scores, probs, rows, seq, scale, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
-        case 2: launch_forward<2>(scores, probs, rows, seq, scale, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
-        case 4: launch_forward<4>(scores, probs, rows, seq, scale, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
-        case 8: launch_forward<8>(scores, probs, rows, seq, scale, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
+        case 1: launch_forward<1>(scores, probs, rows, seq, scale, block_rows, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
+        case 2: launch_forward<2>(scores, probs, rows, seq, scale, block_rows, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
+        case 4: launch_forward<4>(scores, probs, rows, seq, scale, block_rows, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
+        case 8: launch_forward<8>(scores, probs, rows, seq, scale, block_rows, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
         default: break;
       }
     }
   }
   forward_kernel<<<static_cast<unsigned>(row_warp_blocks(rows)), kRowWarpThreads, 0, stream>>>(scores, probs, rows,
-                                                                                              seq, scale);
+                                                                                              seq, scale, block_rows);
   MESHWORK_CUDA_CHECK(cudaGetLastError());
 }
 
 template <class T>
 void causal_softmax_backward(const T* dprobs, const T* probs, T* dscores, std::int64_t batch, std::int64_t seq,
-                             float scale, cudaStream_t stream) {
+                             float scale, cudaStream_t stream, std::int64_t block_rows) {
   constexpr std::string_view op = "causal_softmax_backward";
-  check_shape(op, batch, seq);
+  check_shape(op, batch, seq, block_rows);
   const std::int64_t rows = batch * seq;
   if (rows == 0) return;
   require_pointer(dprobs, op, "dprobs");
@@ -259,22 +276,24 @@ void causal_softmax_backward(const T* dprobs, const T* probs, T* dscores, std::i
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     if (rows <= 0x7fffffff) {
       switch (row_vectors<T>(seq, {dprobs, probs, dscores})) {
-        case 1: launch_backward<1>(dprobs, probs, dscores, rows, seq, scale, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
-        case 2: launch_backward<2>(dprobs, probs, dscores, rows, seq, scale, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
-        case 4: launch_backward<4>(dprobs, probs, dscores, rows, seq, scale, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
-        case 8: launch_backward<8>(dprobs, probs, dscores, rows, seq, scale, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
+        case 1: launch_backward<1>(dprobs, probs, dscores, rows, seq, scale, block_rows, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
+        case 2: launch_backward<2>(dprobs, probs, dscores, rows, seq, scale, block_rows, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
+        case 4: launch_backward<4>(dprobs, probs, dscores, rows, seq, scale, block_rows, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
+        case 8: launch_backward<8>(dprobs, probs, dscores, rows, seq, scale, block_rows, stream); MESHWORK_CUDA_CHECK(cudaGetLastError()); return;
         default: break;
       }
     }
   }
   backward_kernel<<<static_cast<unsigned>(row_warp_blocks(rows)), kRowWarpThreads, 0, stream>>>(dprobs, probs,
-                                                                                               dscores, rows, seq, scale);
+                                                                                               dscores, rows, seq, scale,
+                                                                                               block_rows);
   MESHWORK_CUDA_CHECK(cudaGetLastError());
 }
 
 #define MESHWORK_INSTANTIATE(T)                                                                         \
-  template void causal_softmax_forward<T>(const T*, T*, std::int64_t, std::int64_t, float, cudaStream_t); \
-  template void causal_softmax_backward<T>(const T*, const T*, T*, std::int64_t, std::int64_t, float, cudaStream_t);
+  template void causal_softmax_forward<T>(const T*, T*, std::int64_t, std::int64_t, float, cudaStream_t, std::int64_t); \
+  template void causal_softmax_backward<T>(const T*, const T*, T*, std::int64_t, std::int64_t, float, cudaStream_t, \
+                                           std::int64_t);
 MESHWORK_INSTANTIATE(float)
 MESHWORK_INSTANTIATE(__nv_bfloat16)
 #undef MESHWORK_INSTANTIATE

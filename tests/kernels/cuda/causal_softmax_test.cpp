@@ -115,6 +115,53 @@ TEST(CausalSoftmaxFastPath, ComposesToTheCpuAttention) {
   expect_close(to_floats(ds.transpose() * q), grads.dk, 5 * kFloatOutputBound, "dk = dS^T Q");
 }
 
+// With block_rows (the causal GEMMs' blocks), row i is read to its diagonal and written to its
+// block's end, and nothing past that: scores past the block end are NaN (they would poison a
+// row that read them) and the output there keeps what it held.
+TYPED_TEST(CausalSoftmax, BlockRowsWriteToTheBlockEndOnly) {
+  MESHWORK_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937_64 rng(503);
+  // seq 60, blocks of 20: the warp-per-row kernels; seq 64, blocks of 16: bf16's block-per-row.
+  for (const auto& [seq, block] : {std::pair<Index, Index>{60, 20}, {64, 16}}) {
+    SCOPED_TRACE("seq " + std::to_string(seq) + " block_rows " + std::to_string(block));
+    const auto n = static_cast<std::size_t>(seq * seq);
+    const float scale = 0.25f, sentinel = 7.0f;
+    auto scores = rounded_to<T>(random_values(n, rng, -4.0, 4.0));
+    const auto dprobs = rounded_to<T>(random_values(n, rng));
+    for (Index i = 0; i < seq; ++i)
+      for (Index j = (i / block + 1) * block; j < seq; ++j) scores[static_cast<std::size_t>(i * seq + j)] = std::nanf("");
+    const std::vector<float> filled(n, sentinel);
+    DeviceBuffer<T> scores_d = upload<T>(scores), dprobs_d = upload<T>(dprobs), probs_d = upload<T>(filled),
+                    dscores_d = upload<T>(filled);
+    cuda::causal_softmax_forward<T>(scores_d.data(), probs_d.data(), 1, seq, scale, nullptr, block);
+    cuda::causal_softmax_backward<T>(dprobs_d.data(), probs_d.data(), dscores_d.data(), 1, seq, scale, nullptr, block);
+    const auto probs = download(probs_d), dscores = download(dscores_d);
+    Mat<double> s = as_mat(scores, seq, seq);
+    for (Index i = 0; i < seq; ++i)
+      for (Index j = i + 1; j < seq; ++j) s(i, j) = 0.0;  // masked: the reference reads none of them
+    const Mat<double> p_ref = causal_softmax_reference(s, scale);
+    // The backward reads the GPU's own P at j <= i only.
+    const Mat<double> ds_ref = causal_softmax_backward_reference(as_mat(dprobs, seq, seq), as_mat(probs, seq, seq), scale);
+    for (Index i = 0; i < seq; ++i) {
+      const Index end = (i / block + 1) * block;
+      for (Index j = 0; j < seq; ++j) {
+        const auto at = static_cast<std::size_t>(i * seq + j);
+        if (j >= end) {
+          EXPECT_EQ(probs[at], sentinel) << "P(" << i << ", " << j << ") past the block end was written";
+          EXPECT_EQ(dscores[at], sentinel) << "dS(" << i << ", " << j << ") past the block end was written";
+        } else if (j > i) {
+          EXPECT_EQ(probs[at], 0.0f) << "masked P(" << i << ", " << j << ")";
+          EXPECT_EQ(dscores[at], 0.0f) << "masked dS(" << i << ", " << j << ")";
+        } else {
+          EXPECT_NEAR(probs[at], p_ref(i, j), 1e-2 * std::abs(p_ref(i, j)) + 1e-6) << "P(" << i << ", " << j << ")";
+          EXPECT_NEAR(dscores[at], ds_ref(i, j), 2e-2 * std::abs(ds_ref(i, j)) + 1e-4) << "dS(" << i << ", " << j << ")";
+        }
+      }
+    }
+  }
+}
+
 TYPED_TEST(CausalSoftmax, NaNScorePoisonsItsRowOnly) {
   MESHWORK_REQUIRE_GPU();
   using T = TypeParam;
