@@ -32,6 +32,12 @@ std::optional<plan::Plan> load_plan_for(Io& io, const std::string& file, std::st
   return std::move(loaded.plan);
 }
 
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Io io{out, err, 0};
   CLI::App app{"meshwork: plan, predict and run large-model training on GPU clusters", "meshwork"};
@@ -44,6 +50,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   add_import_hf_command(app, io);
   add_import_megatron_command(app, io);
   add_estimate_command(app, io);
+  add_accuracy_command(app, io);
   add_sweep_command(app, io);
   add_search_command(app, io);
   add_topology_command(app, io);

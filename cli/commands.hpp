@@ -38,6 +38,7 @@ void add_schema_command(CLI::App& app, Io& io);
 void add_import_hf_command(CLI::App& app, Io& io);
 void add_import_megatron_command(CLI::App& app, Io& io);
 void add_estimate_command(CLI::App& app, Io& io);
+void add_accuracy_command(CLI::App& app, Io& io);
 void add_sweep_command(CLI::App& app, Io& io);
 void add_search_command(CLI::App& app, Io& io);
 void add_topology_command(CLI::App& app, Io& io);
@@ -54,6 +55,9 @@ void print_reliability(std::ostream& out, const report::Reliability& r, double d
 // failed command, 2 bad usage, kExitDoesNotFit a plan that does not fit in GPU memory,
 // kExitPreempted an `execute` stopped by a preemption signal.
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// One number printed with a printf format ("%.1f%%"), for the text reports.
+std::string fmt(const char* format, double v);
 
 // Prints diagnostics one per line, "FILE:LINE: error: path: message".
 void print_diagnostics(std::ostream& os, const plan::Diagnostics& diags, const std::string& file);

@@ -10,12 +10,6 @@
 namespace meshwork::cli {
 namespace {
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
 void print_summary(std::ostream& os, const report::Report& r) {
   const auto& b = r.breakdown;
   os << "plan " << (r.plan_name.empty() ? "(unnamed)" : r.plan_name) << ": estimated on " << r.num_gpus << " GPUs\n";
@@ -34,6 +28,7 @@ void print_summary(std::ostream& os, const report::Report& r) {
   os << "  power: " << fmt("%.0f", r.power.gpu_watts) << " W per GPU, " << fmt("%.2f", r.power.node_watts / 1e3)
      << " kW per node, " << fmt("%.3f", r.power.cluster_megawatts) << " MW, " << fmt("%.3g", r.power.joules_per_token)
      << " J/token\n";
+  if (r.interval) os << "  " << report::interval_line(r) << '\n';
   for (const auto& note : r.notes) os << "  note: " << note << '\n';
   os << memory_verdict_line(r) << '\n';
 }

@@ -219,6 +219,7 @@ void add_simulate_command(CLI::App& app, Io& io) {
         io.out << buf;
       }
     }
+    if (rep.interval) io.out << "  " << report::interval_line(rep) << '\n';
     // The Report's notes: memory's (a tight fit), a link rerouted, an approximate play.
     for (const auto& note : rep.notes) io.out << "  note: " << note << '\n';
     if (*explain) {

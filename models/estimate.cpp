@@ -1,11 +1,14 @@
 #include "models/estimate.hpp"
 
+#include "models/calibration_set.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <iterator>
 
 #include "meshwork/version.hpp"
+#include "models/calibration_set.hpp"
 #include "models/comm.hpp"
 #include "models/compute_time.hpp"
 #include "models/hardware.hpp"
@@ -574,6 +577,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   attach_power(p, r);
 
   for (auto& note : regime_notes(p)) r.notes.push_back(std::move(note));
+  attach_interval(p, r);
   r.provenance.meshwork_version = kVersion;
   r.provenance.meshwork_commit = kGitCommit;
   if (options.provenance) r.provenance.plan_hash = report::fnv1a_hex(plan::to_json(p).dump());

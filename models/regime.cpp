@@ -33,6 +33,10 @@ std::vector<std::string> regime_notes(const plan::Plan& p) {
                               std::to_string(kAmpereSetLargestGpus) + " A100s): ";
   if (p.model.moe.num_moe_experts > 0) notes.push_back(outside + "experts (MoE): their dispatch, imbalance and kernels are not checked");
   if (p.parallelism.context_parallel_size > 1) notes.push_back(outside + "context parallelism: its ring attention and exchanges are not checked");
+  if (p.parallelism.zero_stage >= 3) {
+    notes.push_back(outside + "ZeRO-3: the published ZeRO-3 runs (NAR21 Table 2) are kept out of the set, since the estimate runs far ahead of "
+                              "them (`meshwork accuracy` lists them)");
+  }
   if (p.cluster.num_gpus > kAmpereSetLargestGpus) {
     notes.push_back(outside + std::to_string(p.cluster.num_gpus) + " GPUs, more than the largest checked run");
   }

@@ -110,6 +110,16 @@ struct Reliability {
   std::vector<std::pair<std::string, double>> losses_s;               // per run, by cause
 };
 
+// The range a prediction's step time and MFU lie in, from the errors of its tier on its GPU
+// generation's published runs (models/calibration_set.hpp); absent for a generation no
+// published run checks, or a profile measured on the machine.
+struct Interval {
+  double level = 0;  // nominal coverage, 0.91 for 21 cases
+  double step_time_lo_s = 0, step_time_hi_s = 0;
+  double mfu_lo = 0, mfu_hi = 0;
+  std::string basis;  // the set and the method
+};
+
 struct Report {
   std::int64_t schema_version = kReportSchemaVersion;
   Method method = Method::estimated;
@@ -134,6 +144,7 @@ struct Report {
   Parameters parameters;
   RunShape shape;
   std::vector<std::string> notes;  // what the model assumed or could not do
+  std::optional<Interval> interval;
   Provenance provenance;
   std::optional<Reliability> reliability;  // when a run was modelled
 

@@ -39,6 +39,7 @@ constexpr const char* kDefinitions[][2] = {
     {"shape", "what the figures are of: batch, sequence and mesh of the plan (compare warns when a measured run's differ)"},
     {"parameters", "the model's parameters: embedding counts the input table, learned positions and an untied LM head (a tied head once); non_embedding the rest; active what one token multiplies by (MoE: the top-k routed experts and the shared ones); a DeepSeek multi-token-prediction module is not modelled and not counted"},
     {"op_times", "seconds per step of each op kind on the GPU of the slowest pipeline stage, forward, backward and recomputation of all its micro-batches and layers; they add up to breakdown compute_s + recompute_s; count is the ops of the kind per step"},
+    {"interval", "where step_time_s and mfu lie with probability `level`, from this tier's errors on the published runs of the GPU's generation (models/calibration_set.hpp: leave-one-out residuals, the jackknife interval); absent when no published run checks the generation"},
     {"reliability", "a whole run by Monte Carlo: goodput (ETTR) is training kept over wall-clock time; means per run over trials, ci95 the half-width of the 95% interval; losses_s by cause add up with the training kept to the wall-clock time"},
 };
 
@@ -102,6 +103,11 @@ nlohmann::json to_json(const Report& r) {
                 {"cluster_megawatts", r.power.cluster_megawatts},
                 {"joules_per_token", r.power.joules_per_token}};
   j["notes"] = r.notes;
+  if (r.interval) {
+    const Interval& i = *r.interval;
+    j["interval"] = {{"level", i.level},     {"step_time_lo_s", i.step_time_lo_s}, {"step_time_hi_s", i.step_time_hi_s},
+                     {"mfu_lo", i.mfu_lo}, {"mfu_hi", i.mfu_hi},                 {"basis", i.basis}};
+  }
   j["provenance"] = {{"meshwork_version", r.provenance.meshwork_version},
                      {"meshwork_commit", r.provenance.meshwork_commit},
                      {"plan_hash", r.provenance.plan_hash},
@@ -201,6 +207,10 @@ Report from_json(const nlohmann::json& j) {
   const auto& p = j.at("power");
   r.power = {p.at("gpu_watts"), p.at("node_watts"), p.at("cluster_megawatts"), p.at("joules_per_token")};
   r.notes = j.at("notes").get<std::vector<std::string>>();
+  if (j.contains("interval")) {
+    const auto& i = j.at("interval");
+    r.interval = Interval{i.at("level"), i.at("step_time_lo_s"), i.at("step_time_hi_s"), i.at("mfu_lo"), i.at("mfu_hi"), i.at("basis")};
+  }
   const auto& pv = j.at("provenance");
   r.provenance = {pv.at("meshwork_version"), pv.at("meshwork_commit"), pv.at("plan_hash"), pv.at("hardware_profile"),
                   integer(pv.at("seed"))};
@@ -282,6 +292,15 @@ std::string parameters_line(const Parameters& p) {
                     billions(p.embedding) + " embedding)";
   if (p.active < p.total) out += ", " + billions(p.active) + " active per token";
   return out;
+}
+
+std::string interval_line(const Report& r) {
+  if (!r.interval) return "";
+  const Interval& i = *r.interval;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.0f%% interval: step %.4g-%.4g s, MFU %.1f-%.1f%% (", 100 * i.level, i.step_time_lo_s, i.step_time_hi_s,
+                100 * i.mfu_lo, 100 * i.mfu_hi);
+  return buf + i.basis + ")";
 }
 
 std::string memory_table_text(const Report& r) {

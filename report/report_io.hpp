@@ -28,6 +28,8 @@ std::string parameters_line(const Parameters& p);
 // The text reports' memory table, one row per pipeline stage (long pipelines: the first two,
 // the fullest and the last), each line indented and ending in a newline.
 std::string memory_table_text(const Report& r);
+// "91% interval: step 12.10-13.38 s, MFU 41.2-45.6% (BASIS)", or "" without an interval.
+std::string interval_line(const Report& r);
 // A row's verdict in a table: "fits", "tight" or "OOM".
 std::string_view memory_verdict_word(const Report& r);
 

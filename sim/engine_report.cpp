@@ -1,6 +1,7 @@
 // What the step was: the Report's attribution, the trace and the hottest links (engine.hpp).
 #include "sim/engine.hpp"
 
+#include "models/calibration_set.hpp"
 #include "models/regime.hpp"
 
 namespace meshwork::sim::engine {
@@ -59,7 +60,11 @@ report::Report Simulation::make_report() const {
   r.bubble_fraction = (c.busy_s + c.recompute_s) > 0 ? b.bubble_s / (c.busy_s + c.recompute_s) : 0;
   models::set_headline_figures(r, p_, makespan_, models::step_flops(p_), plan::peak_tflops(p_.cluster.gpu, p_.training.precision) * 1e12);
   models::attach_power(p_, r);
-  if (options_.free_communication) r.notes.emplace_back("simulated with free communication");
+  models::attach_interval(p_, r);
+  if (options_.free_communication) {
+    r.notes.emplace_back("simulated with free communication");
+    r.interval.reset();  // not a prediction of a run
+  }
   return r;
 }
 

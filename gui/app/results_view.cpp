@@ -75,6 +75,10 @@ ResultsView::ResultsView(QWidget* parent)
   price_row->addWidget(price_);
   price_row->addStretch();
   layout->addLayout(grid);
+  interval_ = new QLabel(this);
+  interval_->setObjectName("interval");
+  interval_->setWordWrap(true);
+  layout->addWidget(interval_);
   layout->addLayout(price_row);
   connect(price_, &QDoubleSpinBox::valueChanged, this, [this](double v) {
     fill_headline();
@@ -108,6 +112,16 @@ void ResultsView::show_report(const report::Report& r, const QString& how) {
   fill_headline();
   fill_waterfall();
   fill_memory();
+  if (r.interval) {
+    interval_->setText(QString::fromStdString(report::interval_line(r)));
+  } else {
+    // The Report's regime note says why (a generation no published run checks).
+    QString why = tr("no range: nothing published checks this prediction");
+    for (const auto& n : r.notes) {
+      if (n.rfind("uncalibrated", 0) == 0) why = tr("no range: ") + QString::fromStdString(n);
+    }
+    interval_->setText(r.method == report::Method::measured ? QString() : why);
+  }
   verdict_->setText(QString::fromStdString(report::memory_verdict_line(r)));
   switch (r.memory_verdict()) {
     case report::MemoryVerdict::fits: verdict_->setStyleSheet({}); break;
@@ -122,6 +136,7 @@ void ResultsView::clear(const QString& why) {
   how_->setStyleSheet("color: #b00000");
   for (auto& [n, label] : headline_) label->setText("-");
   verdict_->clear();
+  interval_->clear();
   reset_chart(waterfall_);
   reset_chart(memory_);
 }

@@ -45,6 +45,7 @@ class ResultsView : public QWidget {
   std::optional<report::Report> report_;
   QLabel* how_;
   QLabel* verdict_;  // the memory verdict, as the CLI prints it
+  QLabel* interval_;  // where step time and MFU lie (report::interval_line), or why no range is given
   std::vector<std::pair<QString, QLabel*>> headline_;
   QDoubleSpinBox* price_;
   QChart* waterfall_;

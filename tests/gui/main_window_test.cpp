@@ -96,6 +96,11 @@ class MainWindowTest : public QObject {
     QVERIFY(w.results()->report()->step_time_s != before);
     QVERIFY(w.results()->headline_text("step time") != shown_before);
     QVERIFY(w.windowTitle().endsWith("*"));
+    // The A100 plan carries Ampere's interval, from the published runs (issue 20).
+    const auto* interval = w.results()->findChild<QLabel*>("interval");
+    QVERIFY(interval != nullptr);
+    QVERIFY2(interval->text().contains("interval: step"), qPrintable(interval->text()));
+    QVERIFY(interval->text().contains("published runs"));
     qInfo("validate + estimate after the edit took %.2f ms", w.last_edit_ms());
   }
 

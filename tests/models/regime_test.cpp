@@ -40,6 +40,9 @@ TEST(Regime, AmpereOutsideItsSetSaysHow) {
   p = load("scenarios/gpt3-175b-a100-1024.yaml");
   p.model.moe.num_moe_experts = 8;
   EXPECT_TRUE(any_note(regime_notes(p), "experts (MoE)"));
+  p = load("scenarios/gpt3-175b-a100-1024.yaml");
+  p.parallelism.zero_stage = 3;
+  EXPECT_TRUE(any_note(regime_notes(p), "ZeRO-3: the published ZeRO-3 runs (NAR21 Table 2) are kept out of the set"));
 }
 
 TEST(Regime, GenerationsWithoutASetAreUncalibratedInTheReport) {

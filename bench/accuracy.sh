@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Both tiers against the published runs of Ampere's calibration set (models/calibration_set.hpp:
+# NAR21 Tables 1-2 PTD-P, KOR22; docs/reference/published-runs.md A1, A2) and the runs kept out
+# of it (NAR21 Table 2's ZeRO-3 rows): `meshwork accuracy --json` for the estimate and its
+# leave-one-out refits, `meshwork simulate --json` for each plan. Prints the Markdown tables of
+# bench/RESULTS.md ("Ampere's calibration set, both tiers").
+#
+#   bench/accuracy.sh [build/release/cli/meshwork]     # from the repository's root
+set -euo pipefail
+bin="${1:-build/release/cli/meshwork}"
+acc=$(mktemp)
+trap 'rm -f "$acc" "$acc".*' EXIT
+"$bin" accuracy --json >"$acc" 2>/dev/null
+for name in $(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(' '.join(c['scenario'] for c in j['cases'] + j['outside']))" "$acc"); do
+  "$bin" simulate "scenarios/published/$name.yaml" --json --ignore-memory >"$acc.$name" 2>/dev/null || true
+done
+python3 - "$acc" <<'PY'
+import json, sys
+acc = json.load(open(sys.argv[1]))
+def simulated(case, figure):
+    r = json.load(open(sys.argv[1] + "." + case["scenario"]))
+    return r["mfu"] * 100 if figure == "MFU %" else r["tflops_per_gpu"]["hardware"]
+def table(rows, loo):
+    head = "| scenario | source | figure | published | estimated | error | simulated | error |"
+    if loo:
+        head += " left out: estimated | error |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    est_err, sim_err = [], []
+    for c in rows:
+        figure = c.get("figure", "TFLOP/s")
+        sim = simulated(c, figure)
+        e, s = c["predicted"] / c["published"] - 1, sim / c["published"] - 1
+        est_err.append(abs(e)); sim_err.append(abs(s))
+        line = f"| {c['scenario']} | {c['source']} | {figure} | {c['published']:g} | {c['predicted']:.1f} | {100*e:+.1f}% | {sim:.1f} | {100*s:+.1f}% |"
+        if loo:
+            line += f" {c['loo_predicted']:.1f} | {100*(c['loo_predicted']/c['published']-1):+.1f}% |"
+        print(line)
+    n = len(rows)
+    print(f"\nmean |error|: estimate {100*sum(est_err)/n:.1f}%, simulate {100*sum(sim_err)/n:.1f}%; "
+          f"largest: estimate {100*max(est_err):.1f}%, simulate {100*max(sim_err):.1f}%\n")
+print("Ampere's calibration set:\n")
+table(acc["cases"], True)
+print(f"Largest-GEMM efficiency: shipped {acc['shipped_gemm_max_efficiency']:.4f}, refitted on the set "
+      f"{acc['refitted_gemm_max_efficiency']:.4f}. Residuals {acc['log_ratio_min']:+.4f} to {acc['log_ratio_max']:+.4f} "
+      f"(ln): leave-one-out coverage {100*acc['coverage']:.1f}%, largest move of another case on a refit "
+      f"{100*acc['largest_move']:.2f}%.\n")
+print("Kept out of the set:\n")
+table(acc["outside"], False)
+PY

@@ -1,0 +1,126 @@
+// `meshwork accuracy`: the estimate against the published runs of Ampere's calibration set
+// (models/calibration_set.hpp), the leave-one-out refits behind every Report's interval, and
+// the published runs kept out of the set.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "models/calibration_set.hpp"
+#include "models/estimate.hpp"
+#include "models/hardware.hpp"
+#include "plan/plan_io.hpp"
+
+namespace meshwork::cli {
+namespace {
+
+const char* unit(models::PublishedFigure f) { return f == models::PublishedFigure::mfu_percent ? "MFU %" : "TFLOP/s"; }
+
+}  // namespace
+
+void add_accuracy_command(CLI::App& app, Io& io) {
+  auto* cmd = app.add_subcommand("accuracy", "The estimate against the published runs that check it, and the intervals Reports carry");
+  auto dir = std::make_shared<std::string>("scenarios/published");
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("--scenarios", *dir, "The published plans' folder (default: scenarios/published, from the repository's root)");
+  cmd->add_flag("--json", *json, "Print the table as JSON");
+  cmd->footer(
+      "Ampere's set: NAR21 Tables 1-2 (PTD-P) and KOR22, 21 plans. Each case is predicted with the shipped in-training GEMM fraction, and again "
+      "with the fraction refitted on the other cases (leave-one-out); the extremes of those errors give every Ampere Report its interval. "
+      "Takes about 22 x 20 estimates of the set: seconds.");
+  cmd->callback([=, &io] {
+    const auto cases = models::ampere_set();
+    const auto outside = models::ampere_outside_set();
+    std::vector<plan::Plan> plans, outside_plans;
+    const auto load = [&](const models::CalibrationCase& c, std::vector<plan::Plan>& into) {
+      const std::filesystem::path file = std::filesystem::path(*dir) / (std::string(c.scenario) + ".yaml");
+      if (!std::filesystem::exists(file)) {
+        io.err << "error: --scenarios: " << file.string() << " not found (run from the repository's root, or name the folder of the published plans)\n";
+        io.exit_code = 1;
+        return false;
+      }
+      const auto p = load_plan_for(io, file.string(), "accuracy");
+      if (!p) return false;
+      into.push_back(*p);
+      return true;
+    };
+    for (const auto& c : cases)
+      if (!load(c, plans)) return;
+    for (const auto& c : outside)
+      if (!load(c, outside_plans)) return;
+    plan::GpuSpec datasheet = plans.front().cluster.gpu;
+    datasheet.calibration = {};
+    const double shipped = models::hardware_profile(datasheet).gemm_max_efficiency;
+    const auto loo = models::leave_one_out(cases, plans, shipped, [&](int done, int total) {
+      io.err << "\rrefits " << done << " of " << total << std::flush;
+      if (done == total) io.err << '\n';
+    });
+    const double lo = std::exp(-loo.log_ratio_max) - 1, hi = std::exp(-loo.log_ratio_min) - 1;
+    if (*json) {
+      nlohmann::json j;
+      j["set"] = "ampere";
+      j["shipped_gemm_max_efficiency"] = loo.shipped;
+      j["refitted_gemm_max_efficiency"] = loo.full_fit;
+      j["log_ratio_min"] = loo.log_ratio_min;
+      j["log_ratio_max"] = loo.log_ratio_max;
+      j["coverage"] = loo.coverage;
+      j["largest_move"] = loo.largest_move;
+      j["mean_abs_error"] = loo.mean_abs_error;
+      j["max_abs_error"] = loo.max_abs_error;
+      j["cases"] = nlohmann::json::array();
+      for (std::size_t i = 0; i < cases.size(); ++i) {
+        const auto& r = loo.cases[i];
+        j["cases"].push_back({{"scenario", cases[i].scenario}, {"source", cases[i].source}, {"figure", unit(cases[i].figure)},
+                              {"published", r.published}, {"predicted", r.predicted}, {"error", r.error()},
+                              {"loo_predicted", r.loo_predicted}, {"loo_gemm_max_efficiency", r.loo_fit}, {"others_moved", r.others_moved},
+                              {"full_fit_predicted", r.full_predicted}, {"residual", r.residual()}});
+      }
+      j["outside"] = nlohmann::json::array();
+      for (std::size_t i = 0; i < outside.size(); ++i) {
+        const double got = models::figure_of(models::estimate(outside_plans[i]), outside[i].figure);
+        j["outside"].push_back({{"scenario", outside[i].scenario}, {"source", outside[i].source}, {"published", outside[i].published},
+                                {"predicted", got}, {"error", got / outside[i].published - 1}});
+      }
+      io.out << j.dump(2) << '\n';
+      return;
+    }
+    io.out << "Ampere's calibration set (" << cases.size() << " published runs), the estimate:\n";
+    io.out << "  scenario                   source                       figure     published  predicted   error  left out: predicted   error  others moved\n";
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const auto& r = loo.cases[i];
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "  %-26s %-28s %-8s %11.1f %10.1f %+6.1f%% %19.1f %+6.1f%% %12.2f%%\n", std::string(cases[i].scenario).c_str(),
+                    std::string(cases[i].source).c_str(), unit(cases[i].figure), r.published, r.predicted, 100 * r.error(), r.loo_predicted,
+                    100 * (r.loo_predicted / r.published - 1), 100 * r.others_moved);
+      io.out << buf;
+    }
+    io.out << "  mean |error| " << fmt("%.1f%%", 100 * loo.mean_abs_error) << ", largest " << fmt("%.1f%%", 100 * loo.max_abs_error) << '\n';
+    io.out << "  largest-GEMM efficiency: shipped " << fmt("%.4f", loo.shipped) << ", refitted on the whole set " << fmt("%.4f", loo.full_fit)
+           << " (the in-training fraction, docs/efficiency-constants.md)\n";
+    io.out << "  residuals, ln(predicted / published) + ln(left-out fit's / whole fit's prediction): " << fmt("%+.4f", loo.log_ratio_min) << " to " << fmt("%+.4f", loo.log_ratio_max)
+           << ": a Report's throughput " << fmt("%+.1f%%", 100 * lo) << " to " << fmt("%+.1f%%", 100 * hi) << " of its prediction, "
+           << fmt("%.0f%%", 100 * (1 - 2.0 / (static_cast<double>(cases.size()) + 1))) << " nominal\n";
+    io.out << "  coverage: " << fmt("%.1f%%", 100 * loo.coverage) << " of the cases lie in the interval the other cases' errors make\n";
+    io.out << "  refitting without one case moves another's prediction by at most " << fmt("%.2f%%", 100 * loo.largest_move) << '\n';
+    io.out << "Kept out of the set (outside the calibrated regime):\n";
+    for (std::size_t i = 0; i < outside.size(); ++i) {
+      const double got = models::figure_of(models::estimate(outside_plans[i]), outside[i].figure);
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "  %-26s %-28s %-8s %11.1f %10.1f %+6.1f%%\n", std::string(outside[i].scenario).c_str(),
+                    std::string(outside[i].source).c_str(), unit(outside[i].figure), outside[i].published, got,
+                    100 * (got / outside[i].published - 1));
+      io.out << buf;
+    }
+    if (std::fabs(loo.log_ratio_min - models::kAmpereEstimateResiduals.log_ratio_min) > 1e-4 ||
+        std::fabs(loo.log_ratio_max - models::kAmpereEstimateResiduals.log_ratio_max) > 1e-4) {
+      io.out << "note: these residuals differ from the ones this build's Reports use (models/calibration_set.hpp, kAmpereEstimateResiduals "
+             << fmt("%+.4f", models::kAmpereEstimateResiduals.log_ratio_min) << " to " << fmt("%+.4f", models::kAmpereEstimateResiduals.log_ratio_max)
+             << ")\n";
+    }
+  });
+}
+
+}  // namespace meshwork::cli

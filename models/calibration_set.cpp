@@ -1,0 +1,210 @@
+#include "models/calibration_set.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <stdexcept>
+
+#include "models/estimate.hpp"
+#include "models/hardware.hpp"
+#include "models/regime.hpp"
+
+namespace meshwork::models {
+namespace {
+
+using F = PublishedFigure;
+
+// docs/reference/published-runs.md A1 and A2 (the figures as the papers print them).
+constexpr std::array kAmpereSet{
+    CalibrationCase{"nar21-1.7b", 137, F::hardware_tflops_per_gpu, "NAR21 Table 1"},
+    CalibrationCase{"nar21-3.6b", 138, F::hardware_tflops_per_gpu, "NAR21 Table 1"},
+    CalibrationCase{"nar21-7.5b", 142, F::hardware_tflops_per_gpu, "NAR21 Table 1"},
+    CalibrationCase{"nar21-18.4b", 135, F::hardware_tflops_per_gpu, "NAR21 Table 1"},
+    CalibrationCase{"nar21-39.1b", 138, F::hardware_tflops_per_gpu, "NAR21 Table 1"},
+    CalibrationCase{"nar21-76.1b", 140, F::hardware_tflops_per_gpu, "NAR21 Table 1"},
+    CalibrationCase{"nar21-145.6b", 148, F::hardware_tflops_per_gpu, "NAR21 Table 1"},
+    CalibrationCase{"nar21-310.1b", 155, F::hardware_tflops_per_gpu, "NAR21 Table 1"},
+    CalibrationCase{"nar21-529.6b", 163, F::hardware_tflops_per_gpu, "NAR21 Table 1"},
+    CalibrationCase{"nar21-1t", 163, F::hardware_tflops_per_gpu, "NAR21 Table 1"},
+    CalibrationCase{"nar21-t2-175b-ptdp-384", 153, F::hardware_tflops_per_gpu, "NAR21 Table 2, PTD-P"},
+    CalibrationCase{"nar21-t2-175b-ptdp-768", 149, F::hardware_tflops_per_gpu, "NAR21 Table 2, PTD-P"},
+    CalibrationCase{"nar21-t2-175b-ptdp-1536", 141, F::hardware_tflops_per_gpu, "NAR21 Table 2, PTD-P"},
+    CalibrationCase{"nar21-t2-530b-ptdp-560", 171, F::hardware_tflops_per_gpu, "NAR21 Table 2, PTD-P"},
+    CalibrationCase{"nar21-t2-530b-ptdp-1120", 167, F::hardware_tflops_per_gpu, "NAR21 Table 2, PTD-P"},
+    CalibrationCase{"nar21-t2-530b-ptdp-2240", 159, F::hardware_tflops_per_gpu, "NAR21 Table 2, PTD-P"},
+    CalibrationCase{"kor22-22b", 41.5, F::mfu_percent, "KOR22 Table 5"},
+    CalibrationCase{"kor22-175b", 51.4, F::mfu_percent, "KOR22 Table 5"},
+    CalibrationCase{"kor22-530b", 56.0, F::mfu_percent, "KOR22 Table 5"},
+    CalibrationCase{"kor22-1t", 56.3, F::mfu_percent, "KOR22 Table 5"},
+    CalibrationCase{"kor22-530b-dp8", 54.2, F::mfu_percent, "KOR22 §6.3 (530B at DP 8)"},
+};
+
+constexpr std::array kAmpereOutside{
+    CalibrationCase{"nar21-t2-175b-zero3-384", 144, F::hardware_tflops_per_gpu, "NAR21 Table 2, ZeRO-3"},
+    CalibrationCase{"nar21-t2-175b-zero3-768", 88, F::hardware_tflops_per_gpu, "NAR21 Table 2, ZeRO-3"},
+    CalibrationCase{"nar21-t2-175b-zero3-1536", 44, F::hardware_tflops_per_gpu, "NAR21 Table 2, ZeRO-3"},
+    CalibrationCase{"nar21-t2-530b-zero3-640", 138, F::hardware_tflops_per_gpu, "NAR21 Table 2, ZeRO-3"},
+    CalibrationCase{"nar21-t2-530b-zero3-1120", 98, F::hardware_tflops_per_gpu, "NAR21 Table 2, ZeRO-3"},
+    CalibrationCase{"nar21-t2-530b-zero3-2240", 48, F::hardware_tflops_per_gpu, "NAR21 Table 2, ZeRO-3"},
+};
+
+// The set's predictions at one factor, as log-ratios to the published figures.
+std::vector<double> log_ratios(std::span<const CalibrationCase> cases, std::span<const plan::Plan> plans, double gemm) {
+  std::vector<double> r(cases.size());
+  EstimateOptions o;
+  o.provenance = false;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    r[i] = std::log(figure_of(estimate(with_gemm_max_efficiency(plans[i], gemm), o), cases[i].figure) / cases[i].published);
+  }
+  return r;
+}
+
+// The sum of squared log-ratios of the cases other than `left_out` (none: -1) at `r`.
+double squares(const std::vector<double>& r, std::ptrdiff_t left_out) {
+  double s = 0;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    if (static_cast<std::ptrdiff_t>(i) != left_out) s += r[i] * r[i];
+  }
+  return s;
+}
+
+// The factor minimising the sum of squared log-ratios of the cases other than `left_out`.
+// Gauss-Newton with the Jacobian `jacobian` (d r_i / d factor, taken once where the search
+// starts: the chord method), which converges in a few steps here since each prediction is
+// nearly linear in the factor over the percent it moves; golden-section search (Kiefer 1953)
+// on [0.3, 0.95] when it does not, or leaves that range.
+double fit(std::span<const CalibrationCase> cases, std::span<const plan::Plan> plans, std::ptrdiff_t left_out, double start,
+           const std::vector<double>& jacobian) {
+  constexpr double kLow = 0.3, kHigh = 0.95, kTolerance = 1e-8;
+  double jj = 0;
+  for (std::size_t i = 0; i < jacobian.size(); ++i) {
+    if (static_cast<std::ptrdiff_t>(i) != left_out) jj += jacobian[i] * jacobian[i];
+  }
+  double g = start;
+  for (int step = 0; step < 30 && jj > 0; ++step) {
+    const auto r = log_ratios(cases, plans, g);
+    double jr = 0;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      if (static_cast<std::ptrdiff_t>(i) != left_out) jr += jacobian[i] * r[i];
+    }
+    const double next = g - jr / jj;
+    if (!(next > kLow && next < kHigh)) break;
+    if (std::fabs(next - g) < kTolerance) return next;
+    g = next;
+  }
+  const auto cost = [&](double x) { return squares(log_ratios(cases, plans, x), left_out); };
+  const double golden = (std::sqrt(5.0) - 1) / 2;
+  double a = kLow, b = kHigh;
+  double x1 = b - golden * (b - a), x2 = a + golden * (b - a);
+  double f1 = cost(x1), f2 = cost(x2);
+  while (b - a > 1e-7) {
+    if (f1 < f2) {
+      b = x2, x2 = x1, f2 = f1;
+      x1 = b - golden * (b - a), f1 = cost(x1);
+    } else {
+      a = x1, x1 = x2, f1 = f2;
+      x2 = a + golden * (b - a), f2 = cost(x2);
+    }
+  }
+  return (a + b) / 2;
+}
+
+// d r_i / d factor at `g`, by central differences.
+std::vector<double> jacobian_at(std::span<const CalibrationCase> cases, std::span<const plan::Plan> plans, double g) {
+  constexpr double h = 1e-4;
+  const auto up = log_ratios(cases, plans, g + h), down = log_ratios(cases, plans, g - h);
+  std::vector<double> j(up.size());
+  for (std::size_t i = 0; i < j.size(); ++i) j[i] = (up[i] - down[i]) / (2 * h);
+  return j;
+}
+
+}  // namespace
+
+std::span<const CalibrationCase> ampere_set() { return kAmpereSet; }
+std::span<const CalibrationCase> ampere_outside_set() { return kAmpereOutside; }
+
+double figure_of(const report::Report& r, PublishedFigure figure) {
+  return figure == PublishedFigure::hardware_tflops_per_gpu ? r.hardware_tflops_per_gpu : 100 * r.mfu;
+}
+
+plan::Plan with_gemm_max_efficiency(const plan::Plan& p, double gemm_max_efficiency) {
+  plan::Plan q = p;
+  q.cluster.gpu.calibration.gemm_max_efficiency = gemm_max_efficiency;
+  return q;
+}
+
+double CaseResult::loo_log_ratio() const { return std::log(loo_predicted / published); }
+double CaseResult::residual() const { return std::log(predicted / published) + std::log(loo_predicted / full_predicted); }
+
+LeaveOneOut leave_one_out(std::span<const CalibrationCase> cases, std::span<const plan::Plan> plans, double shipped,
+                          const std::function<void(int, int)>& progress) {
+  if (cases.size() != plans.size() || cases.size() < 3) throw std::invalid_argument("leave_one_out: needs a plan per case, and three cases or more");
+  const int total = static_cast<int>(cases.size()) + 1;
+  LeaveOneOut out;
+  out.shipped = shipped;
+  const auto shipped_jacobian = jacobian_at(cases, plans, shipped);
+  out.full_fit = fit(cases, plans, -1, shipped, shipped_jacobian);
+  if (progress) progress(1, total);
+  // Every left-out fit starts from the whole set's, with the Jacobian there.
+  const auto jacobian = jacobian_at(cases, plans, out.full_fit);
+  const auto at_full = log_ratios(cases, plans, out.full_fit);
+  const auto at_shipped = log_ratios(cases, plans, shipped);
+  const auto n = cases.size();
+  out.cases.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    CaseResult& c = out.cases[i];
+    c.published = cases[i].published;
+    c.predicted = c.published * std::exp(at_shipped[i]);
+    c.full_predicted = c.published * std::exp(at_full[i]);
+    c.loo_fit = fit(cases, plans, static_cast<std::ptrdiff_t>(i), out.full_fit, jacobian);
+    const auto at_loo = log_ratios(cases, plans, c.loo_fit);
+    c.loo_predicted = c.published * std::exp(at_loo[i]);
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j != i) c.others_moved = std::max(c.others_moved, std::fabs(std::exp(at_loo[j] - at_full[j]) - 1));
+    }
+    out.largest_move = std::max(out.largest_move, c.others_moved);
+    out.mean_abs_error += std::fabs(c.error()) / static_cast<double>(n);
+    out.max_abs_error = std::max(out.max_abs_error, std::fabs(c.error()));
+    if (progress) progress(static_cast<int>(i) + 2, total);
+  }
+  out.log_ratio_min = out.log_ratio_max = out.cases[0].residual();
+  for (const auto& c : out.cases) {
+    out.log_ratio_min = std::min(out.log_ratio_min, c.residual());
+    out.log_ratio_max = std::max(out.log_ratio_max, c.residual());
+  }
+  // Each case against the interval the other cases' residuals make.
+  int inside = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j == i) continue;
+      lo = std::min(lo, out.cases[j].residual());
+      hi = std::max(hi, out.cases[j].residual());
+    }
+    const double r = out.cases[i].residual();
+    if (r >= lo && r <= hi) ++inside;
+  }
+  out.coverage = static_cast<double>(inside) / static_cast<double>(n);
+  return out;
+}
+
+void attach_interval(const plan::Plan& p, report::Report& r) {
+  r.interval.reset();
+  if (p.cluster.gpu.calibration.gemm_max_efficiency > 0) return;  // measured: the set does not speak for it
+  if (hardware_profile(p.cluster.gpu).generation != "ampere") return;
+  if (r.method == report::Method::measured) return;
+  const bool simulated = r.method == report::Method::simulated;
+  const SetResiduals& s = simulated ? kAmpereSimulateResiduals : kAmpereEstimateResiduals;
+  report::Interval i;
+  i.level = 1 - 2.0 / (s.cases + 1);
+  i.step_time_lo_s = r.step_time_s * std::exp(s.log_ratio_min);
+  i.step_time_hi_s = r.step_time_s * std::exp(s.log_ratio_max);
+  i.mfu_lo = r.mfu * std::exp(-s.log_ratio_max);
+  i.mfu_hi = r.mfu * std::exp(-s.log_ratio_min);
+  i.basis = std::string(simulated ? "the simulator's errors at the shipped factor" : "the estimate's leave-one-out errors") + " on Ampere's " +
+            std::to_string(s.cases) + " published runs, NAR21 and KOR22: see meshwork accuracy";
+  if (!regime_notes(p).empty()) i.basis += "; the plan is outside their regime (see the notes), so it may not hold";
+  r.interval = std::move(i);
+}
+
+}  // namespace meshwork::models

@@ -1,0 +1,125 @@
+// Every Ampere Report's interval comes from its tier's errors on the published runs of
+// Ampere's set (models/calibration_set.hpp); the residuals the Reports use are this build's.
+#include "models/calibration_set.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/estimate.hpp"
+#include "models/hardware.hpp"
+#include "plan/plan_io.hpp"
+#include "report/report_io.hpp"
+
+namespace meshwork::models {
+namespace {
+
+const std::filesystem::path kSource = MESHWORK_SOURCE_DIR;
+
+plan::Plan load(const std::filesystem::path& file) {
+  const auto loaded = plan::load_plan(kSource / file);
+  EXPECT_TRUE(loaded.ok()) << file;
+  return loaded.plan;
+}
+
+std::vector<plan::Plan> set_plans(std::span<const CalibrationCase> cases) {
+  std::vector<plan::Plan> plans;
+  for (const auto& c : cases) plans.push_back(load(std::filesystem::path("scenarios/published") / (std::string(c.scenario) + ".yaml")));
+  return plans;
+}
+
+double shipped_ampere() {
+  plan::GpuSpec a100 = load("scenarios/published/nar21-1.7b.yaml").cluster.gpu;
+  a100.calibration = {};
+  return hardware_profile(a100).gemm_max_efficiency;
+}
+
+// Published figures made by the estimate itself at a known factor: the fit finds that factor,
+// and every error, left out or not, is nil.
+TEST(Uncertainty, TheFitRecoversTheFactorThatMadeTheFigures) {
+  const std::vector<CalibrationCase> base(ampere_set().begin(), ampere_set().begin() + 4);
+  const auto plans = set_plans(base);
+  std::vector<CalibrationCase> cases = base;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    cases[i].published = figure_of(estimate(with_gemm_max_efficiency(plans[i], 0.55)), cases[i].figure);
+  }
+  const LeaveOneOut loo = leave_one_out(cases, plans, shipped_ampere());
+  EXPECT_NEAR(loo.full_fit, 0.55, 1e-5);
+  for (const auto& c : loo.cases) {
+    EXPECT_NEAR(c.loo_fit, 0.55, 1e-5);
+    EXPECT_NEAR(c.loo_log_ratio(), 0.0, 1e-5);
+    EXPECT_LT(c.others_moved, 1e-4);
+  }
+  // The shipped factor (0.68) is faster than 0.55: every shipped prediction runs ahead.
+  for (const auto& c : loo.cases) EXPECT_GT(c.error(), 0.05);
+}
+
+// What the Reports use is what the set gives this build; a change that moves a case moves
+// these, and `meshwork accuracy` prints the new ones. Issue 20's bars: the interval contains at
+// least 90% of the cases when each is left out, and no refit moves another case by over 2%.
+TEST(Uncertainty, AmpereEstimateResidualsAreThisBuilds) {
+  const auto plans = set_plans(ampere_set());
+  const LeaveOneOut loo = leave_one_out(ampere_set(), plans, shipped_ampere());
+  EXPECT_NEAR(loo.log_ratio_min, kAmpereEstimateResiduals.log_ratio_min, 1e-4) << "update kAmpereEstimateResiduals (meshwork accuracy)";
+  EXPECT_NEAR(loo.log_ratio_max, kAmpereEstimateResiduals.log_ratio_max, 1e-4) << "update kAmpereEstimateResiduals (meshwork accuracy)";
+  EXPECT_EQ(static_cast<int>(ampere_set().size()), kAmpereEstimateResiduals.cases);
+  EXPECT_GE(loo.coverage, 0.9);
+  EXPECT_LE(loo.largest_move, 0.02);
+  EXPECT_LT(loo.log_ratio_min, 0.0);
+  EXPECT_GT(loo.log_ratio_max, 0.0);
+}
+
+TEST(Uncertainty, AmpereSimulateResidualsAreTheGoldens) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& c : ampere_set()) {
+    std::ifstream in(kSource / "tests/golden/scenarios/published" / (std::string(c.scenario) + ".simulate.json"));
+    ASSERT_TRUE(in) << c.scenario;
+    std::string exit_line;
+    std::getline(in, exit_line);  // the golden's first line is the command's exit status
+    const auto j = nlohmann::json::parse(in);
+    report::Report r;
+    r.mfu = j.at("mfu").get<double>();
+    r.hardware_tflops_per_gpu = j.at("tflops_per_gpu").at("hardware").get<double>();
+    const double ratio = std::log(figure_of(r, c.figure) / c.published);
+    lo = std::min(lo, ratio);
+    hi = std::max(hi, ratio);
+  }
+  EXPECT_NEAR(lo, kAmpereSimulateResiduals.log_ratio_min, 1e-4) << "update kAmpereSimulateResiduals";
+  EXPECT_NEAR(hi, kAmpereSimulateResiduals.log_ratio_max, 1e-4) << "update kAmpereSimulateResiduals";
+}
+
+TEST(Uncertainty, AmpereReportsCarryTheirTiersIntervalAndOthersNone) {
+  const plan::Plan p = load("scenarios/gpt3-175b-a100-1024.yaml");
+  const report::Report r = estimate(p);
+  ASSERT_TRUE(r.interval.has_value());
+  const auto& i = *r.interval;
+  EXPECT_NEAR(i.level, 1 - 2.0 / 22, 1e-12);
+  EXPECT_NEAR(i.step_time_lo_s, r.step_time_s * std::exp(kAmpereEstimateResiduals.log_ratio_min), 1e-12);
+  EXPECT_NEAR(i.step_time_hi_s, r.step_time_s * std::exp(kAmpereEstimateResiduals.log_ratio_max), 1e-12);
+  EXPECT_LT(i.step_time_lo_s, r.step_time_s);
+  EXPECT_GT(i.step_time_hi_s, r.step_time_s);
+  EXPECT_LT(i.mfu_lo, r.mfu);
+  EXPECT_GT(i.mfu_hi, r.mfu);
+  EXPECT_EQ(i.basis.find("outside"), std::string::npos) << i.basis;
+  // Through JSON and back.
+  const report::Report back = report::from_json(report::to_json(r));
+  ASSERT_TRUE(back.interval.has_value());
+  EXPECT_DOUBLE_EQ(back.interval->mfu_hi, i.mfu_hi);
+  EXPECT_EQ(back.interval->basis, i.basis);
+  // Outside the set's regime: still the set's interval, saying it may not hold.
+  plan::Plan zero3 = load("scenarios/published/nar21-t2-175b-zero3-384.yaml");
+  const report::Report z = estimate(zero3);
+  ASSERT_TRUE(z.interval.has_value());
+  EXPECT_NE(z.interval->basis.find("outside their regime"), std::string::npos);
+  // No set for Hopper; a profile measured on the machine is not the set's.
+  EXPECT_FALSE(estimate(load("scenarios/heldout/llama3-405b-h100-8192.yaml")).interval.has_value());
+  EXPECT_FALSE(estimate(with_gemm_max_efficiency(p, 0.6)).interval.has_value());
+}
+
+}  // namespace
+}  // namespace meshwork::models
