@@ -46,6 +46,7 @@ report::Report measured_report(const plan::Plan& plan, const std::vector<StepRec
   r.breakdown = b;
   r.bubble_fraction = 0;
   r.notes.clear();
+  r.interval.reset();  // the estimate's range: a measurement has none
   return r;
 }
 

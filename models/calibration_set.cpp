@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include "models/estimate.hpp"
 #include "models/hardware.hpp"
@@ -48,6 +49,22 @@ constexpr std::array kAmpereOutside{
     CalibrationCase{"nar21-t2-530b-zero3-2240", 48, F::hardware_tflops_per_gpu, "NAR21 Table 2, ZeRO-3"},
 };
 
+// docs/reference/published-runs.md A3 (tokens/s per GPU, as the page prints them).
+constexpr std::array kHopperFp8Set{
+    CalibrationCase{"nemo2407-gpt3-5b-64", 23406, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+    CalibrationCase{"nemo2407-gpt3-20b-64", 5851, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+    CalibrationCase{"nemo2407-gpt3-175b-128", 716, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+    CalibrationCase{"nemo2407-gpt3-175b-512", 825, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+    CalibrationCase{"nemo2407-llama2-7b-8", 16934, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+    CalibrationCase{"nemo2407-llama2-13b-16", 8715, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+    CalibrationCase{"nemo2407-llama2-70b-64", 1728, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+    CalibrationCase{"nemo2407-nemotron-8b-64", 12507, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+    CalibrationCase{"nemo2407-nemotron-22b-64", 4312, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+    CalibrationCase{"nemo2407-nemotron-340b-128", 326, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+    CalibrationCase{"nemo2407-llama3-8b-8", 12273, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+    CalibrationCase{"nemo2407-llama3-70b-64", 1524, F::tokens_per_s_per_gpu, "NeMo 24.07, DGX-H100 FP8"},
+};
+
 // The set's predictions at one factor, as log-ratios to the published figures.
 std::vector<double> log_ratios(std::span<const CalibrationCase> cases, std::span<const plan::Plan> plans, double gemm) {
   std::vector<double> r(cases.size());
@@ -68,25 +85,35 @@ double squares(const std::vector<double>& r, std::ptrdiff_t left_out) {
   return s;
 }
 
-// The factor minimising the sum of squared log-ratios of the cases other than `left_out`.
-// Gauss-Newton with the Jacobian `jacobian` (d r_i / d factor, taken once where the search
-// starts: the chord method), which converges in a few steps here since each prediction is
-// nearly linear in the factor over the percent it moves; golden-section search (Kiefer 1953)
-// on [0.3, 0.95] when it does not, or leaves that range.
+// d r_i / d factor at `g`, by central differences.
+std::vector<double> jacobian_at(std::span<const CalibrationCase> cases, std::span<const plan::Plan> plans, double g) {
+  constexpr double h = 1e-4;
+  const auto up = log_ratios(cases, plans, g + h), down = log_ratios(cases, plans, g - h);
+  std::vector<double> j(up.size());
+  for (std::size_t i = 0; i < j.size(); ++i) j[i] = (up[i] - down[i]) / (2 * h);
+  return j;
+}
+
+// The factor minimising the sum of squared log-ratios of the cases other than `left_out`, by
+// Gauss-Newton from `start`: each step takes the Jacobian (d r_i / d factor, central
+// differences) where it stands, the first one `jacobian` (given: taken at `start`), and it stops
+// when a step moves the factor by less than 1e-8: there the gradient sum J_i r_i is zero. Where
+// it does not converge or leaves [0.3, 0.95], golden-section search (Kiefer 1953) on that
+// range; a minimum on its bound is an error (the set does not fix the factor).
 double fit(std::span<const CalibrationCase> cases, std::span<const plan::Plan> plans, std::ptrdiff_t left_out, double start,
-           const std::vector<double>& jacobian) {
+           std::vector<double> jacobian) {
   constexpr double kLow = 0.3, kHigh = 0.95, kTolerance = 1e-8;
-  double jj = 0;
-  for (std::size_t i = 0; i < jacobian.size(); ++i) {
-    if (static_cast<std::ptrdiff_t>(i) != left_out) jj += jacobian[i] * jacobian[i];
-  }
   double g = start;
-  for (int step = 0; step < 30 && jj > 0; ++step) {
+  for (int step = 0; step < 20; ++step) {
+    if (step > 0) jacobian = jacobian_at(cases, plans, g);
     const auto r = log_ratios(cases, plans, g);
-    double jr = 0;
+    double jr = 0, jj = 0;
     for (std::size_t i = 0; i < r.size(); ++i) {
-      if (static_cast<std::ptrdiff_t>(i) != left_out) jr += jacobian[i] * r[i];
+      if (static_cast<std::ptrdiff_t>(i) == left_out) continue;
+      jr += jacobian[i] * r[i];
+      jj += jacobian[i] * jacobian[i];
     }
+    if (!(jj > 0)) break;
     const double next = g - jr / jj;
     if (!(next > kLow && next < kHigh)) break;
     if (std::fabs(next - g) < kTolerance) return next;
@@ -106,25 +133,27 @@ double fit(std::span<const CalibrationCase> cases, std::span<const plan::Plan> p
       x2 = a + golden * (b - a), f2 = cost(x2);
     }
   }
-  return (a + b) / 2;
-}
-
-// d r_i / d factor at `g`, by central differences.
-std::vector<double> jacobian_at(std::span<const CalibrationCase> cases, std::span<const plan::Plan> plans, double g) {
-  constexpr double h = 1e-4;
-  const auto up = log_ratios(cases, plans, g + h), down = log_ratios(cases, plans, g - h);
-  std::vector<double> j(up.size());
-  for (std::size_t i = 0; i < j.size(); ++i) j[i] = (up[i] - down[i]) / (2 * h);
-  return j;
+  const double found = (a + b) / 2;
+  if (found - kLow < 1e-4 || kHigh - found < 1e-4) {
+    throw std::runtime_error("leave_one_out: the fit of the largest GEMMs' efficiency reached " + std::to_string(found) +
+                             ", the bound of its search: the set does not fix the factor");
+  }
+  return found;
 }
 
 }  // namespace
 
 std::span<const CalibrationCase> ampere_set() { return kAmpereSet; }
 std::span<const CalibrationCase> ampere_outside_set() { return kAmpereOutside; }
+std::span<const CalibrationCase> hopper_fp8_set() { return kHopperFp8Set; }
 
 double figure_of(const report::Report& r, PublishedFigure figure) {
-  return figure == PublishedFigure::hardware_tflops_per_gpu ? r.hardware_tflops_per_gpu : 100 * r.mfu;
+  switch (figure) {
+    case PublishedFigure::hardware_tflops_per_gpu: return r.hardware_tflops_per_gpu;
+    case PublishedFigure::mfu_percent: return 100 * r.mfu;
+    case PublishedFigure::tokens_per_s_per_gpu: return r.num_gpus > 0 ? r.tokens_per_s / static_cast<double>(r.num_gpus) : 0;
+  }
+  return 0;
 }
 
 plan::Plan with_gemm_max_efficiency(const plan::Plan& p, double gemm_max_efficiency) {
@@ -190,20 +219,36 @@ LeaveOneOut leave_one_out(std::span<const CalibrationCase> cases, std::span<cons
 
 void attach_interval(const plan::Plan& p, report::Report& r) {
   r.interval.reset();
-  if (p.cluster.gpu.calibration.gemm_max_efficiency > 0) return;  // measured: the set does not speak for it
-  if (hardware_profile(p.cluster.gpu).generation != "ampere") return;
+  // Compute measured on the machine: the set does not speak for it. A profile with only its
+  // fabric measured (calibrate --nccl-tests) keeps its generation's compute, and its interval,
+  // as models/regime.cpp keeps its notes.
+  if (p.cluster.gpu.calibration.gemm_max_efficiency > 0) return;
+  plan::GpuSpec datasheet = p.cluster.gpu;
+  datasheet.calibration = {};
+  const std::string_view generation = hardware_profile(datasheet).generation;
   if (r.method == report::Method::measured) return;
   const bool simulated = r.method == report::Method::simulated;
-  const SetResiduals& s = simulated ? kAmpereSimulateResiduals : kAmpereEstimateResiduals;
+  const SetResiduals* set = nullptr;
+  std::string basis;
+  if (generation == "ampere") {
+    set = simulated ? &kAmpereSimulateResiduals : &kAmpereEstimateResiduals;
+    basis = std::string(simulated ? "the simulator's errors at the shipped factor" : "the estimate's leave-one-out errors") + " on Ampere's " +
+            std::to_string(set->cases) + " published runs, NAR21 and KOR22: see meshwork accuracy";
+  } else if (generation == "hopper" && p.training.precision == plan::Precision::fp8) {
+    set = simulated ? &kHopperFp8SimulateResiduals : &kHopperFp8EstimateResiduals;
+    basis = std::string(simulated ? "the simulator's" : "the estimate's") + " errors on NeMo 24.07's " + std::to_string(set->cases) +
+            " FP8 runs on DGX-H100, docs/reference/published-runs.md A3, which it overruns: see meshwork accuracy";
+  }
+  if (set == nullptr) return;
+  const SetResiduals& s = *set;
   report::Interval i;
   i.level = 1 - 2.0 / (s.cases + 1);
   i.step_time_lo_s = r.step_time_s * std::exp(s.log_ratio_min);
   i.step_time_hi_s = r.step_time_s * std::exp(s.log_ratio_max);
   i.mfu_lo = r.mfu * std::exp(-s.log_ratio_max);
   i.mfu_hi = r.mfu * std::exp(-s.log_ratio_min);
-  i.basis = std::string(simulated ? "the simulator's errors at the shipped factor" : "the estimate's leave-one-out errors") + " on Ampere's " +
-            std::to_string(s.cases) + " published runs, NAR21 and KOR22: see meshwork accuracy";
-  if (!regime_notes(p).empty()) i.basis += "; the plan is outside their regime (see the notes), so it may not hold";
+  i.basis = basis;
+  if (generation == "ampere" && !regime_notes(p).empty()) i.basis += "; the plan is outside their regime (see the notes), so it may not hold";
   r.interval = std::move(i);
 }
 

@@ -17,8 +17,12 @@
 // r_i = ln(shipped_i / published_i), plus what leaving the case out of the fit does to its own
 // prediction, ln(loo_i / full_i) (how far the fit leans towards the case). A new plan's
 // throughput lies in [predicted e^-max r, predicted e^-min r] and its step in
-// [step e^min r, step e^max r]; with n = 21 the extremes leave 1/(n+1) in each tail, a 91%
-// interval if the plan is exchangeable with the set's.
+// [step e^min r, step e^max r]. Its level is nominal: the extremes of n residuals leave
+// 1/(n+1) in each tail, 91% for n = 21, as the rank argument of conformal prediction gives for
+// exchangeable residuals (the plain jackknife carries no finite-sample guarantee; Barber et al.
+// prove 1 - 2 alpha for the jackknife+, and the shifted residuals here are neither exactly).
+// Leaving each case out of that range by itself counts (n - 2) / n by construction, so it is no
+// evidence; the published runs outside the set are (bench/RESULTS.md: BLOOM 176B).
 
 #include <cstdint>
 #include <functional>
@@ -31,9 +35,9 @@
 
 namespace meshwork::models {
 
-// What a paper published for a run: hardware TFLOP/s per GPU (recomputation counted, NAR21)
-// or MFU in percent (KOR22).
-enum class PublishedFigure : std::uint8_t { hardware_tflops_per_gpu, mfu_percent };
+// What a paper published for a run: hardware TFLOP/s per GPU (recomputation counted, NAR21),
+// MFU in percent (KOR22) or tokens per second per GPU (NeMo, whose TFLOP/s count is its own).
+enum class PublishedFigure : std::uint8_t { hardware_tflops_per_gpu, mfu_percent, tokens_per_s_per_gpu };
 
 struct CalibrationCase {
   std::string_view scenario;  // file name under scenarios/published, without ".yaml"
@@ -45,6 +49,10 @@ struct CalibrationCase {
 // Ampere's set (21 cases) and the published runs kept out of it (NAR21 Table 2's ZeRO-3 rows).
 [[nodiscard]] std::span<const CalibrationCase> ampere_set();
 [[nodiscard]] std::span<const CalibrationCase> ampere_outside_set();
+// Hopper's FP8 set: docs/reference/published-runs.md A3, NeMo 24.07 on DGX-H100 in FP8, 12 runs
+// of 8 to 512 GPUs (scenarios/published/nemo2407-*, each written from the page and the NeMo
+// launcher's recipe of the time). It checks; no factor is fitted on it (Hopper takes Ampere's).
+[[nodiscard]] std::span<const CalibrationCase> hopper_fp8_set();
 
 // The figure of `r` that `figure` names, in the paper's units.
 [[nodiscard]] double figure_of(const report::Report& r, PublishedFigure figure);
@@ -73,21 +81,24 @@ struct LeaveOneOut {
   std::vector<CaseResult> cases;  // in the set's order
   // The residuals' extremes (CaseResult::residual).
   double log_ratio_min = 0, log_ratio_max = 0;
-  // Cases whose published figure lies in the interval made from the other cases' residuals,
-  // over all cases; the largest move of another case's prediction when one is left out.
+  // Cases whose residual lies in the range of the other cases' (by construction (n - 2) / n
+  // when the residuals differ: the extremes fall outside); the largest move of another case's
+  // prediction when one is left out.
   double coverage = 0;
   double largest_move = 0;
   double mean_abs_error = 0, max_abs_error = 0;  // of the shipped predictions
 };
 
 // `plans[i]` is the loaded plan of `cases[i]`. The factor (the largest GEMMs' efficiency)
-// minimises the sum of squared log-ratios, to 1e-8: Gauss-Newton from the shipped factor, then
-// from the whole set's fit for each case left out (golden-section search on [0.3, 0.95] where
-// that fails). Progress, when given, is called after each fit with (done, total).
+// minimises the sum of squared log-ratios: Gauss-Newton to a step under 1e-8, from the shipped
+// factor, then from the whole set's fit for each case left out (golden-section search on
+// [0.3, 0.95] where that fails; std::runtime_error when the minimum is on that bound).
+// Progress, when given, is called after each fit with (done, total).
 [[nodiscard]] LeaveOneOut leave_one_out(std::span<const CalibrationCase> cases, std::span<const plan::Plan> plans, double shipped,
                                         const std::function<void(int, int)>& progress = {});
 
-// A tier's residuals on a set: the extremes of ln(predicted / published) over its cases.
+// A tier's residuals on a set: their extremes over its cases (the estimate's: CaseResult::residual;
+// the simulator's: ln(simulated / published) at the shipped factor).
 struct SetResiduals {
   double log_ratio_min = 0, log_ratio_max = 0;
   int cases = 0;
@@ -98,12 +109,19 @@ struct SetResiduals {
 // them); the simulator's are its predictions at the shipped factor (the simulate goldens of
 // scenarios/published; Uncertainty.AmpereSimulateResidualsAreTheGoldens reads them), not
 // refitted, since a refit would take 22 x 20 simulations of the set.
-inline constexpr SetResiduals kAmpereEstimateResiduals{-0.052550, 0.071443, 21};
+inline constexpr SetResiduals kAmpereEstimateResiduals{-0.052536, 0.071456, 21};
 inline constexpr SetResiduals kAmpereSimulateResiduals{-0.048055, 0.055947, 21};
+// Hopper FP8's, each tier's at the shipped factor (no refit: nothing is fitted on the set): the
+// estimate's on all 12 runs, the simulator's from the goldens of the 10 that fit in meshwork's
+// memory model (GPT3-175B on 512 GPUs and Nemotron-340B do not: NeMo kept bf16 gradient
+// buffers, which meshwork does not model); Uncertainty.HopperFp8ResidualsAreThisBuildsAndTheGoldens.
+inline constexpr SetResiduals kHopperFp8EstimateResiduals{0.113999, 0.492741, 12};
+inline constexpr SetResiduals kHopperFp8SimulateResiduals{0.200138, 0.493416, 10};
 
-// Sets r.interval from the tier's residuals on the plan's generation (r.method: estimated or
-// simulated), or leaves it empty: a generation without a set, a profile measured on the
-// machine, a CPU host.
+// Sets r.interval from the tier's residuals on the set of the plan's generation and precision
+// (r.method: estimated or simulated): Ampere's, or Hopper's FP8 set for an FP8 plan on Hopper.
+// Leaves it empty otherwise: a generation or precision without a set (Hopper in BF16,
+// Blackwell), compute measured on the machine, a CPU host.
 void attach_interval(const plan::Plan& p, report::Report& r);
 
 }  // namespace meshwork::models

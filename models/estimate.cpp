@@ -1,7 +1,5 @@
 #include "models/estimate.hpp"
 
-#include "models/calibration_set.hpp"
-
 #include <algorithm>
 #include <array>
 #include <cmath>

@@ -1,5 +1,9 @@
 #include "models/regime.hpp"
 
+#include <cmath>
+#include <string>
+
+#include "models/calibration_set.hpp"
 #include "models/hardware.hpp"
 
 namespace meshwork::models {
@@ -19,8 +23,16 @@ std::vector<std::string> regime_notes(const plan::Plan& p) {
     return notes;
   }
   if (hw.generation == "hopper") {
-    notes.push_back("uncalibrated: no published Hopper run checks the cost model yet (NeMo's DGX-H100 runs, docs/reference/published-runs.md A3, "
-                    "are to); " + gpu + "'s efficiencies are datasheet and microbenchmark figures with Ampere's in-training GEMM fraction");
+    if (p.training.precision == plan::Precision::fp8) {
+      const auto percent = [](double log_ratio) { return std::to_string(static_cast<int>(std::lround(100 * (std::exp(log_ratio) - 1)))); };
+      notes.push_back("checked and found fast: NeMo 24.07's 12 FP8 runs on DGX-H100 (docs/reference/published-runs.md A3) train " +
+                      percent(kHopperFp8EstimateResiduals.log_ratio_min) + "% to " + percent(kHopperFp8EstimateResiduals.log_ratio_max) +
+                      "% slower than the estimate of their plans: FP8 is priced at twice the BF16 rate with no cast, scaling or transpose "
+                      "kernels (meshwork accuracy lists them)");
+      return notes;
+    }
+    notes.push_back("uncalibrated: no published Hopper BF16 run checks the cost model (NeMo's DGX-H100 runs, docs/reference/published-runs.md A3, "
+                    "are FP8); " + gpu + "'s efficiencies are datasheet and microbenchmark figures with Ampere's in-training GEMM fraction");
     return notes;
   }
   if (hw.generation == "blackwell") {

@@ -11,8 +11,9 @@
 
 namespace meshwork::models {
 
-// Ampere's set: NAR21 Tables 1-2 and KOR22 Tables 3-5 on A100, the 27 plans of
-// scenarios/published that Accuracy.* check, 32 to 3,072 GPUs (NAR21 Table 1's 1T model).
+// Ampere's set: NAR21 Tables 1-2 (PTD-P) and KOR22 Tables 3-5 on A100, the 21 plans of
+// models/calibration_set.hpp, 32 to 3,072 GPUs (NAR21 Table 1's 1T model). NAR21 Table 2's
+// ZeRO-3 runs are published too but kept out of it: a ZeRO-3 plan is outside the regime.
 inline constexpr std::int64_t kAmpereSetLargestGpus = 3072;
 
 // One note per way the plan leaves the checked regime: a generation no published run checks

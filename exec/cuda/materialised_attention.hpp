@@ -39,9 +39,9 @@ namespace meshwork::exec::cuda {
 
 // The row blocks the backend uses for `seq`: the most, up to kMostCausalRowBlocks, halving
 // while the blocks keep at least kLeastCausalBlockRows rows, a multiple of 8 (1: seq does not
-// divide so). Chosen, not measured: blocks of 512 rows or more keep each product of a 4,096
-// sequence with 32 heads big enough to fill an H200, and 8 blocks leave 56% of the work where
-// 16 would leave 53%.
+// divide so). Chosen, not measured: blocks of 256 rows or more (512 at seq 4,096) keep each
+// product of a long sequence with 32 heads big enough to fill an H200, and 8 blocks leave 56% of
+// the work where 16 would leave 53%.
 inline constexpr std::int64_t kMostCausalRowBlocks = 8;
 inline constexpr std::int64_t kLeastCausalBlockRows = 256;
 [[nodiscard]] std::int64_t causal_row_blocks(std::int64_t seq);

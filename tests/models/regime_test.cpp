@@ -47,7 +47,7 @@ TEST(Regime, AmpereOutsideItsSetSaysHow) {
 
 TEST(Regime, GenerationsWithoutASetAreUncalibratedInTheReport) {
   plan::Plan p = load("scenarios/heldout/llama3-405b-h100-8192.yaml");
-  EXPECT_TRUE(any_note(estimate(p).notes, "uncalibrated: no published Hopper run"));
+  EXPECT_TRUE(any_note(estimate(p).notes, "uncalibrated: no published Hopper BF16 run"));
   p.cluster.gpu = plan::find_gpu_preset("b200")->spec;
   EXPECT_TRUE(any_note(regime_notes(p), "uncalibrated: no published Blackwell run"));
   p.cluster.gpu.name = "custom-accelerator";  // a spec no generation's calibration covers
