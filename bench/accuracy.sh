@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Both tiers against the published runs of Ampere's calibration set (models/calibration_set.hpp:
-# NAR21 Tables 1-2 PTD-P, KOR22; docs/reference/published-runs.md A1, A2) and the runs kept out
-# of it (NAR21 Table 2's ZeRO-3 rows): `meshwork accuracy --json` for the estimate and its
-# leave-one-out refits, `meshwork simulate --json` for each plan. Prints the Markdown tables of
-# bench/RESULTS.md ("Ampere's calibration set, both tiers").
+# Both tiers against the published runs of the calibration sets (models/calibration_set.hpp):
+# Ampere's (NAR21 Tables 1-2 PTD-P, KOR22; docs/reference/published-runs.md A1, A2), the runs
+# kept out of it (NAR21 Table 2's ZeRO-3 rows) and Hopper's FP8 set (A3, NeMo 24.07):
+# `meshwork accuracy --json` for the estimate and Ampere's leave-one-out refits,
+# `meshwork simulate --json --ignore-memory` for each plan. Prints the Markdown tables of
+# bench/RESULTS.md ("The calibration sets, both tiers, and the intervals Reports carry").
 #
 #   bench/accuracy.sh [build/release/cli/meshwork]     # from the repository's root
 set -euo pipefail

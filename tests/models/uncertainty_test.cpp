@@ -89,7 +89,7 @@ TEST(Uncertainty, AmpereEstimateResidualsAreThisBuilds) {
 // The check the set cannot give itself: a published run kept out of it. BLOOM 176B on 384
 // A100s (Le Scao et al. 2022; scenarios/heldout) trained at about 150 TFLOP/s per GPU, 156 in
 // its fastest configuration. Its interval holds the fastest figure and misses the typical one
-// (the estimate is 11% ahead of it): pinned, so that a change that moves it is reported.
+// (the estimate is about 10% ahead of it): pinned, so that a change that moves it is reported.
 TEST(Uncertainty, HeldOutBloomAgainstItsInterval) {
   const report::Report r = estimate(load("scenarios/heldout/bloom-176b-a100-384.yaml"));
   ASSERT_TRUE(r.interval.has_value());
