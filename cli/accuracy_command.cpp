@@ -157,6 +157,18 @@ void add_accuracy_command(CLI::App& app, Io& io) {
              << fmt("%+.4f", models::kAmpereEstimateResiduals.log_ratio_min) << " to " << fmt("%+.4f", models::kAmpereEstimateResiduals.log_ratio_max)
              << ")\n";
     }
+    double hopper_lo = INFINITY, hopper_hi = -INFINITY;
+    for (const auto& c : hopper_checked) {
+      hopper_lo = std::min(hopper_lo, std::log1p(c.error));
+      hopper_hi = std::max(hopper_hi, std::log1p(c.error));
+    }
+    if (!hopper_checked.empty() && (std::fabs(hopper_lo - models::kHopperFp8EstimateResiduals.log_ratio_min) > 1e-4 ||
+                                    std::fabs(hopper_hi - models::kHopperFp8EstimateResiduals.log_ratio_max) > 1e-4)) {
+      io.out << "note: Hopper FP8's residuals, " << fmt("%+.4f", hopper_lo) << " to " << fmt("%+.4f", hopper_hi)
+             << ", differ from the ones this build's Reports use (models/calibration_set.hpp, kHopperFp8EstimateResiduals "
+             << fmt("%+.4f", models::kHopperFp8EstimateResiduals.log_ratio_min) << " to " << fmt("%+.4f", models::kHopperFp8EstimateResiduals.log_ratio_max)
+             << ")\n";
+    }
   });
 }
 

@@ -248,7 +248,10 @@ void attach_interval(const plan::Plan& p, report::Report& r) {
   i.mfu_lo = r.mfu * std::exp(-s.log_ratio_max);
   i.mfu_hi = r.mfu * std::exp(-s.log_ratio_min);
   i.basis = basis;
-  if (generation == "ampere" && !regime_notes(p).empty()) i.basis += "; the plan is outside their regime (see the notes), so it may not hold";
+  const auto notes = regime_notes(p);
+  if (std::any_of(notes.begin(), notes.end(), [](const std::string& n) { return n.starts_with("outside the calibrated regime"); })) {
+    i.basis += "; the plan is outside their regime (see the notes), so it may not hold";
+  }
   r.interval = std::move(i);
 }
 

@@ -39,7 +39,7 @@ constexpr const char* kDefinitions[][2] = {
     {"shape", "what the figures are of: batch, sequence and mesh of the plan (compare warns when a measured run's differ)"},
     {"parameters", "the model's parameters: embedding counts the input table, learned positions and an untied LM head (a tied head once); non_embedding the rest; active what one token multiplies by (MoE: the top-k routed experts and the shared ones); a DeepSeek multi-token-prediction module is not modelled and not counted"},
     {"op_times", "seconds per step of each op kind on the GPU of the slowest pipeline stage, forward, backward and recomputation of all its micro-batches and layers; they add up to breakdown compute_s + recompute_s; count is the ops of the kind per step"},
-    {"interval", "where step_time_s and mfu lie with probability `level`, from this tier's errors on the published runs of the GPU's generation (models/calibration_set.hpp: leave-one-out residuals, the jackknife interval); absent when no published run checks the generation"},
+    {"interval", "where step_time_s and mfu lie with probability `level`, from this tier's errors on the published runs of the GPU's generation (models/calibration_set.hpp: for the estimate on Ampere its leave-one-out residuals, otherwise the tier's errors at the shipped factor; `basis` says which); absent when no published run checks the generation and precision, or for a measured Report"},
     {"reliability", "a whole run by Monte Carlo: goodput (ETTR) is training kept over wall-clock time; means per run over trials, ci95 the half-width of the 95% interval; losses_s by cause add up with the training kept to the wall-clock time"},
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "models/estimate.hpp"
 #include "plan/plan_io.hpp"
@@ -59,6 +60,43 @@ TEST(Regime, GenerationsWithoutASetAreUncalibratedInTheReport) {
   // Compute measured on the machine stands on its own.
   p.cluster.gpu.calibration.gemm_max_efficiency = 0.7;
   EXPECT_TRUE(regime_notes(p).empty());
+}
+
+// Hopper's FP8 set (NeMo 24.07, dense, 8-512 H100 SXM, ZeRO-1, CP <= 2): a plan like it gets the
+// set's note alone; each way out of it is named, and the interval says it may not hold.
+TEST(Regime, HopperFp8OutsideItsSetSaysHowAndTheIntervalMayNotHold) {
+  const plan::Plan base = load("scenarios/published/nemo2407-llama3-70b-64.yaml");
+  ASSERT_EQ(base.training.precision, plan::Precision::fp8);
+  const auto inside = regime_notes(base);
+  ASSERT_EQ(inside.size(), 1U);
+  EXPECT_TRUE(any_note(inside, "checked and found fast: NeMo 24.07's 12 FP8 runs"));
+  ASSERT_TRUE(estimate(base).interval.has_value());
+  EXPECT_EQ(estimate(base).interval->basis.find("may not hold"), std::string::npos);
+  const auto outside = [&](const std::function<void(plan::Plan&)>& change, const std::string& text) {
+    plan::Plan p = base;
+    change(p);
+    EXPECT_TRUE(any_note(regime_notes(p), "outside the calibrated regime (Hopper's FP8 set")) << text;
+    EXPECT_TRUE(any_note(regime_notes(p), text)) << text;
+    const auto r = estimate(p);
+    ASSERT_TRUE(r.interval.has_value()) << text;
+    EXPECT_NE(r.interval->basis.find("may not hold"), std::string::npos) << text;
+  };
+  outside([](plan::Plan& p) { p.cluster.gpu = plan::find_gpu_preset("h200-sxm")->spec; }, "h200-sxm, not the set's h100-sxm");
+  outside([](plan::Plan& p) { p.model.moe.num_moe_experts = 8; }, "experts (MoE)");
+  outside([](plan::Plan& p) { p.parallelism.context_parallel_size = 4; }, "context parallelism 4");
+  outside([](plan::Plan& p) { p.parallelism.zero_stage = 3; }, "ZeRO-3");
+  outside([](plan::Plan& p) { p.cluster.num_gpus = 1024; }, "1024 GPUs, more than the largest checked run");
+}
+
+// A profile with only its fabric measured (calibrate --nccl-tests) keeps its generation's
+// compute, its notes and its interval; compute measured on the machine drops both.
+TEST(Regime, AFabricOnlyCalibrationKeepsTheInterval) {
+  plan::Plan p = load("scenarios/gpt3-175b-a100-1024.yaml");
+  p.cluster.gpu.calibration.nic_efficiency = 0.81;
+  p.cluster.gpu.calibration.intra_node_efficiency = 0.8;
+  EXPECT_TRUE(estimate(p).interval.has_value());
+  p.cluster.gpu.calibration.gemm_max_efficiency = 0.6;
+  EXPECT_FALSE(estimate(p).interval.has_value());
 }
 
 }  // namespace
