@@ -37,6 +37,10 @@ nlohmann::json instr_json(const models::Program& prog, const models::StageProgra
   j["bytes"] = in.bytes;
   if (in.after >= 0) j["after"] = in.after;
   if (in.also_after >= 0) j["also_after"] = in.also_after;
+  if (in.tail_after >= 0) {
+    j["tail_after"] = in.tail_after;
+    j["tail_fraction"] = in.tail_fraction;
+  }
   return j;
 }
 
@@ -94,6 +98,7 @@ void add_program_command(CLI::App& app, Io& io) {
           }
           std::string waits = in.after >= 0 ? " after " + std::to_string(in.after) : "";
           if (in.also_after >= 0) waits += " and " + std::to_string(in.also_after);
+          if (in.tail_after >= 0) waits += ", its last " + fmt("%.3g", in.tail_fraction) + " after " + std::to_string(in.tail_after);
           std::snprintf(buf, sizeof buf, "%6zu  %-8s %-22s %-22s layer %3d  %10.3g FLOP %10.3g B%s\n", i,
                         std::string(models::to_string(in.stream)).c_str(), prog.name(in).c_str(), where.c_str(), in.layer, in.flops,
                         in.bytes, waits.c_str());

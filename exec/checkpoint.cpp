@@ -264,6 +264,7 @@ std::string checkpoint_plan_key(const plan::Plan& plan) {
   training.erase("tokens");
   training.erase("attention_flops");
   parallelism.erase("overlap");
+  parallelism.erase("context_parallel_comm_type");  // how CP's exchange is priced, not what is trained
   const nlohmann::json key = {{"model", all.at("model")}, {"training", training}, {"parallelism", parallelism}, {"seed", all.at("run").at("seed")}};
   return report::fnv1a_hex(key.dump());
 }

@@ -171,16 +171,24 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // What TP's split collectives take from their GEMMs' SMs (models/sm_share.hpp).
   const double rs_sms = sm_fraction(hw, Stream::tp, Collective::reduce_scatter, split_tp);
   const double ag_sms = sm_fraction(hw, Stream::tp, Collective::all_gather, split_tp);
+  // What CP's ring takes from the attention beside it: NCCL's send/receive kernels hold SMs, as
+  // the simulator's lanes do.
+  const double cp_sms = sm_fraction(hw, Stream::cp, Collective::ring_exchange, false);
   auto comm_pass = [&](const std::vector<Op>& ops, bool moe, OpPhase phase, StageTimes& s, double& raw_f, double& raw_b) {
     std::vector<LayerComm> comms;
     const bool fwd = phase != OpPhase::backward_input;
     double pending_gather = 0, last_gemm = 0;  // tp_comm: an all-gather awaiting its GEMM; the previous GEMM
+    double pending_ring = 0;  // CP's p2p ring awaiting the attention it is split with
     auto charge = [&](const Op& op, bool before) {
       comms.clear();
       comm_around(p, op.name, moe, fwd, before, comms);
       for (const LayerComm& c : comms) {
         const GroupNetwork& net = c.stream == Stream::tp ? tp_net : c.stream == Stream::ep ? ep_net : cp_net;
         double dt = collective_s(net, c.collective, c.bytes);
+        if (c.split_with_next) {
+          pending_ring += dt;
+          continue;
+        }
         if (split_tp && c.stream == Stream::tp) {
           if (c.collective == Collective::all_gather) {
             pending_gather += dt;
@@ -199,6 +207,13 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       }
       if (op.phase != phase) return;
       charge(op, true);
+      if (pending_ring > 0) {
+        // The exposed part of the ring under this attention (Instr::tail_after in the Program).
+        const double dt = split_exposed_s(pending_ring, timer(op), d(par.context_parallel_size), cp_sms);
+        s.cp_s += dt;
+        (phase == OpPhase::forward ? raw_f : raw_b) += dt;
+        pending_ring = 0;
+      }
       if (op.kind == OpKind::gemm) {
         const double g = timer(op);
         if (pending_gather > 0) {
@@ -233,10 +248,10 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     comm_pass(ops, moe, OpPhase::forward, s, raw_f, raw_b);
     comm_pass(ops, moe, OpPhase::recompute, s, raw_f, raw_b);
     comm_pass(ops, moe, OpPhase::backward_input, s, raw_f, raw_b);
-    // CP's ring exchange holds the attention in both tiers, as the Program lists it (before the
-    // forward, before and after the backward). Megatron-core's ring attention overlaps each
-    // step's exchange with the previous block's attention; until the Program splits the
-    // attention into its CP blocks, neither tier does (a fitted p-norm once did here only).
+    // CP's ring exchange: with the p2p ring (the default) the exchange before the attention
+    // (forward, recomputation, backward) is split with it, as the Program's tail_after says,
+    // and only what the attention's first cp - 1 blocks do not cover is exposed; the
+    // gradients' return after the backward, and all_gather's exchange, hold the compute whole.
     const double raw = raw_f + raw_b, exposed = s.tp_s + s.cp_s + s.ep_s;
     s.comm_f_s = raw > 0 ? exposed * raw_f / raw : 0;
     s.comm_b_s = raw > 0 ? exposed * raw_b / raw : 0;

@@ -87,7 +87,14 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
     // twice that backward. The executor plays each as the Program lists it (exec/gpt.cpp).
     const double kv = 2 * tokens * d(m.num_query_groups) * d(m.kv_channels) / t * e;
     const double blocks = d(par.context_parallel_size - 1) * kv;
-    if (before) out.push_back({Stream::cp, Collective::ring_exchange, plan::GroupKind::cp, blocks, "cp"});
+    // With the p2p ring (Megatron-core's default --cp-comm-type, Transformer Engine's
+    // AttnFuncWithCPAndKVP2P) each of the cp - 1 steps' K and V travel while the block before
+    // runs, so the exchange before the attention is split with it: only its last block waits
+    // for the last step. The gradients' return stays after the backward, whole (the ring
+    // overlaps all but its last step: priced blocking, on the safe side). With all_gather the
+    // attention waits for every block.
+    const bool ring = par.context_parallel_comm_type == plan::CpCommType::p2p;
+    if (before) out.push_back({Stream::cp, Collective::ring_exchange, plan::GroupKind::cp, blocks, "cp", ring});
     if (!before && !forward) out.push_back({Stream::cp, Collective::ring_exchange, plan::GroupKind::cp, blocks, "cp_grad"});
   }
 }

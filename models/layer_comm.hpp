@@ -22,6 +22,9 @@ struct LayerComm {
   plan::GroupKind group = plan::GroupKind::tp;
   double bytes = 0;             // per rank: the buffer, as nccl-tests' "size"
   std::string_view what = "";   // the instruction's name stem: "tp", "ep_dispatch", "cp"
+  // Split with the op after it (CP's p2p ring before the attention): the op does not wait for
+  // it, only the op's last block does (Instr::tail_after, models::split_exposed_s).
+  bool split_with_next = false;
 };
 
 // The load of the hottest expert rank over the balanced load: routing_imbalance, capped by the

@@ -138,13 +138,22 @@ class StageLowering {
     }
     blocking_ = -1;
     also_blocking_ = -1;
+    if (split_pending_ >= 0) {
+      // Ring attention's blocks: the last of the CP ring's p2p steps brings the last block,
+      // 1/CP of the attention (blocks taken as equal work: with causal load balancing each
+      // member's share of every block's scores is alike; without it, Transformer Engine's
+      // causal blocks are unequal, and this is an approximation).
+      in.tail_after = split_pending_;
+      in.tail_fraction = static_cast<float>(1.0 / d(p_.parallelism.context_parallel_size));
+      split_pending_ = -1;
+    }
     out_->push_back(in);
     last_compute_ = last_index();
   }
   // The next compute waits for instruction i too. It has two slots (Instr::after and
   // also_after): a stream runs its collectives in order, so of two collectives on one stream
   // the later stands for both; otherwise i takes a free slot. With both taken (a held
-  // reduction, a receive, then the blocking CP exchange before a recomputed attention), the
+  // reduction, a receive, then all_gather's blocking CP exchange before a recomputed attention), the
   // collective i starts after the first: what the compute stream waits for orders what is
   // issued after it (PyTorch's NCCL streams wait for the current stream at launch), and the
   // first was issued after the compute that i follows, so nothing earlier is lost.
@@ -211,7 +220,12 @@ class StageLowering {
   void around(const Op& op, std::int64_t layer, OpPhase phase, bool before) {
     comms_.clear();
     comm_around(p_, op.name, layer >= 0 && moe_layer(layer), phase == OpPhase::forward || phase == OpPhase::recompute, before, comms_);
-    for (const LayerComm& c : comms_) collective(c.stream, c.collective, c.group, c.bytes, layer, true, c.what, phase);
+    for (const LayerComm& c : comms_) {
+      // A collective split with the op it feeds (CP's p2p ring before the attention) does not
+      // hold it: the op's last part waits for it (Instr::tail_after).
+      collective(c.stream, c.collective, c.group, c.bytes, layer, !c.split_with_next, c.what, phase);
+      if (c.split_with_next) split_pending_ = last_index();
+    }
   }
   // An op outside the layers with the collectives around it.
   void end_op(const Op& op, OpPhase phase) {
@@ -494,6 +508,7 @@ class StageLowering {
   std::vector<std::vector<std::int32_t>> bucket_gather_;
   std::vector<std::size_t> awaited_;
   std::int32_t also_blocking_ = -1;  // what the next compute waits for besides blocking_ (wait_for)
+  std::int32_t split_pending_ = -1;  // a collective the next compute is split with (Instr::tail_after)
 };
 
 }  // namespace
@@ -587,7 +602,8 @@ ReplayResult replay(const Program& program, const std::function<double(const Sta
           start = std::max(start, it->second);
         }
         const double dt = duration(sp, in);
-        const double finish = start + dt;
+        double finish = start + dt;
+        if (in.tail_after >= 0) finish = std::max(finish, end[s][static_cast<std::size_t>(in.tail_after)] + in.tail_fraction * dt);
         end[s][next[s]] = finish;
         stream_free[s][static_cast<std::size_t>(in.stream)] = finish;
         if (in.kind == InstrKind::send) sent[{sp.stage, in.peer_stage, in.tag}] = finish;
@@ -642,7 +658,7 @@ CheckResult check(const Program& program, double expected_flops) {
   for (const auto& sp : program.classes) {
     for (std::size_t i = 0; i < sp.instrs.size(); ++i) {
       const Instr& in = sp.instrs[i];
-      for (const std::int32_t a : {in.after, in.also_after}) {
+      for (const std::int32_t a : {in.after, in.also_after, in.tail_after}) {
         if (a >= static_cast<std::int32_t>(i)) {
           r.errors.push_back("stage " + std::to_string(sp.stage) + " instruction " + std::to_string(i) + " (" + program.name(in) +
                              ") waits for a later instruction " + std::to_string(a));

@@ -11,7 +11,8 @@
 // Order and dependencies. Instructions of a rank run in list order on their stream; an
 // instruction also waits for `after` and `also_after` (earlier instructions of the same rank:
 // a compute can wait for a receive and a parameter gather) and a receive
-// for its matching send on the peer stage. Compute waits for the blocking collectives before
+// for its matching send on the peer stage; ring attention's last block waits for CP's p2p
+// exchange (`tail_after`). Compute waits for the blocking collectives before
 // it (TP, CP, EP); DP collectives and sends run in the background, as frameworks issue them.
 
 #include <cstdint>
@@ -61,6 +62,12 @@ struct Instr {
   std::int32_t tag = -1;        // send / recv: matches one send with one receive
   std::int32_t after = -1;      // an earlier instruction of this rank to wait for
   std::int32_t also_after = -1; // a second one, set only when `after` is (a compute waiting for a receive and a gather)
+  // A compute split with a collective it consumes piece by piece (ring attention under CP's
+  // p2p exchange): it starts without waiting for `tail_after`, and its last `tail_fraction`
+  // (the last block's share) runs only after it, so it ends at
+  // max(start + d, end of tail_after + tail_fraction d). -1: none.
+  std::int32_t tail_after = -1;
+  float tail_fraction = 0;  // beside tail_after, so that an Instr stays 72 bytes
   double flops = 0;
   double bytes = 0;             // HBM traffic (compute) or payload per rank (communication)
 };
@@ -119,7 +126,8 @@ struct RankView {
 RankView for_rank(const Program& program, const plan::RankLayout& layout, std::int64_t rank);
 
 // The zero-communication-cost replay: every instruction takes `duration(stage, instr)` seconds
-// (communication usually 0), streams in order, receives after their sends. Per stage: busy and
+// (communication usually 0), streams in order, receives after their sends; a compute split with
+// a collective (tail_after) ends no earlier than that collective plus its last part. Per stage: busy and
 // idle compute time; the bubble fraction as the papers define it, (makespan - ideal) / ideal
 // with ideal the busiest stage's compute. Fails (error set) on a deadlock.
 struct ReplayResult {
@@ -129,7 +137,8 @@ struct ReplayResult {
   std::string error;
 };
 // What the simulator and the executor are handed: each instruction once, in an order that
-// respects streams, `after` and receives, with the replay's start and end times.
+// respects streams, `after` (and `tail_after`) and receives, with the replay's start and end
+// times (a split compute's end includes its wait for tail_after).
 class ProgramConsumer {
  public:
   virtual ~ProgramConsumer() = default;

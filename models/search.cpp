@@ -135,7 +135,7 @@ SearchResult search_plans(const nlohmann::json& base, std::size_t top,
     // Keep the base's overlap and compression settings; the mesh and schedule are the search's.
     nlohmann::json kept = nlohmann::json::object();
     for (const char* key : {"overlap", "overlap_grad_reduce", "gradient_compression", "topk_ratio", "order",
-                            "context_parallel_load_balance"}) {
+                            "context_parallel_load_balance", "context_parallel_comm_type", "cp_comm_type"}) {
       if (par.contains(key)) kept[key] = par[key];
     }
     kept["tensor_model_parallel_size"] = c.tp;

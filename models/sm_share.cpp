@@ -24,6 +24,10 @@ double tp_exposed_s(double comm_s, double gemm_s, double fraction) {
   return std::max(0.0, std::max(comm_s, slowed_compute_s(gemm_s, comm_s, fraction)) - gemm_s);
 }
 
+double split_exposed_s(double comm_s, double attention_s, double cp, double fraction) {
+  return tp_exposed_s(comm_s, attention_s * (cp - 1) / cp, fraction);
+}
+
 void SharedSms::busy(double start_s, double end_s) {
   if (end_s > start_s && fraction_ > 0) spans_.emplace_back(start_s, end_s);
 }

@@ -49,6 +49,14 @@ double slowed_compute_s(double work_s, double overlap_s, double fraction);
 // pair takes max(comm, the GEMM slowed beside it), of which the GEMM's own `gemm_s` is compute.
 double tp_exposed_s(double comm_s, double gemm_s, double fraction);
 
+// The same rule for CP's p2p ring split with the attention it feeds (Instr::tail_after): the
+// exchange runs beside all but the attention's last block (`attention_s` (cp - 1) / cp, the
+// compute it can hide under), and the last block runs after both. Exposed:
+// max(comm, that compute slowed beside it) - that compute. With equal steps this is exact:
+// block k of the ring starts at max(end of block k-1, arrival of step k), and the latest end
+// over k is max(a, x + a / cp) for attention a and exchange x.
+double split_exposed_s(double comm_s, double attention_s, double cp, double fraction);
+
 // One stream of collectives (the DP stream of the estimate's replay) beside the compute
 // stream: the spans in which the stream runs a collective, each holding `fraction` of the SMs,
 // and the compute that runs at 1 - fraction inside them.

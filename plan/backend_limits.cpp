@@ -28,6 +28,13 @@ void cpu_limits(const Plan& plan, Diagnostics& d) {
   if (par.num_distributed_optimizer_instances > 1) {
     d.error("parallelism.num_distributed_optimizer_instances", "the CPU backend shards the optimizer over all of DP x CP (must be 1; the estimate and the simulator price several instances)");
   }
+  if (par.context_parallel_size > 1 && par.context_parallel_comm_type == CpCommType::p2p) {
+    // exec/gpt.cpp gathers every member's K and V, then runs the whole attention: what the
+    // Program prices as all_gather. Its measured CP time is that of all_gather, not the ring's.
+    d.warning("parallelism.context_parallel_comm_type",
+              "the CPU backend exchanges K and V before the attention, as all_gather does: to compare its measured step with a "
+              "prediction, predict the plan with context_parallel_comm_type: all_gather (the p2p ring hides the exchange under the attention)");
+  }
   const std::int64_t micro = derive(plan).micro_batches_per_step;
   if (par.virtual_pipeline_model_parallel_size > 1 && micro % par.pipeline_model_parallel_size != 0) {
     d.error("training.global_batch_size", "the interleaved schedule needs micro-batches per step (" + text(micro) +

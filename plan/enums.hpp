@@ -20,6 +20,8 @@ enum class Recompute { none, selective, full };
 enum class AttentionFlops { full, causal };
 enum class RecomputeMethod { uniform, block };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
+// Context parallelism's exchange of K and V (Megatron-core's --cp-comm-type).
+enum class CpCommType { p2p, all_gather };
 enum class GradientCompression { none, onebit, topk };
 enum class IntraNodeKind { nvswitch, nvlink_mesh, pcie, shared_memory };
 enum class TopologyKind { single_node, fat_tree, rail_optimized, multi_plane };
@@ -76,6 +78,8 @@ MESHWORK_ENUM_NAMES(TopologyKind, std::pair{TopologyKind::single_node, std::stri
                     std::pair{TopologyKind::fat_tree, std::string_view("fat_tree")},
                     std::pair{TopologyKind::rail_optimized, std::string_view("rail_optimized")},
                     std::pair{TopologyKind::multi_plane, std::string_view("multi_plane")});
+MESHWORK_ENUM_NAMES(CpCommType, std::pair{CpCommType::p2p, std::string_view("p2p")},
+                    std::pair{CpCommType::all_gather, std::string_view("all_gather")});
 MESHWORK_ENUM_NAMES(Routing, std::pair{Routing::d_mod_k, std::string_view("d_mod_k")},
                     std::pair{Routing::ecmp_hash, std::string_view("ecmp_hash")}, std::pair{Routing::adaptive, std::string_view("adaptive")});
 MESHWORK_ENUM_NAMES(CollectiveAlgorithm, std::pair{CollectiveAlgorithm::automatic, std::string_view("auto")},

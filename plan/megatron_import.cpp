@@ -244,11 +244,31 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
   }
 
   // Parallelism.
+  std::string cp_comm_note;  // how --cp-comm-type was read, when not as given
   const std::int64_t pp = num.positive(a, "--pipeline-model-parallel-size").value_or(1);
   const std::int64_t cp = num.positive(a, "--context-parallel-size").value_or(1);
   par["tensor_model_parallel_size"] = tp;
   par["pipeline_model_parallel_size"] = pp;
   par["context_parallel_size"] = cp;
+  // --cp-comm-type: one value, or one per layer (Megatron-core); the first is taken, and a
+  // list of mixed types is named. a2a and a2a+p2p (Ulysses-style all-to-alls before and after
+  // the attention, which wait for them) are priced as all_gather: the attention waits for its
+  // exchange, not as the p2p ring that hides it.
+  if (const auto it = a.values.find("--cp-comm-type"); it != a.values.end() && !it->second.empty()) {
+    const std::string& type = it->second.front();
+    if (type == "p2p" || type == "all_gather") {
+      par["context_parallel_comm_type"] = type;
+    } else {
+      par["context_parallel_comm_type"] = "all_gather";
+      cp_comm_note = "--cp-comm-type " + type + ": priced as all_gather (the attention waits for its exchange; parallelism.context_parallel_comm_type has p2p and all_gather)";
+    }
+    for (const auto& other : it->second) {
+      if (other != type) {
+        cp_comm_note += std::string(cp_comm_note.empty() ? "" : "; ") + "--cp-comm-type: the layers' types differ (" + type + ", " + other + "): the first is taken for every layer";
+        break;
+      }
+    }
+  }
   par["expert_model_parallel_size"] = num.positive(a, "--expert-model-parallel-size").value_or(1);
   std::int64_t vpp = 1;
   if (auto v = num.positive(a, "--num-virtual-stages-per-pipeline-rank")) {
@@ -327,6 +347,9 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
     const auto cls = classify_megatron_flag(flag);
     if (!cls) {
       out.unknowns.push_back(flag + ": not a flag of Megatron-LM's arguments.py @ " + std::string(kMegatronArgumentsCommit.substr(0, 12)) + "; ignored");
+    } else if (flag == "--cp-comm-type" && !cp_comm_note.empty()) {
+      out.ignored.push_back(cp_comm_note);
+      if (cp_comm_note.starts_with("--cp-comm-type:")) note(flag, cls->field);  // read as given, with a caveat
     } else if (cls->mapped) {
       note(flag, cls->field);
     } else {

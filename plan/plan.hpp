@@ -111,6 +111,9 @@ struct ParallelismConfig {
   std::string pipeline_model_parallel_layout;
   bool sequence_parallel = false;
   bool context_parallel_load_balance = true;
+  // p2p: the ring of Transformer Engine's ring attention, each step's exchange under the
+  // previous block's attention; all_gather: K and V gathered before the attention, which waits.
+  CpCommType context_parallel_comm_type = CpCommType::p2p;
   std::int64_t zero_stage = 1;
   // Megatron-core's --num-distributed-optimizer-instances: ZeRO shards within each of this
   // many blocks of the data-parallel group (hybrid sharding), whose reduced shards are then

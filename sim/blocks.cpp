@@ -52,6 +52,17 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
   const double rs_sms = models::sm_fraction(timer_.hardware(), models::Stream::tp, models::Collective::reduce_scatter, split_tp);
   const double ag_sms = models::sm_fraction(timer_.hardware(), models::Stream::tp, models::Collective::all_gather, split_tp);
   double pending_gather = 0, last_gemm = 0;
+  // CP's p2p ring split with the attention after it (Instr::tail_after): merged in-node, its
+  // exposed part is the estimate's models::split_exposed_s; between nodes it stays a flow, and
+  // the attention a block of its own whose last block waits for it.
+  const double cp_sms = models::sm_fraction(timer_.hardware(), models::Stream::cp, models::Collective::ring_exchange, false);
+  const double cp = static_cast<double>(plan_.parallelism.context_parallel_size);
+  std::vector<char> split(sp.instrs.size(), 0);
+  for (const Instr& in : sp.instrs) {
+    if (in.tail_after >= 0) split[static_cast<std::size_t>(in.tail_after)] = 1;
+  }
+  double pending_ring = 0;
+  std::size_t current = 0;  // the instruction being placed
   auto close = [&] {
     if (open >= 0) times[static_cast<std::size_t>(open)].tp_s += pending_gather;
     pending_gather = 0;
@@ -60,7 +71,8 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
   auto add_comm = [&](BlockTime& b, const Instr& in) {
     double t = nvlink_collective_s(in);
     if (in.stream == models::Stream::cp) {
-      b.cp_s += t;
+      if (split[current] != 0) pending_ring += t;
+      else b.cp_s += t;
       return;
     }
     if (split_tp && in.collective == models::Collective::all_gather) {
@@ -72,6 +84,10 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
   };
   auto add_compute = [&](BlockTime& b, const Instr& in) {
     charge(b, in);
+    if (in.tail_after >= 0 && pending_ring > 0) {
+      b.cp_s += models::split_exposed_s(pending_ring, timer_(in.op, in.flops, in.bytes), cp, cp_sms);
+      pending_ring = 0;
+    }
     if (in.op != models::OpKind::gemm) return;
     const double g = timer_(in.op, in.flops, in.bytes);
     if (pending_gather > 0) b.tp_s += models::tp_exposed_s(pending_gather, g, ag_sms);
@@ -80,10 +96,14 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
   };
   for (std::size_t k = 0; k < sp.instrs.size(); ++k) {
     const Instr& in = sp.instrs[k];
+    current = k;
+    // Split with a ring that stayed a flow: a block of its own, which nothing joins, so that
+    // its last block's wait (tail_after) falls at its end.
+    const bool tail_flow = in.tail_after >= 0 && out[static_cast<std::size_t>(map[static_cast<std::size_t>(in.tail_after)])].kind == InstrKind::collective;
     const bool mergeable_comm = in.kind == InstrKind::collective && (in.stream == models::Stream::tp || in.stream == models::Stream::cp) &&
                                 in_node(in.group);
     // A block stays within one schedule item, so that traces name it by its item.
-    const bool joins = open >= 0 && (in.kind == InstrKind::compute || mergeable_comm) && out[static_cast<std::size_t>(open)].item == in.item &&
+    const bool joins = !tail_flow && open >= 0 && (in.kind == InstrKind::compute || mergeable_comm) && out[static_cast<std::size_t>(open)].item == in.item &&
                        (in.after < 0 || map[static_cast<std::size_t>(in.after)] == open) &&
                        (in.also_after < 0 || map[static_cast<std::size_t>(in.also_after)] == open);
     if (joins) {
@@ -97,6 +117,8 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
     Instr copy = in;
     copy.after = in.after >= 0 ? map[static_cast<std::size_t>(in.after)] : -1;
     copy.also_after = in.also_after >= 0 ? map[static_cast<std::size_t>(in.also_after)] : -1;
+    copy.tail_after = tail_flow ? map[static_cast<std::size_t>(in.tail_after)] : -1;
+    if (!tail_flow) copy.tail_fraction = 0;
     BlockTime b;
     if (in.kind == InstrKind::compute) {
       add_compute(b, in);
@@ -110,7 +132,7 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
     out.push_back(copy);
     times.push_back(b);
     map[k] = static_cast<std::int32_t>(out.size() - 1);
-    open = copy.kind == InstrKind::compute ? map[k] : -1;
+    open = copy.kind == InstrKind::compute && !tail_flow ? map[k] : -1;
   }
   close();
   sp.instrs = std::move(out);

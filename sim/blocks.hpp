@@ -28,8 +28,10 @@ class BlockTimer {
 
   // One entry per instruction, the compute ones timed.
   [[nodiscard]] std::vector<BlockTime> per_instruction(const models::StageProgram& sp) const;
-  // Merges runs of compute and in-node blocking collectives of `sp` into single compute
-  // blocks (the other instructions stay, their `after` remapped); one entry per new instruction.
+  // Merges runs of compute and in-node collectives of `sp` into single compute blocks (an
+  // in-node CP ring split with its attention charged as models::split_exposed_s; the other
+  // instructions stay, their `after`, `also_after` and `tail_after` remapped); one entry per
+  // new instruction.
   std::vector<BlockTime> coarsen(models::StageProgram& sp) const;
 
  private:

@@ -63,7 +63,8 @@ inline constexpr double kSpeed = 1e12;
 inline constexpr double kStalledBytesPerS = 1e-3;
 
 // What the compute stream waited for before an instruction: the kind of its `after` (and of
-// its `also_after`, for the part of the wait up to that one's end).
+// its `also_after`, for the part of the wait up to that one's end); a split attention's wait
+// for its tail_after, inside it, is CP's.
 enum class Wait { none, pipeline, tp, cp, ep, dp };
 
 inline Wait stream_wait(models::Stream s) {

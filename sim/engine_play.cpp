@@ -245,7 +245,17 @@ void Simulation::play(std::size_t a) {
         // The compute stream is this actor's own: nothing shares it, so it is a sleep
         // (an execution would cost SimGrid a max-min variable for nothing).
         if (now > clock) sg4::this_actor::sleep_for(now - clock);
-        compute_for(st, dt);
+        if (in.tail_after >= 0) {
+          // Ring attention under CP's p2p exchange (Instr::tail_after): the blocks that have
+          // arrived, then the last once the ring is through; the wait is exposed CP time.
+          compute_for(st, dt * (1 - in.tail_fraction));
+          const double head_end = sg4::Engine::get_clock();
+          wait_for(st, in.tail_after, &sp);
+          st.waited_s[Wait::cp] += sg4::Engine::get_clock() - head_end;
+          compute_for(st, dt * in.tail_fraction);
+        } else {
+          compute_for(st, dt);
+        }
         st.last_compute_end_s = sg4::Engine::get_clock();
         st.last_active_s = st.last_compute_end_s;
         if (st.traced) record(st, sp, in, now, st.last_compute_end_s);

@@ -575,5 +575,80 @@ TEST(Pipeline, TransfersOnTheCriticalPathByHand) {
   EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 10.5);
 }
 
+// CP's p2p ring (the default --cp-comm-type) is split with the attention it feeds: the attention
+// does not wait for the exchange before it, only its last 1/CP does (tail_after), in the
+// forward, the recomputation and the backward; the gradients' return stays blocking. With
+// all_gather the attention waits for the exchange. The replay ends the attention at
+// max(start + d, exchange end + d / CP).
+TEST(Program, ContextParallelRingIsSplitWithTheAttention) {
+  auto plan = [](const char* type) {
+    auto r = plan::load_plan_text(std::string("model: {preset: llama3-8b, seq_length: 8192}\n"
+                                              "training: {global_batch_size: 8, micro_batch_size: 1, precision: bf16, recompute: selective}\n"
+                                              "parallelism: {cp: 4, dp: 2, cp_comm_type: ") + type + "}\ncluster: {gpu: h100-sxm, num_gpus: 8}\n",
+                                  plan::Format::yaml);
+    EXPECT_TRUE(r.ok()) << (r.diagnostics.empty() ? "" : r.diagnostics.items().front().message);
+    return lowered(r.plan);
+  };
+  for (const char* type : {"p2p", "all_gather"}) {
+    SCOPED_TRACE(type);
+    const bool ring = std::string(type) == "p2p";
+    const Program prog = plan(type);
+    EXPECT_TRUE(check(prog).ok());
+    const auto& in = prog.classes[0].instrs;
+    std::map<OpPhase, int> split;
+    int exchanges = 0, attentions = 0;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (in[i].kind == InstrKind::collective && prog.name(in[i]) == "cp_ring_exchange") {
+        ++exchanges;
+        // The attention right after it.
+        ASSERT_LT(i + 1, in.size());
+        const Instr& att = in[i + 1];
+        ASSERT_EQ(prog.name(att), "attention");
+        ++attentions;
+        if (ring) {
+          EXPECT_EQ(att.tail_after, static_cast<std::int32_t>(i));
+          EXPECT_DOUBLE_EQ(att.tail_fraction, 0.25);
+          EXPECT_NE(att.after, static_cast<std::int32_t>(i));
+          EXPECT_NE(att.also_after, static_cast<std::int32_t>(i));
+          ++split[att.phase];
+        } else {
+          EXPECT_EQ(att.tail_after, -1);
+          EXPECT_TRUE(att.after == static_cast<std::int32_t>(i) || att.also_after == static_cast<std::int32_t>(i));
+        }
+      }
+      // The gradients' return holds the next compute in both.
+      if (in[i].kind == InstrKind::collective && prog.name(in[i]) == "cp_grad_ring_exchange") {
+        for (std::size_t j = i + 1; j < in.size(); ++j) {
+          if (in[j].kind != InstrKind::compute) continue;
+          EXPECT_TRUE(in[j].after == static_cast<std::int32_t>(i) || in[j].also_after == static_cast<std::int32_t>(i)) << j;
+          break;
+        }
+      }
+    }
+    EXPECT_EQ(exchanges, 32 * 4 * 3);  // 32 layers x 4 micro-batches x (forward, recomputation, backward)
+    EXPECT_EQ(attentions, exchanges);
+    if (ring) {
+      EXPECT_EQ(split[OpPhase::forward], 32 * 4);
+      EXPECT_EQ(split[OpPhase::recompute], 32 * 4);
+      EXPECT_EQ(split[OpPhase::backward_input], 32 * 4);
+    }
+  }
+  // The replay: an exchange of 3 s beside an attention of 2 s (the rest free) ends it at
+  // max(2, 3 + 2/4) = 3.5 s after it started with p2p, 3 + 2 = 5 s with all_gather.
+  for (const char* type : {"p2p", "all_gather"}) {
+    SCOPED_TRACE(type);
+    const Program prog = plan(type);
+    auto duration = [&](const StageProgram& sp, const Instr& i) {
+      if (i.layer != 0 || i.item != 0) return 0.0;
+      if (i.kind == InstrKind::collective && sp.stage == 0 && prog.name(i) == "cp_ring_exchange") return 3.0;
+      if (i.kind == InstrKind::compute && prog.name(i) == "attention") return 2.0;
+      return 0.0;
+    };
+    const ReplayResult r = replay(prog, duration);
+    ASSERT_TRUE(r.error.empty()) << r.error;
+    EXPECT_DOUBLE_EQ(r.makespan_s, std::string(type) == "p2p" ? 3.5 : 5.0);
+  }
+}
+
 }  // namespace
 }  // namespace meshwork::models

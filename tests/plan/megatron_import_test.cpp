@@ -323,6 +323,29 @@ TEST(MegatronImport, DistributedOptimizerInstances) {
   EXPECT_EQ(r.plan["parallelism"]["num_distributed_optimizer_instances"], 4);
 }
 
+// --cp-comm-type: p2p and all_gather are the plan's; Ulysses' a2a types are priced as all_gather.
+TEST(MegatronImport, ContextParallelCommType) {
+  const std::vector<std::string> base = {"--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "4096",
+                                         "--context-parallel-size", "2"};
+  auto with = [&](const std::string& type) {
+    auto args = base;
+    args.insert(args.end(), {"--cp-comm-type", type});
+    return import_megatron_args(args);
+  };
+  EXPECT_FALSE(import_megatron_args(base).plan["parallelism"].contains("context_parallel_comm_type"));
+  EXPECT_EQ(with("all_gather").plan["parallelism"]["context_parallel_comm_type"], "all_gather");
+  EXPECT_EQ(with("p2p").plan["parallelism"]["context_parallel_comm_type"], "p2p");
+  // Ulysses' all-to-alls hold the attention: priced as all_gather, not as the ring that hides.
+  const auto a2a = with("a2a");
+  EXPECT_EQ(a2a.plan["parallelism"]["context_parallel_comm_type"], "all_gather");
+  EXPECT_TRUE(mentions(a2a.ignored, "--cp-comm-type a2a: priced as all_gather"));
+  auto mixed_args = base;
+  mixed_args.insert(mixed_args.end(), {"--cp-comm-type", "p2p", "p2p", "a2a", "p2p"});
+  const auto mixed = import_megatron_args(mixed_args);
+  EXPECT_EQ(mixed.plan["parallelism"]["context_parallel_comm_type"], "p2p");
+  EXPECT_TRUE(mentions(mixed.ignored, "the layers' types differ (p2p, a2a)"));
+}
+
 // --group-query-attention alone is one KV group (arguments.py: --num-query-groups default 1).
 TEST(MegatronImport, GroupQueryAttentionAloneIsOneKvGroup) {
   const std::vector<std::string> base = {"--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "128"};

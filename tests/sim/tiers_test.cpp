@@ -2,6 +2,7 @@
 // change of the step agree, and both agree with a hand calculation where one is written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -10,9 +11,11 @@
 
 #include "models/calibration_set.hpp"
 #include "models/comm.hpp"
+#include "models/compute_time.hpp"
 #include "models/estimate.hpp"
 #include "models/hardware.hpp"
 #include "models/layer_comm.hpp"
+#include "models/op_table.hpp"
 #include "models/params.hpp"
 #include "plan/plan_io.hpp"
 #include "report/report.hpp"
@@ -282,14 +285,15 @@ TEST(Tiers, HybridShardingMovesBothTiersAlike) {
 // sequences of 8K on two nodes, DP 16 against DP 8 x CP 2 with CP between the nodes (order
 // tp-dp-ep-cp-pp). The same tokens per GPU, the same attention FLOPs (load-balanced causal
 // halves), the same DP x CP group for the gradients: the step differs by the ring exchanges.
-// By hand: each layer passes K and V of its 4,096 tokens (2 x 4,096 x 2,304 x 2 bytes) to the
+// (With all_gather, the attention waits for the exchange: the p2p ring under the attention
+// is the next test.) By hand: each layer passes K and V of its 4,096 tokens (2 x 4,096 x 2,304 x 2 bytes) to the
 // other node once before the forward and twice around the backward (K, V, then their
 // gradients), through each GPU's own NIC, for 24 layers and 2 micro-batches.
 TEST(Tiers, ContextParallelismMovesBothTiersAlike) {
   auto plan = [](int cp) {
     return load("model: {preset: nar21-1.7b, seq_length: 8192}\n"
                 "training: {global_batch_size: 16, micro_batch_size: 1, precision: bf16, recompute: none}\n"
-                "parallelism: {dp: " + std::to_string(16 / cp) + ", cp: " + std::to_string(cp) + ", order: tp-dp-ep-cp-pp, zero_stage: 1}\n"
+                "parallelism: {dp: " + std::to_string(16 / cp) + ", cp: " + std::to_string(cp) + ", order: tp-dp-ep-cp-pp, zero_stage: 1, cp_comm_type: all_gather}\n"
                 "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 400}\n");
   };
   const plan::Plan without = plan(1), with = plan(2);
@@ -303,6 +307,56 @@ TEST(Tiers, ContextParallelismMovesBothTiersAlike) {
   EXPECT_GT(estimated, 0.10 * a.estimated_s);
   EXPECT_NEAR(estimated, hand_cp, 0.10 * hand_cp);
   EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
+}
+
+// CP's p2p ring under the attention (Transformer Engine's ring attention, the default
+// --cp-comm-type) against all_gather, where the attention waits for every block: the same plan
+// as above at 32K tokens, so that the attention's blocks can hide the exchange. By hand: each
+// step's K and V (x, as above) travel while the blocks before the last run (h = (cp - 1)/cp of
+// the attention, here half) at 1 - f of their speed (f, NCCL's SMs), so the p2p ring hides
+// min(h, x (1 - f)) of each exchange before the forward and the backward; the gradients'
+// return is blocking in both.
+TEST(Tiers, ContextParallelRingUnderTheAttentionMovesBothTiersAlike) {
+  auto plan = [](const char* type) {
+    return load(std::string("model: {preset: nar21-1.7b, seq_length: 32768}\n"
+                            "training: {global_batch_size: 16, micro_batch_size: 1, precision: bf16, recompute: none}\n"
+                            "parallelism: {dp: 8, cp: 2, order: tp-dp-ep-cp-pp, zero_stage: 1, cp_comm_type: ") + type + "}\n"
+                "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 400}\n");
+  };
+  const plan::Plan ring = plan("p2p"), gathered = plan("all_gather");
+  const auto& hw = models::hardware_profile(ring.cluster.gpu);
+  const double x = 2.0 * 16384 * 2304 * 2 / (50e9 * hw.nic_efficiency);
+  const double f = hw.collective_sm_fraction;
+  const models::ComputeTimer timer(ring);
+  double a_f = 0, a_b = 0;
+  for (const auto& op : models::layer_ops(ring, false)) {
+    if (op.kind != models::OpKind::attention) continue;
+    (op.phase == models::OpPhase::forward ? a_f : a_b) += timer(op);
+  }
+  ASSERT_GT(a_f, 0);
+  ASSERT_GT(a_b, 0);
+  const double hand = 24 * 2 * (std::min(a_f / 2, x * (1 - f)) + std::min(a_b / 2, x * (1 - f)));
+  const Steps a = steps(gathered), b = steps(ring);
+  const double estimated = a.estimated_s - b.estimated_s, simulated = a.simulated_s - b.simulated_s;
+  EXPECT_GT(estimated, 0.10 * a.estimated_s);
+  EXPECT_NEAR(estimated, hand, 0.10 * hand);
+  EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
+  // Inside a node (CP neighbours on NVLink): the simulator merges the ring into the attention's
+  // block (sim/blocks.cpp), or, instruction by instruction (fine), waits for it inside the
+  // attention; both hide what the estimate hides.
+  plan::Plan in_node = ring;
+  in_node.parallelism.order = "tp-cp-ep-dp-pp";
+  const double est_cp = models::estimate(in_node).breakdown.cp_s;
+  SimulateOptions fine;
+  fine.fine = true;
+  for (const SimulateOptions& o : {SimulateOptions{}, fine}) {
+    const auto sim = simulate(in_node, o);
+    ASSERT_TRUE(sim.report) << sim.error;
+    EXPECT_NEAR(sim.report->breakdown.cp_s, est_cp, 0.05 * est_cp) << (o.fine ? "fine" : "blocks");
+  }
+  plan::Plan gathered_in_node = gathered;
+  gathered_in_node.parallelism.order = "tp-cp-ep-dp-pp";
+  EXPECT_LT(est_cp, 0.5 * models::estimate(gathered_in_node).breakdown.cp_s);
 }
 
 // Routing imbalance (once in the estimate only): Mixtral 8x7B with EP 2 between two nodes
