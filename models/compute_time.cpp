@@ -33,6 +33,9 @@ double ComputeTimer::bytes_per_s(OpKind kind) const {
 ComputeTimer::ComputeTimer(const plan::Plan& p)
     : hw_(hardware_profile(p.cluster.gpu)),
       peak_flops_(plan::peak_tflops(p.cluster.gpu, p.training.precision) * 1e12),
+      attention_peak_flops_(p.training.precision == plan::Precision::fp8 && !p.training.fp8_attention
+                                ? plan::peak_tflops(p.cluster.gpu, plan::Precision::bf16) * 1e12
+                                : peak_flops_),
       hbm_bytes_per_s_(p.cluster.gpu.hbm_gbytes_per_s * 1e9 * hw_.memory_efficiency),
       flash_(p.training.flash_attention) {}
 
@@ -46,13 +49,13 @@ double ComputeTimer::operator()(OpKind kind, double flops, double bytes) const {
         // against the op's size as GEMMs are: its arithmetic and score passes together.
         const double macs = flops / 2;
         const double e = hw_.attention_max_efficiency * macs / (macs + hw_.attention_half_macs);
-        t += flops / (peak_flops_ * e);
+        t += flops / (attention_peak_flops_ * e);
         break;
       }
       // Causal flash attention skips the masked half of the score blocks (Dao 2023 §3.1); the
       // op's FLOPs stay the full matrix, as MFU counts them.
       const double executed = flash_ ? flops * kCausalFlashFraction : flops;
-      const double compute = executed / (peak_flops_ * gemm_efficiency(hw_, flops / 2) * (flash_ ? kFlashOverGemm : 1));
+      const double compute = executed / (attention_peak_flops_ * gemm_efficiency(hw_, flops / 2) * (flash_ ? kFlashOverGemm : 1));
       const double memory = bytes / hbm_bytes_per_s_;
       // Fused (flash) attention overlaps its memory traffic with its math; unfused attention
       // runs batched GEMMs and separate softmax/dropout passes over the scores.

@@ -28,6 +28,9 @@ class ComputeTimer {
  private:
   HardwareProfile hw_;
   double peak_flops_ = 0;
+  // The attention's: the BF16 peak in FP8 training unless training.fp8_attention (Transformer
+  // Engine runs dot-product attention in BF16 unless its recipe sets fp8_dpa).
+  double attention_peak_flops_ = 0;
   double hbm_bytes_per_s_ = 0;
   bool flash_ = false;
 };

@@ -79,6 +79,9 @@ struct TrainingConfig {
   RecomputeMethod recompute_method = RecomputeMethod::uniform;
   std::int64_t recompute_num_layers = 1;
   bool flash_attention = true;
+  // With precision fp8: the attention's matmuls in FP8 too (Transformer Engine's recipe
+  // fp8_dpa, False by default: FP8 training runs the attention in BF16).
+  bool fp8_attention = false;
   double tokens = 0;  // tokens to train on, for time to train; 0: not given
   AttentionFlops attention_flops = AttentionFlops::full;  // MFU's convention
 

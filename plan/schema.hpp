@@ -70,6 +70,7 @@ void describe(V& v, TrainingConfig& s) {
   v.field(s.recompute_method, {.key = "recompute_method", .doc = "With recompute: full, which layers (Megatron's --recompute-method): uniform recomputes every layer, checkpointing the input of each group of recompute_num_layers; block recomputes the first recompute_num_layers layers of each model chunk and stores the others' activations."});
   v.field(s.recompute_num_layers, {.key = "recompute_num_layers", .doc = "With recompute: full: layers per checkpointed group (uniform) or recomputed layers per model chunk (block; 0 recomputes none).", .min = 0, .max = 1e5});
   v.field(s.flash_attention, {.key = "flash_attention", .doc = "Fused attention that never stores the s x s score matrix."});
+  v.field(s.fp8_attention, {.key = "fp8_attention", .doc = "With precision fp8: the attention's matmuls in FP8 too, at the FP8 peak (Transformer Engine's fp8_dpa). Off, as Transformer Engine's recipes default: the attention runs in BF16, at the BF16 peak, and only the GEMMs in FP8.", .aliases = "fp8_dpa"});
   v.field(s.attention_flops, {.key = "attention_flops", .doc = "How MFU counts causal attention's FLOPs: full, the s x s matrix as the papers do (Korthikanti et al. 2022 eq. 7), or causal, half of it as Megatron-LM's throughput does; every Report says which (mfu_attention). The step's time does not change."});
   v.field(s.tokens, {.key = "tokens", .doc = "Tokens to train on, for the time to train; 0 when not given.", .aliases = "train_tokens", .unit = Unit::count, .min = 0, .max = 1e18});
 }

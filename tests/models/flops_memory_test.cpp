@@ -309,6 +309,27 @@ TEST(ComputeTimer, MeasuredKernelsPriceTheirOwnKinds) {
   EXPECT_NEAR(estimate(r.plan).breakdown.optimizer_s, slow / 2, slow * 1e-12);
 }
 
+// FP8 training runs its GEMMs at the FP8 peak and, unless training.fp8_attention (Transformer
+// Engine's fp8_dpa), its attention at the BF16 peak: the attention takes as long as in a BF16
+// plan, the GEMMs half as long (both peaks H100's datasheet figures, 1,979 and 989 TFLOP/s).
+TEST(ComputeTimer, Fp8RunsTheAttentionInBf16UnlessAsked) {
+  auto plan = [](const char* precision, bool fp8_attention) {
+    auto r = plan::load_plan_text(std::string("model: {preset: llama3-8b, seq_length: 8192}\ntraining: {global_batch_size: 8, precision: ") + precision +
+                                      ", fp8_attention: " + (fp8_attention ? "true" : "false") + "}\ncluster: {gpu: h100-sxm, num_gpus: 8}\n",
+                                  plan::Format::yaml);
+    EXPECT_TRUE(r.ok());
+    return r.plan;
+  };
+  const ComputeTimer bf16(plan("bf16", false)), fp8(plan("fp8", false)), fp8_dpa(plan("fp8", true));
+  const double flops = 1e12, overhead = bf16(OpKind::gemm, 0, 0);
+  EXPECT_DOUBLE_EQ(fp8(OpKind::attention, flops, 1e6), bf16(OpKind::attention, flops, 1e6));
+  EXPECT_LT(fp8_dpa(OpKind::attention, flops, 1e6), 0.51 * bf16(OpKind::attention, flops, 1e6));
+  EXPECT_NEAR(fp8(OpKind::gemm, flops, 0) - overhead, (bf16(OpKind::gemm, flops, 0) - overhead) * 989.0 / 1979, 1e-12);
+  // And so the step: an FP8 plan's attention is not halved.
+  const auto est = estimate(plan("fp8", false)), est_dpa = estimate(plan("fp8", true));
+  EXPECT_GT(est.step_time_s, est_dpa.step_time_s);
+}
+
 // A Llama-3-style plan for hand calculations: no dropout, GQA (16 heads, 4 KV heads of 64),
 // SwiGLU, RMSNorm, untied embeddings, no biases; TP 2 with SP, PP 2, DP 4, flash attention.
 plan::Plan llama_style(std::int64_t zero, const char* extra = "", const char* training = "") {
