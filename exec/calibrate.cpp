@@ -194,6 +194,12 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
     // FLOPs in op_table) as two points of the same curve.
     const std::int64_t grid[][3] = {{32, 2, 32}, {64, 4, 32}, {128, 4, 64}, {128, 8, 32}, {256, 4, 64}};  // seq, heads, head dim
     std::vector<std::pair<double, double>> att_fit;
+    // Against the peak the cost model prices the attention at (plan::attention_peak_tflops: the
+    // BF16 one in an FP8 plan without fp8_attention), so that it prices the measurement back.
+    plan::TrainingConfig training;
+    if (plan != nullptr) training = plan->training;
+    training.precision = precision;
+    const double attention_peak = plan::attention_peak_tflops(spec, training) * 1e12;
     for (const auto& g : grid) {
       const Index seq = g[0], heads = g[1], hd = g[2], tokens = 2 * seq;
       const Mat q = Mat::Random(tokens, heads * hd), k = Mat::Random(tokens, heads * hd), v = Mat::Random(tokens, heads * hd), dout = Mat::Random(tokens, heads * hd);
@@ -202,9 +208,9 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
       const double flops = 2.0 * static_cast<double>(tokens * seq * heads * 2 * hd);
       const double t_fwd = slowest_seconds_per_call(world, [&] { volatile float keep = kernels::multi_head_causal_attention_forward<float>(q, k, v, heads, seq).out(0, 0); (void)keep; }, 0.01, 3);
       const double t_bwd = slowest_seconds_per_call(world, [&] { volatile float keep = kernels::multi_head_causal_attention_backward<float>(dout, q, k, v, fwd.out, fwd.logsumexp, heads, seq).dq(0, 0); (void)keep; }, 0.01, 3);
-      if (peak > 0) {
-        att_fit.emplace_back(flops / 2, flops / t_fwd / peak);
-        att_fit.emplace_back(flops, 2 * flops / t_bwd / peak);
+      if (attention_peak > 0) {
+        att_fit.emplace_back(flops / 2, flops / t_fwd / attention_peak);
+        att_fit.emplace_back(flops, 2 * flops / t_bwd / attention_peak);
       }
     }
     if (!att_fit.empty()) {

@@ -33,9 +33,7 @@ double ComputeTimer::bytes_per_s(OpKind kind) const {
 ComputeTimer::ComputeTimer(const plan::Plan& p)
     : hw_(hardware_profile(p.cluster.gpu)),
       peak_flops_(plan::peak_tflops(p.cluster.gpu, p.training.precision) * 1e12),
-      attention_peak_flops_(p.training.precision == plan::Precision::fp8 && !p.training.fp8_attention
-                                ? plan::peak_tflops(p.cluster.gpu, plan::Precision::bf16) * 1e12
-                                : peak_flops_),
+      attention_peak_flops_(plan::attention_peak_tflops(p.cluster.gpu, p.training) * 1e12),
       hbm_bytes_per_s_(p.cluster.gpu.hbm_gbytes_per_s * 1e9 * hw_.memory_efficiency),
       flash_(p.training.flash_attention) {}
 

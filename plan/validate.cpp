@@ -298,6 +298,13 @@ class Validator {
       d_.error("training.precision", (c_.gpu.name.empty() ? std::string("the GPU") : c_.gpu.name) + " has no " + std::string(to_string(plan_.training.precision)) +
                                          " peak (cluster.gpu.peak_tflops)");
     }
+    if (plan_.training.precision == Precision::fp8 && !plan_.training.fp8_attention && peak > 0 && c_.gpu.peak_tflops.bf16 <= 0) {
+      d_.warning("cluster.gpu.peak_tflops.bf16", "FP8 training runs the attention in BF16 (training.fp8_attention is off), but the GPU gives no BF16 peak: "
+                                                 "the attention is priced at the FP8 peak");
+    }
+    if (plan_.training.fp8_attention && plan_.training.precision != Precision::fp8) {
+      d_.warning("training.fp8_attention", "has no effect unless training.precision is fp8");
+    }
     if (mesh_ok && c_.gpus_per_node > 0) check_tp_in_node();
     check_fabric();
   }
@@ -450,6 +457,11 @@ double peak_tflops(const GpuSpec& gpu, Precision precision) {
     case Precision::fp32: return gpu.peak_tflops.fp32;
   }
   return 0;
+}
+
+double attention_peak_tflops(const GpuSpec& gpu, const TrainingConfig& training) {
+  if (training.precision == Precision::fp8 && !training.fp8_attention && gpu.peak_tflops.bf16 > 0) return gpu.peak_tflops.bf16;
+  return peak_tflops(gpu, training.precision);
 }
 
 namespace {

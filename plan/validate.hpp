@@ -46,6 +46,11 @@ std::vector<std::vector<std::int64_t>> chunk_first_layers(const std::vector<std:
 
 // The GPU's dense peak for a training precision, TFLOP/s (0 when it has none).
 double peak_tflops(const GpuSpec& gpu, Precision precision);
+// The peak the attention's matmuls run at: the BF16 one in FP8 training unless
+// training.fp8_attention (Transformer Engine runs dot-product attention in BF16 unless its recipe
+// sets fp8_dpa), and the precision's otherwise, or where the GPU gives no BF16 peak (validate
+// warns). The cost model and `meshwork calibrate` use it alike.
+double attention_peak_tflops(const GpuSpec& gpu, const TrainingConfig& training);
 
 // a * b, or nullopt on overflow.
 std::optional<std::int64_t> checked_mul(std::int64_t a, std::int64_t b);

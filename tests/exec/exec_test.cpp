@@ -237,6 +237,7 @@ TEST(CheckpointKey, OnlyWhatDecidesTheStateChangesIt) {
   EXPECT_EQ(with("precision: fp32}", "precision: fp32, tokens: 1e9}"), k);
   EXPECT_EQ(with("dp: 2}", "dp: 2, overlap: {grad_reduce: false}}"), k);
   EXPECT_EQ(with("dp: 2}", "dp: 2, cp_comm_type: all_gather}"), k);
+  EXPECT_EQ(with("precision: fp32}", "precision: fp32, fp8_attention: true}"), k);
   EXPECT_NE(with("seed: 7", "seed: 8"), k);
   EXPECT_NE(with("tp: 1, dp: 2", "tp: 2, dp: 1"), k);
   EXPECT_NE(with("preset: tiny}", "preset: tiny, num_layers: 4}"), k);

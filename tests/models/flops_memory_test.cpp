@@ -2,6 +2,8 @@
 // ZeRO's worked example, bubble fractions against the schedule formulas.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "models/compute_time.hpp"
 #include "models/estimate.hpp"
 #include "models/flops.hpp"
@@ -323,11 +325,24 @@ TEST(ComputeTimer, Fp8RunsTheAttentionInBf16UnlessAsked) {
   const ComputeTimer bf16(plan("bf16", false)), fp8(plan("fp8", false)), fp8_dpa(plan("fp8", true));
   const double flops = 1e12, overhead = bf16(OpKind::gemm, 0, 0);
   EXPECT_DOUBLE_EQ(fp8(OpKind::attention, flops, 1e6), bf16(OpKind::attention, flops, 1e6));
-  EXPECT_LT(fp8_dpa(OpKind::attention, flops, 1e6), 0.51 * bf16(OpKind::attention, flops, 1e6));
+  EXPECT_NEAR(fp8_dpa(OpKind::attention, flops, 1e6) - overhead, (bf16(OpKind::attention, flops, 1e6) - overhead) * 989.0 / 1979, 1e-12);
   EXPECT_NEAR(fp8(OpKind::gemm, flops, 0) - overhead, (bf16(OpKind::gemm, flops, 0) - overhead) * 989.0 / 1979, 1e-12);
   // And so the step: an FP8 plan's attention is not halved.
   const auto est = estimate(plan("fp8", false)), est_dpa = estimate(plan("fp8", true));
   EXPECT_GT(est.step_time_s, est_dpa.step_time_s);
+  // The peak `meshwork calibrate` measures the attention against is the same one.
+  const plan::Plan p = plan("fp8", false);
+  EXPECT_DOUBLE_EQ(plan::attention_peak_tflops(p.cluster.gpu, p.training), 989);
+  EXPECT_DOUBLE_EQ(plan::attention_peak_tflops(p.cluster.gpu, plan("fp8", true).training), 1979);
+  EXPECT_DOUBLE_EQ(plan::attention_peak_tflops(p.cluster.gpu, plan("bf16", false).training), 989);
+  // A GPU with an FP8 peak and no BF16 one: the attention at the FP8 peak, and a warning.
+  auto custom = plan::load_plan_text("model: {preset: llama3-8b}\ntraining: {global_batch_size: 8, precision: fp8}\n"
+                                     "cluster: {gpu: {name: fp8-only, peak_tflops: {fp8: 1000}, hbm_gib: 80, hbm_gbytes_per_s: 3000, nvlink_gbytes_per_s: 450, tdp_watts: 700}, num_gpus: 8}\n",
+                                     plan::Format::yaml);
+  ASSERT_TRUE(custom.ok()) << (custom.diagnostics.empty() ? "" : custom.diagnostics.items().front().message);
+  EXPECT_NE(custom.diagnostics.find("cluster.gpu.peak_tflops.bf16"), nullptr);
+  EXPECT_DOUBLE_EQ(plan::attention_peak_tflops(custom.plan.cluster.gpu, custom.plan.training), 1000);
+  EXPECT_TRUE(std::isfinite(estimate(custom.plan).step_time_s));
 }
 
 // A Llama-3-style plan for hand calculations: no dropout, GQA (16 heads, 4 KV heads of 64),

@@ -86,6 +86,7 @@ TEST(Regime, HopperFp8OutsideItsSetSaysHowAndTheIntervalMayNotHold) {
   outside([](plan::Plan& p) { p.parallelism.context_parallel_size = 4; }, "context parallelism 4");
   outside([](plan::Plan& p) { p.parallelism.zero_stage = 3; }, "ZeRO-3");
   outside([](plan::Plan& p) { p.cluster.num_gpus = 1024; }, "1024 GPUs, more than the largest checked run");
+  outside([](plan::Plan& p) { p.training.fp8_attention = true; }, "fp8_attention: the set's runs ran the attention in BF16");
 }
 
 // A profile with only its fabric measured (calibrate --nccl-tests) keeps its generation's
