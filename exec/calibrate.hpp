@@ -36,7 +36,10 @@ struct CalibrationRun {
   plan::Calibration calibration;  // fitted against the GPU spec's peak and bandwidths
 };
 
-// `plan`, when given, weighs the elementwise kernels as its model's layers mix them.
+// `plan`, when given, weighs the elementwise kernels as its model's layers mix them, and decides
+// the peak the attention is measured against (plan::attention_peak_tflops: BF16's in an FP8 plan
+// without fp8_attention; turning fp8_attention on afterwards prices that measurement at the FP8
+// peak, as changing the precision does the GEMMs').
 // `spec` gives the nominal peak (fp32 for CPUs) and bandwidths the efficiencies are taken
 // against; `intra_node_gbytes_per_s` the node fabric's. `progress` gets a line per phase.
 CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precision precision, double intra_node_gbytes_per_s,

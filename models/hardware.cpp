@@ -83,13 +83,16 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.tp_overlap_sm_fraction = 16.0 / 132;
     // DGX B200: 14.3 kW maximum (NVIDIA DGX B200 datasheet) with 8 x 1,000 W GPUs.
     hw.host_watts_per_node = 14300 * 0.94 - 8 * 1000;
-  } else if (gpu.peak_tflops.bf16 > 0) {
+  } else if (gpu.peak_tflops.bf16 > 0 || gpu.peak_tflops.fp16 > 0 || gpu.peak_tflops.fp8 > 0) {
     // A GPU no calibration covers (a custom spec, another vendor): Ampere's fractions of its
-    // own datasheet figures, and the estimate says so in its notes.
+    // own datasheet figures, and the estimate says so in its notes. Any 16- or 8-bit tensor
+    // peak makes it a GPU; the GEMM size at half efficiency scales with its 16-bit peak (half
+    // the FP8 one where it gives only that, as every tensor-core generation doubles it).
     hw.generation = "generic";
     hw.calibrated = false;
     hw.gemm_max_efficiency = kInTrainingGemmFraction * 271.2 / 312;
-    hw.gemm_half_macs = 1e8 * gpu.peak_tflops.bf16 / 312;
+    const double sixteen_bit = gpu.peak_tflops.bf16 > 0 ? gpu.peak_tflops.bf16 : gpu.peak_tflops.fp16 > 0 ? gpu.peak_tflops.fp16 : gpu.peak_tflops.fp8 / 2;
+    hw.gemm_half_macs = 1e8 * sixteen_bit / 312;
     hw.memory_efficiency = 0.85;
     hw.kernel_overhead_s = 0;
     hw.nvlink_efficiency = 232.5 / 300;

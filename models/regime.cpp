@@ -28,7 +28,7 @@ std::vector<std::string> regime_notes(const plan::Plan& p) {
       notes.push_back("checked and found fast: NeMo 24.07's 12 FP8 runs on DGX-H100 (docs/reference/published-runs.md A3) train slower than "
                       "meshwork predicts for their plans (the interval gives this tier's range; meshwork accuracy lists them). The likely "
                       "cause: every GEMM is priced at twice the BF16 rate with no cast, scaling or transpose kernels" +
-                      std::string(p.training.fp8_attention ? ", and this plan's attention too (fp8_attention)" : " (the attention at the BF16 rate, as Transformer Engine runs it without fp8_dpa)"));
+                      std::string(p.training.fp8_attention ? "; this plan's attention is priced at the FP8 rate too (fp8_attention)" : " (the attention at the BF16 rate, as Transformer Engine runs it without fp8_dpa)"));
       const std::string outside = "outside the calibrated regime (Hopper's FP8 set: NeMo 24.07, dense GPT and Llama on 8 to " +
                                   std::to_string(kHopperFp8SetLargestGpus) + " H100 SXM, ZeRO-1, CP up to " + std::to_string(kHopperFp8SetLargestCp) + "): ";
       if (gpu != kHopperFp8SetGpu) notes.push_back(outside + gpu + ", not the set's " + std::string(kHopperFp8SetGpu));
