@@ -171,8 +171,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // What TP's split collectives take from their GEMMs' SMs (models/sm_share.hpp).
   const double rs_sms = sm_fraction(hw, Stream::tp, Collective::reduce_scatter, split_tp);
   const double ag_sms = sm_fraction(hw, Stream::tp, Collective::all_gather, split_tp);
-  // What CP's ring takes from the attention beside it: NCCL's send/receive kernels hold SMs, as
-  // the simulator's lanes do.
+  // The SMs CP's ring (NCCL send/receive kernels) takes from the attention, as in the simulator.
   const double cp_sms = sm_fraction(hw, Stream::cp, Collective::ring_exchange, false);
   auto comm_pass = [&](const std::vector<Op>& ops, bool moe, OpPhase phase, StageTimes& s, double& raw_f, double& raw_b) {
     std::vector<LayerComm> comms;
@@ -248,10 +247,8 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     comm_pass(ops, moe, OpPhase::forward, s, raw_f, raw_b);
     comm_pass(ops, moe, OpPhase::recompute, s, raw_f, raw_b);
     comm_pass(ops, moe, OpPhase::backward_input, s, raw_f, raw_b);
-    // CP's ring exchange: with the p2p ring (the default) the exchange before the attention
-    // (forward, recomputation, backward) is split with it, as the Program's tail_after says,
-    // and only what the attention's first cp - 1 blocks do not cover is exposed; the
-    // gradients' return after the backward, and all_gather's exchange, hold the compute whole.
+    // CP's p2p ring is split with the attention above (the Program's tail_after); the
+    // gradients' return, and all_gather's exchange, hold the compute whole.
     const double raw = raw_f + raw_b, exposed = s.tp_s + s.cp_s + s.ep_s;
     s.comm_f_s = raw > 0 ? exposed * raw_f / raw : 0;
     s.comm_b_s = raw > 0 ? exposed * raw_b / raw : 0;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -40,15 +41,21 @@ double shipped_ampere() {
   return hardware_profile(a100).gemm_max_efficiency;
 }
 
+// The first `n` cases of Ampere's set with published figures made by the estimate itself at
+// largest-GEMM efficiency `factor`, and their plans.
+std::pair<std::vector<CalibrationCase>, std::vector<plan::Plan>> made_at(std::size_t n, double factor) {
+  std::vector<CalibrationCase> cases(ampere_set().begin(), ampere_set().begin() + static_cast<std::ptrdiff_t>(n));
+  auto plans = set_plans(cases);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    cases[i].published = figure_of(estimate(with_gemm_max_efficiency(plans[i], factor)), cases[i].figure);
+  }
+  return {cases, plans};
+}
+
 // Published figures made by the estimate itself at a known factor: the fit finds that factor,
 // and every error, left out or not, is nil.
 TEST(Uncertainty, TheFitRecoversTheFactorThatMadeTheFigures) {
-  const std::vector<CalibrationCase> base(ampere_set().begin(), ampere_set().begin() + 4);
-  const auto plans = set_plans(base);
-  std::vector<CalibrationCase> cases = base;
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    cases[i].published = figure_of(estimate(with_gemm_max_efficiency(plans[i], 0.55)), cases[i].figure);
-  }
+  const auto [cases, plans] = made_at(4, 0.55);
   const LeaveOneOut loo = leave_one_out(cases, plans, shipped_ampere());
   EXPECT_NEAR(loo.full_fit, 0.55, 1e-5);
   for (const auto& c : loo.cases) {
@@ -64,12 +71,7 @@ TEST(Uncertainty, TheFitRecoversTheFactorThatMadeTheFigures) {
 // converges there, and the fit says the set does not fix the factor, as the golden-section
 // fallback does on its bound.
 TEST(Uncertainty, AFitAtItsBoundIsAnErrorWhicheverMethodFoundIt) {
-  const std::vector<CalibrationCase> base(ampere_set().begin(), ampere_set().begin() + 3);
-  const auto plans = set_plans(base);
-  std::vector<CalibrationCase> cases = base;
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    cases[i].published = figure_of(estimate(with_gemm_max_efficiency(plans[i], 0.94995)), cases[i].figure);
-  }
+  const auto [cases, plans] = made_at(3, 0.94995);
   EXPECT_THROW((void)leave_one_out(cases, plans, 0.9), std::runtime_error);
 }
 
