@@ -107,9 +107,14 @@ void compare(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int64_t ra
   const auto names = all_names(plan.model);
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < names.size(); ++i) index[names[i]] = i;
-  std::map<std::string, const Param*> reference;
+  // The reference's gradients, whole tensors on the host (its slots are the CPU backend's).
+  std::map<std::string, Mat> reference;
   for (auto& c : ref.chunks()) {
-    for (auto& p : c->params()) reference[p.spec.name] = &p;
+    for (const auto& slot : c->slots()) {
+      Mat& g = reference[slot.spec->name];
+      g.resize(slot.rows, slot.cols);
+      ref.backend().to_host(slot.grad, std::span<float>(g.data(), slot.size()));
+    }
   }
   const int tp = run.groups().tp->size(), tp_rank = run.groups().tp->rank();
   // Dense parameters are counted on DP rank 0; an expert's on expert-DP rank 0 (its one
@@ -117,11 +122,11 @@ void compare(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int64_t ra
   const bool counted_dp = run.groups().dp->rank() == 0, counted_expert_dp = run.groups().expert_dp->rank() == 0;
   std::vector<double> sums(3 * names.size(), 0.0);  // squared differences, squared norms, elements
   for (const auto& r : run.reduced()) {
-    const auto& spec = r.param->spec;
+    const auto& spec = *r.spec;
     if (!(spec.is_expert() ? counted_expert_dp : counted_dp) || (spec.split == Split::replicated && tp_rank != 0)) continue;
     // The tied copy on the last stage equals the first stage's after their all-reduce.
     if (spec.name == "embedding.word" && layout.coord(rank).pp != 0) continue;
-    const Mat expected = shard(reference.at(spec.name)->grad, spec.split, tp_rank, tp);
+    const Mat expected = shard(reference.at(spec.name), spec.split, tp_rank, tp);
     const auto i = index.at(spec.name);
     sums[2 * names.size() + i] += static_cast<double>(expected.size());
     for (Index k = 0; k < expected.size(); ++k) {
@@ -139,7 +144,7 @@ void compare(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int64_t ra
   for (std::size_t i = 0; i < names.size(); ++i) largest = std::max(largest, std::sqrt(sums[names.size() + i]));
   for (std::size_t i = 0; i < names.size(); ++i) {
     // Every element of every tensor compared exactly once, or the comparison is void.
-    const double expected_elements = static_cast<double>(reference.at(names[i])->grad.size());
+    const double expected_elements = static_cast<double>(reference.at(names[i]).size());
     if (sums[2 * names.size() + i] != expected_elements) {
       throw CollectiveError("--verify: " + std::to_string(static_cast<std::int64_t>(sums[2 * names.size() + i])) + " of " + names[i] + "'s " +
                             std::to_string(static_cast<std::int64_t>(expected_elements)) + " gradient elements were compared");
@@ -162,37 +167,37 @@ void sync_reference(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int
   const bool released = run.materialise();
   const int tp = run.groups().tp->size(), tp_rank = run.groups().tp->rank();
   const bool counted_dp = run.groups().dp->rank() == 0, counted_expert_dp = run.groups().expert_dp->rank() == 0;
-  std::map<std::string, Param*> reference;
-  std::size_t total = 0;
+  std::map<std::string, ParamSlot> reference;
   for (auto& c : ref.chunks()) {
-    for (auto& p : c->params()) {
-      reference[p.spec.name] = &p;
-      total += static_cast<std::size_t>(p.value.size());
-    }
+    for (const auto& slot : c->slots()) reference[slot.spec->name] = slot;
   }
   std::map<std::string, std::size_t> offset;
-  std::size_t at = 0;
-  for (auto& [name, p] : reference) {
-    offset[name] = at;
-    at += static_cast<std::size_t>(p->value.size());
+  std::size_t total = 0;
+  for (const auto& [name, slot] : reference) {
+    offset[name] = total;
+    total += slot.size();
   }
   std::vector<double> flat(total, 0.0);
   for (auto& c : run.chunks()) {
-    for (auto& p : c->params()) {
-      const auto& spec = p.spec;
+    for (const auto& slot : c->slots()) {
+      const auto& spec = *slot.spec;
       if (!(spec.is_expert() ? counted_expert_dp : counted_dp) || (spec.split == Split::replicated && tp_rank != 0)) continue;
       if (spec.name == "embedding.word" && layout.coord(rank).pp != 0) continue;
+      Mat value(slot.rows, slot.cols);
+      run.backend().to_host(slot.value, std::span<float>(value.data(), slot.size()));
       Mat full = Mat::Zero(spec.rows, spec.cols);
-      place(p.value, full, spec.split, tp_rank, tp);
+      place(value, full, spec.split, tp_rank, tp);
       const std::size_t o = offset.at(spec.name);
       for (Index k = 0; k < full.size(); ++k) flat[o + static_cast<std::size_t>(k)] += full.data()[k];
     }
   }
   run.release_after(released);
   run.groups().world->all_reduce_sum(std::span<double>(flat));
-  for (auto& [name, p] : reference) {
+  for (const auto& [name, slot] : reference) {
     const std::size_t o = offset.at(name);
-    for (Index k = 0; k < p->value.size(); ++k) p->value.data()[k] = static_cast<float>(flat[o + static_cast<std::size_t>(k)]);
+    std::vector<float> value(slot.size());
+    for (std::size_t k = 0; k < value.size(); ++k) value[k] = static_cast<float>(flat[o + k]);
+    ref.backend().from_host(value, slot.value);
   }
   ref.load_from_chunks();
 }

@@ -98,8 +98,39 @@ void GptChunk::begin_backward(int mb, Mat dy) {
   c.cur = std::move(dy);
   c.res = Mat();
 }
-Mat& GptChunk::flowing(int mb) { return cache(mb).cur; }
+Mat& GptChunk::flowing_mat(int mb) { return cache(mb).cur; }
 void GptChunk::end_backward(int mb) { caches_.erase(mb); }
+std::span<float> GptChunk::receive(int mb, Index rows, Index cols) {
+  Mat& x = cache(mb).cur;
+  x.resize(rows, cols);
+  return {x.data(), static_cast<std::size_t>(x.size())};
+}
+std::span<const float> GptChunk::flowing(int mb) {
+  const Mat& x = cache(mb).cur;
+  return {x.data(), static_cast<std::size_t>(x.size())};
+}
+
+std::vector<ParamSlot> GptChunk::slots() {
+  std::vector<ParamSlot> out;
+  out.reserve(params_.size());
+  for (auto& prm : params_) {
+    // The gradient keeps the shard's shape while a ZeRO-3 value is released.
+    out.push_back({&prm.spec, prm.grad.rows(), prm.grad.cols(), {prm.value.data(), static_cast<std::size_t>(prm.value.size())},
+                   {prm.grad.data(), static_cast<std::size_t>(prm.grad.size())}});
+  }
+  return out;
+}
+void GptChunk::release_values() {
+  for (auto& prm : params_) {
+    if (!prm.spec.is_expert()) prm.value = Mat();  // experts are never sharded
+  }
+}
+void GptChunk::allocate_values() {
+  for (auto& prm : params_) prm.value.resize(prm.grad.rows(), prm.grad.cols());
+}
+void GptChunk::zero_grads() {
+  for (auto& prm : params_) prm.grad.setZero();
+}
 
 void GptChunk::tp_collective(models::Collective coll, OpPhase phase, int mb) {
   Cache& c = cache(mb);
@@ -496,7 +527,7 @@ Mat GptChunk::forward(int mb, const Batch& batch, Mat x, double loss_scale) {
   if (embedding_) pass(end_ops(m_, true), -1);
   for (std::int64_t l = first_layer_; l < first_layer_ + layers_; ++l) pass(table_ops(m_, is_moe_layer(m_, l)), l);
   if (head_) pass(end_ops(m_, false), -1);
-  return flowing(mb);
+  return flowing_mat(mb);
 }
 
 Mat GptChunk::backward(int mb, Mat dy) {
@@ -509,7 +540,7 @@ Mat GptChunk::backward(int mb, Mat dy) {
   if (head_) pass(end_ops(m_, false), -1);
   for (std::int64_t l = first_layer_ + layers_ - 1; l >= first_layer_; --l) pass(table_ops(m_, is_moe_layer(m_, l)), l);
   if (embedding_) pass(end_ops(m_, true), -1);
-  Mat out = std::move(flowing(mb));
+  Mat out = std::move(flowing_mat(mb));
   end_backward(mb);
   return out;
 }

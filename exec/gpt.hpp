@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "exec/chunk.hpp"
 #include "exec/group.hpp"
 #include "exec/params.hpp"
 #include "kernels/multi_head_attention.hpp"
@@ -38,21 +39,9 @@ struct OpSeconds {
   double operator[](models::OpKind k) const { return seconds.at(static_cast<std::size_t>(k)); }
 };
 
-struct TensorParallel {
-  Group* group = nullptr;  // the TP group (a LocalGroup when TP is 1)
-  bool sequence_parallel = false;
-};
-
-// One micro-batch's tokens on this rank: ids[sample * seq + i], the token at global position
-// positions[i] of its sample, and the next token as target. `seq` is positions.size(): the
-// whole sequence, or a context-parallel member's share of it.
-struct Batch {
-  std::vector<std::int64_t> ids, targets;
-  Index samples = 0, seq = 0;
-  std::vector<Index> positions;
-};
-
-class GptChunk {
+// The CPU backend's chunk (exec/chunk.hpp): real maths on kernels/, fp32, each parameter its
+// own Mat.
+class GptChunk final : public Chunk {
  public:
   // Layers [first_layer, first_layer + layers) of model `m`; `embedding` and `head` when this
   // chunk holds them (a head without the embedding keeps its own copy of a tied word embedding,
@@ -63,7 +52,9 @@ class GptChunk {
   // hold the positions kernels::context_parallel_positions gives them (with `cp_load_balance`).
   GptChunk(const plan::ModelConfig& m, std::int64_t first_layer, std::int64_t layers, bool embedding, bool head, std::uint64_t seed,
            TensorParallel tp, Group* ep = nullptr, Group* cp = nullptr, bool cp_load_balance = true);
-  ~GptChunk();
+  explicit GptChunk(const ChunkConfig& c)
+      : GptChunk(c.model, c.first_layer, c.layers, c.embedding, c.head, c.seed, c.tp, c.ep, c.cp, c.cp_load_balance) {}
+  ~GptChunk() override;
   GptChunk(const GptChunk&) = delete;
   GptChunk& operator=(const GptChunk&) = delete;
 
@@ -75,24 +66,33 @@ class GptChunk {
   void begin_backward(int mb, Mat dy);
   // The tensor flowing out of the last op run on `mb`: the chunk's output after its forward,
   // the gradient of its input after its backward (empty on the head and the first chunk).
-  [[nodiscard]] Mat& flowing(int mb);
-  // Drops micro-batch `mb`'s activations once its backward, weight gradients included, is done.
-  void end_backward(int mb);
+  [[nodiscard]] Mat& flowing_mat(int mb);
+
+  // Chunk's interface (exec/chunk.hpp).
+  void begin_forward(int mb, const Batch& batch, double loss_scale) override { begin_forward(mb, batch, Mat(), loss_scale); }
+  void begin_backward(int mb) override { begin_backward(mb, Mat()); }
+  void end_backward(int mb) override;
+  std::span<float> receive(int mb, Index rows, Index cols) override;
+  [[nodiscard]] std::span<const float> flowing(int mb) override;
+  [[nodiscard]] std::vector<ParamSlot> slots() override;
+  void release_values() override;
+  void allocate_values() override;
+  void zero_grads() override;
 
   // One compute instruction of the Program: op `op` of the op table in `phase`, of global layer
   // `layer` (-1 outside the layers) on micro-batch `mb`. Unknown ops are a std::logic_error.
-  void run(std::string_view op, models::OpPhase phase, std::int64_t layer, int mb);
+  void run(std::string_view op, models::OpPhase phase, std::int64_t layer, int mb) override;
   // A TP collective of the Program on the flowing tensor (the recomputation's own in that phase):
   // all-gather of the sequence, reduce-scatter or all-reduce of a partial sum.
-  void tp_collective(models::Collective c, models::OpPhase phase, int mb);
+  void tp_collective(models::Collective c, models::OpPhase phase, int mb) override;
   // An MoE layer's dispatch or combine all-to-all (`what` "ep_dispatch" or "ep_combine"), or
   // its token dispatcher's TP all-gather or reduce-scatter ("moe_tp_..."), in the forward (or
   // recomputation) or the backward.
-  void ep_collective(std::string_view what, models::OpPhase phase, std::int64_t layer, int mb);
+  void ep_collective(std::string_view what, models::OpPhase phase, std::int64_t layer, int mb) override;
   // Ring attention's exchanges (`what` "cp_ring_exchange": every member's K and V blocks,
   // before the attention's forward, recomputation or backward; "cp_grad_ring_exchange": the
   // blocks' K and V gradients back to their owners, after its backward).
-  void cp_collective(std::string_view what, models::OpPhase phase, std::int64_t layer, int mb);
+  void cp_collective(std::string_view what, models::OpPhase phase, std::int64_t layer, int mb) override;
 
   // The whole forward and backward of micro-batch `mb` on one rank (TP 1): the op table's ops in
   // the order the Program lowers them, for the single-rank references of the CUDA checks.
@@ -100,13 +100,13 @@ class GptChunk {
   Mat backward(int mb, Mat dy);
 
   // The micro-batch losses so far (head chunk), unscaled means over their tokens.
-  [[nodiscard]] double loss_sum() const { return loss_sum_; }
-  void reset_loss() { loss_sum_ = 0; }
+  [[nodiscard]] double loss_sum() const override { return loss_sum_; }
+  void reset_loss() override { loss_sum_ = 0; }
 
   [[nodiscard]] std::vector<Param>& params() { return params_; }
   [[nodiscard]] Param* find(const std::string& name);
   // Rows of this rank's activations per micro-batch (its sequence share with SP).
-  [[nodiscard]] Index local_rows(Index tokens) const;
+  [[nodiscard]] Index local_rows(Index tokens) const override;
 
  private:
   struct MoeCache;

@@ -24,12 +24,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::span<float> span_of(Mat& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
-
 }  // namespace
 
-Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank, OpSeconds* timing)
-    : plan_(plan), layout_(plan::RankLayout::from_plan(plan.parallelism)), g_(std::move(groups)), world_rank_(world_rank), timing_(timing) {
+Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank, OpSeconds* timing, std::unique_ptr<Backend> backend)
+    : plan_(plan), layout_(plan::RankLayout::from_plan(plan.parallelism)), g_(std::move(groups)), world_rank_(world_rank), timing_(timing),
+      backend_(backend ? std::move(backend) : make_cpu_backend()) {
   const auto& par = plan_.parallelism;
   const auto& m = plan_.model;
   stages_ = par.pipeline_model_parallel_size;
@@ -55,101 +54,74 @@ Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank,
   for (std::int64_t c = 0; c < chunks_per_stage_; ++c) {
     const auto [first, end] = program_.chunk_layers.at(static_cast<std::size_t>(stage_)).at(static_cast<std::size_t>(c));
     const bool head = program_.last_virtual(stage_, c);
-    chunks_.push_back(std::make_unique<GptChunk>(m, first, end - first, program_.first_virtual(stage_, c), head, seed, tp, g_.ep.get(), g_.cp.get(),
-                                                 par.context_parallel_load_balance));
+    const ChunkConfig config{m, first, end - first, program_.first_virtual(stage_, c), head, seed, tp, g_.ep.get(), g_.cp.get(), par.context_parallel_load_balance};
+    chunks_.push_back(backend_->make_chunk(config));
     head_.push_back(head);
   }
   for (auto& c : chunks_) {
-    for (auto& p : c->params()) (p.spec.is_expert() ? ne_ : n_) += static_cast<std::size_t>(p.value.size());
+    for (const auto& slot : c->slots()) (slot.spec->is_expert() ? ne_ : n_) += slot.size();
   }
-  expert_params_ = flatten_experts(false);
+  expert_params_ = backend_->allocate(ne_);
+  pack(true, false, expert_params_.span());
   // ZeRO 1-2 shards the experts' optimizer state over their expert-data-parallel group, as
   // Megatron-core's distributed optimizer does (models/program.cpp prices the same).
   const auto edp = static_cast<std::size_t>(g_.expert_dp->size());
   expert_shard_ = (ne_ + edp - 1) / edp;
   const bool experts_sharded = par.zero_stage >= 1 && edp > 1;
-  expert_exp_avg_.assign(experts_sharded ? expert_shard_ : ne_, 0.0F);
-  expert_exp_avg_sq_.assign(experts_sharded ? expert_shard_ : ne_, 0.0F);
+  expert_exp_avg_ = backend_->allocate(experts_sharded ? expert_shard_ : ne_);
+  expert_exp_avg_sq_ = backend_->allocate(experts_sharded ? expert_shard_ : ne_);
   const auto dp = static_cast<std::size_t>(g_.dp->size());
   shard_ = (n_ + dp - 1) / dp;
-  flatten_params(params_);
   const bool sharded = par.zero_stage >= 1 && dp > 1;
-  exp_avg_.assign(sharded ? shard_ : n_, 0.0F);
-  exp_avg_sq_.assign(sharded ? shard_ : n_, 0.0F);
+  exp_avg_ = backend_->allocate(sharded ? shard_ : n_);
+  exp_avg_sq_ = backend_->allocate(sharded ? shard_ : n_);
   if (par.zero_stage == 3 && dp > 1) {
     // ZeRO-3 keeps only its shard of the parameters between uses (Rajbhandari et al. 2020 §5.3).
-    params_.resize(shard_ * dp, 0.0F);
-    params_ = std::vector<float>(params_.begin() + static_cast<std::ptrdiff_t>(shard_ * static_cast<std::size_t>(g_.dp->rank())),
-                                 params_.begin() + static_cast<std::ptrdiff_t>(shard_ * static_cast<std::size_t>(g_.dp->rank() + 1)));
+    Buffer full = backend_->allocate(shard_ * dp);
+    pack(false, false, full.span());
+    params_ = backend_->allocate(shard_);
+    backend_->copy(full.span().subspan(shard_ * static_cast<std::size_t>(g_.dp->rank()), shard_), params_.span());
     release_params();
+  } else {
+    params_ = backend_->allocate(n_);
+    pack(false, false, params_.span());
   }
 }
 
-void Trainer::flatten_params(std::vector<float>& out) {
-  out.clear();
-  out.reserve(n_);
-  for (auto& c : chunks_) {
-    for (auto& p : c->params()) {
-      if (!p.spec.is_expert()) out.insert(out.end(), p.value.data(), p.value.data() + p.value.size());
-    }
-  }
-}
-std::vector<float> Trainer::flatten_experts(bool grads) {
-  std::vector<float> out;
-  out.reserve(ne_);
-  for (auto& c : chunks_) {
-    for (auto& p : c->params()) {
-      const Mat& m = grads ? p.grad : p.value;
-      if (p.spec.is_expert()) out.insert(out.end(), m.data(), m.data() + m.size());
-    }
-  }
-  return out;
-}
-void Trainer::unflatten_experts(const std::vector<float>& flat) {
+void Trainer::pack(bool experts, bool grads, std::span<float> flat) {
   std::size_t at = 0;
   for (auto& c : chunks_) {
-    for (auto& p : c->params()) {
-      if (!p.spec.is_expert()) continue;
-      std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), p.value.size(), p.value.data());
-      at += static_cast<std::size_t>(p.value.size());
+    for (const auto& slot : c->slots()) {
+      if (slot.spec->is_expert() != experts) continue;
+      backend_->copy(grads ? slot.grad : slot.value, flat.subspan(at, slot.size()));
+      at += slot.size();
     }
   }
 }
-void Trainer::flatten_grads(std::vector<float>& out) {
-  out.assign(shard_ * static_cast<std::size_t>(g_.dp->size()), 0.0F);
+void Trainer::unpack(bool experts, std::span<const float> flat) {
   std::size_t at = 0;
   for (auto& c : chunks_) {
-    for (auto& p : c->params()) {
-      if (p.spec.is_expert()) continue;
-      std::copy(p.grad.data(), p.grad.data() + p.grad.size(), out.begin() + static_cast<std::ptrdiff_t>(at));
-      at += static_cast<std::size_t>(p.grad.size());
-    }
-  }
-}
-void Trainer::unflatten_params(const std::vector<float>& flat) {
-  std::size_t at = 0;
-  for (auto& c : chunks_) {
-    for (auto& p : c->params()) {
-      if (p.spec.is_expert()) continue;
-      std::copy(flat.begin() + static_cast<std::ptrdiff_t>(at), flat.begin() + static_cast<std::ptrdiff_t>(at + static_cast<std::size_t>(p.grad.size())), p.value.data());
-      at += static_cast<std::size_t>(p.grad.size());
+    for (const auto& slot : c->slots()) {
+      if (slot.spec->is_expert() != experts) continue;
+      backend_->copy(flat.subspan(at, slot.size()), slot.value);
+      at += slot.size();
     }
   }
 }
 void Trainer::release_params() {
-  for (auto& c : chunks_) {
-    for (auto& p : c->params()) {
-      if (!p.spec.is_expert()) p.value = Mat();  // experts are never sharded
-    }
-  }
+  for (auto& c : chunks_) c->release_values();
 }
 void Trainer::gather_params() {
-  std::vector<float> full(shard_ * static_cast<std::size_t>(g_.dp->size()));
-  g_.dp->all_gather(params_, full);
-  for (auto& c : chunks_) {
-    for (auto& p : c->params()) p.value.resize(p.grad.rows(), p.grad.cols());
-  }
-  unflatten_params(full);
+  Buffer full = backend_->allocate(shard_ * static_cast<std::size_t>(g_.dp->size()));
+  g_.dp->all_gather(params_.span(), full.span());
+  for (auto& c : chunks_) c->allocate_values();
+  unpack(false, full.span());
+}
+void Trainer::flip_bit(std::span<float> x, std::size_t i) {
+  float v = 0;
+  backend_->to_host(x.subspan(i, 1), std::span<float>(&v, 1));
+  v = std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) ^ (1U << 22));
+  backend_->from_host(std::span<const float>(&v, 1), x.subspan(i, 1));
 }
 
 // Replicas of a data-parallel group must hold bit-identical reduced gradients (or gathered
@@ -157,9 +129,9 @@ void Trainer::gather_params() {
 // 3 §3.3.4). On a mismatch each replica asks `corrupt` whether its own copy is the bad one
 // (against a fresh reduction, or the owners' checksums of their shards), so that even two
 // replicas, which have no majority, name the right rank.
-void Trainer::check_replicas(const std::vector<float>& data, std::int64_t step, const char* what, const std::function<bool()>& corrupt) {
+void Trainer::check_replicas(std::span<const float> data, std::int64_t step, const char* what, const std::function<bool()>& corrupt) {
   if (g_.dp->size() <= 1 || replica_check_every_ <= 0 || step % replica_check_every_ != 0) return;
-  const std::uint64_t mine = kernels::checksum_fnv1a64<float>(data);
+  const std::uint64_t mine = backend_->checksum(data);
   std::vector<std::uint64_t> all(static_cast<std::size_t>(g_.dp->size()));
   g_.dp->all_gather(std::span<const std::uint64_t>(&mine, 1), all);
   if (std::all_of(all.begin(), all.end(), [&](std::uint64_t c) { return c == all.front(); })) return;
@@ -186,7 +158,7 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
   const bool zero3 = par.zero_stage == 3 && g_.dp->size() > 1;
   for (auto& c : chunks_) {
     c->reset_loss();
-    for (auto& p : c->params()) p.grad.setZero();
+    c->zero_grads();
   }
   const models::StageProgram& sp = program_.classes[static_cast<std::size_t>(stage_)];
   // Rows a pipeline transfer carries: this rank's share of the micro-batch's tokens (over CP,
@@ -211,11 +183,11 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     if (item < 0) return;
     const models::ScheduleItem& it = sp.schedule[static_cast<std::size_t>(item)];
     if (zero3) gather_params();
-    GptChunk& chunk = *chunks_[static_cast<std::size_t>(it.chunk)];
+    Chunk& chunk = *chunks_[static_cast<std::size_t>(it.chunk)];
     if (it.pass == models::Pass::forward) {
-      chunk.begin_forward(it.microbatch, synthetic_batch(plan_, microbatches_, layout_.dp_index(world_rank_), step, it.microbatch, cp_rank), Mat(), loss_scale);
+      chunk.begin_forward(it.microbatch, synthetic_batch(plan_, microbatches_, layout_.dp_index(world_rank_), step, it.microbatch, cp_rank), loss_scale);
     } else if (it.pass != models::Pass::backward_weight) {
-      chunk.begin_backward(it.microbatch, Mat());
+      chunk.begin_backward(it.microbatch);
     }
   };
   for (std::size_t k = 0; k < sp.instrs.size(); ++k) {
@@ -231,17 +203,14 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
       optimizer_step(step, options);
     } else {
       const models::ScheduleItem& it = sp.schedule[static_cast<std::size_t>(in.item)];
-      GptChunk& chunk = *chunks_[static_cast<std::size_t>(it.chunk)];
+      Chunk& chunk = *chunks_[static_cast<std::size_t>(it.chunk)];
       switch (in.kind) {
-        case models::InstrKind::recv: {
+        case models::InstrKind::recv:
           // The peer stage is its rank in the pipeline group; the tag names (micro-batch,
           // receiving chunk, direction), so messages match whatever order they are posted in.
-          Mat x(rows, hidden);
-          g_.pp->recv(in.peer_stage, in.tag, span_of(x));
-          chunk.flowing(it.microbatch) = std::move(x);
+          g_.pp->recv(in.peer_stage, in.tag, chunk.receive(it.microbatch, rows, hidden));
           break;
-        }
-        case models::InstrKind::send: g_.pp->send(in.peer_stage, in.tag, span_of(chunk.flowing(it.microbatch))); break;
+        case models::InstrKind::send: g_.pp->send(in.peer_stage, in.tag, chunk.flowing(it.microbatch)); break;
         case models::InstrKind::compute: chunk.run(program_.name(in), in.phase, in.layer, it.microbatch); break;
         case models::InstrKind::collective:
           if (in.stream == models::Stream::tp && program_.name(in).starts_with("moe_tp")) chunk.ep_collective(program_.name(in), in.phase, in.layer, it.microbatch);
@@ -253,6 +222,7 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
       }
     }
     if (static_cast<std::int32_t>(k) == delay_instr && delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+    backend_->synchronize();  // a device backend's instruction ends when its work does
     const auto t1 = Clock::now();
     const double dt = std::chrono::duration<double>(t1 - t0).count();
     instr_seconds_[k] += dt;
@@ -279,148 +249,156 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
 void Trainer::optimizer_step(std::int64_t step, const ExecuteOptions& options) {
   const auto& par = plan_.parallelism;
   const bool zero3 = par.zero_stage == 3 && g_.dp->size() > 1;
+  Backend& b = *backend_;
+  auto adamw = [&](std::span<float> params, std::span<const float> grads, std::span<float> m, std::span<float> v) {
+    const auto start = Clock::now();
+    b.adamw(params, grads, m, v, adam_step_, kExecutorAdamW);
+    b.synchronize();
+    if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
+  };
   // The tied word embedding: its two copies (first and last stage) sum their gradients.
   if (stages_ > 1 && !plan_.model.untie_embeddings_and_output_weights) {
     for (auto& c : chunks_) {
-      if (Param* w = c->find("embedding.word")) g_.embedding->all_reduce_sum(span_of(w->grad));
+      for (const auto& slot : c->slots()) {
+        if (slot.spec->name == "embedding.word") g_.embedding->all_reduce_sum(slot.grad);
+      }
     }
   }
   if (par.sequence_parallel && g_.tp->size() > 1) {
     for (auto& c : chunks_) {
-      for (auto& p : c->params()) {
-        if (p.spec.sequence_partial) g_.tp->all_reduce_sum(span_of(p.grad));
+      for (const auto& slot : c->slots()) {
+        if (slot.spec->sequence_partial) g_.tp->all_reduce_sum(slot.grad);
       }
     }
   }
-  std::vector<float> grads;
-  flatten_grads(grads);
-  std::vector<float> expert_grads = flatten_experts(true);
+  const auto dp = static_cast<std::size_t>(g_.dp->size());
+  Buffer grads = b.allocate(shard_ * dp);  // zero padding past n_
+  pack(false, true, grads.span());
+  Buffer expert_grads = b.allocate(ne_);
+  pack(true, true, expert_grads.span());
   // Experts' gradients are divided by the whole DP size too: an expert's owner already holds the
   // sum over its EP group's tokens, and the expert-data-parallel sum adds the other replicas'.
-  const float inv_dp = 1.0F / static_cast<float>(g_.dp->size());
+  const float inv_dp = 1.0F / static_cast<float>(dp);
   if (keep_reduced) {
-    std::vector<float> copy = grads, expert_copy = expert_grads;
-    g_.dp->all_reduce_sum(copy);
-    if (!expert_copy.empty()) g_.expert_dp->all_reduce_sum(expert_copy);
-    reduced_flat_ = copy;
-    for (auto& v : reduced_flat_) v *= inv_dp;
+    Buffer copy = b.allocate(grads.size()), expert_copy = b.allocate(ne_);
+    b.copy(grads.span(), copy.span());
+    b.copy(expert_grads.span(), expert_copy.span());
+    g_.dp->all_reduce_sum(copy.span());
+    if (ne_ > 0) g_.expert_dp->all_reduce_sum(expert_copy.span());
+    b.scale(copy.span(), inv_dp);
+    b.scale(expert_copy.span(), inv_dp);
+    reduced_flat_.assign(copy.size(), 0.0F);
+    b.to_host(copy.span(), reduced_flat_);
+    std::vector<float> expert_host(ne_);
+    b.to_host(expert_copy.span(), expert_host);
     reduced_.clear();
     std::size_t at = 0, at_expert = 0;
     for (auto& c : chunks_) {
-      for (auto& p : c->params()) {
-        const auto n = static_cast<std::size_t>(p.grad.size());
-        const std::vector<float>& from = p.spec.is_expert() ? expert_copy : copy;
-        std::size_t& pos = p.spec.is_expert() ? at_expert : at;
-        Reduced r{&p, std::vector<float>(from.begin() + static_cast<std::ptrdiff_t>(pos), from.begin() + static_cast<std::ptrdiff_t>(pos + n))};
-        for (auto& v : r.grad) v *= inv_dp;
-        reduced_.push_back(std::move(r));
-        pos += n;
+      for (const auto& slot : c->slots()) {
+        const std::vector<float>& from = slot.spec->is_expert() ? expert_host : reduced_flat_;
+        std::size_t& pos = slot.spec->is_expert() ? at_expert : at;
+        reduced_.push_back({slot.spec, std::vector<float>(from.begin() + static_cast<std::ptrdiff_t>(pos), from.begin() + static_cast<std::ptrdiff_t>(pos + slot.size()))});
+        pos += slot.size();
       }
     }
   }
   const bool flip = options.bitflip.step == step && options.bitflip.rank == world_rank_;
   ++adam_step_;
-  if (par.zero_stage == 0 || g_.dp->size() == 1) {
+  if (par.zero_stage == 0 || dp == 1) {
     // This rank's own gradients, kept to reduce again if the replicas disagree.
-    const std::vector<float> local = g_.dp->size() > 1 ? grads : std::vector<float>();
-    g_.dp->all_reduce_sum(grads);
-    for (auto& v : grads) v *= inv_dp;
-    grads.resize(n_);
-    // A flipped bit in the reduced gradient (memory or compute corruption after the all-reduce).
-    if (flip) grads[grads.size() / 2] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(grads[grads.size() / 2]) ^ (1U << 22));
-    check_replicas(grads, step, "reduced gradients", [&] {
-      std::vector<float> again = local;
-      g_.dp->all_reduce_sum(again);
-      for (auto& v : again) v *= inv_dp;
-      again.resize(n_);
-      return kernels::checksum_fnv1a64<float>(again) != kernels::checksum_fnv1a64<float>(grads);
-    });
-    {
-      const auto start = Clock::now();
-      kernels::adamw_step<float>(params_, grads, exp_avg_, exp_avg_sq_, adam_step_, kExecutorAdamW);
-      if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
+    Buffer local;
+    if (dp > 1) {
+      local = b.allocate(grads.size());
+      b.copy(grads.span(), local.span());
     }
-    unflatten_params(params_);
+    g_.dp->all_reduce_sum(grads.span());
+    b.scale(grads.span(), inv_dp);
+    const std::span<float> reduced = grads.span().first(n_);
+    // A flipped bit in the reduced gradient (memory or compute corruption after the all-reduce).
+    if (flip) flip_bit(reduced, n_ / 2);
+    check_replicas(reduced, step, "reduced gradients", [&] {
+      Buffer again = b.allocate(local.size());
+      b.copy(local.span(), again.span());
+      g_.dp->all_reduce_sum(again.span());
+      b.scale(again.span(), inv_dp);
+      return b.checksum(again.span().first(n_)) != b.checksum(reduced);
+    });
+    adamw(params_.span(), reduced, exp_avg_.span(), exp_avg_sq_.span());
+    unpack(false, params_.span());
   } else {
     // ZeRO 1-2: reduce-scatter, AdamW on this rank's shard, all-gather the parameters
     // (Rajbhandari et al. 2020 §5.1-5.2); ZeRO-3 keeps the shard.
-    std::vector<float> mine(shard_);
-    g_.dp->reduce_scatter_sum(grads, mine);
-    for (auto& v : mine) v *= inv_dp;
+    Buffer mine = b.allocate(shard_);
+    g_.dp->reduce_scatter_sum(grads.span(), mine.span());
+    b.scale(mine.span(), inv_dp);
     if (keep_reduced) {
       // What AdamW is given is what --verify compared: this rank's slice of the all-reduce.
+      std::vector<float> host(shard_);
+      b.to_host(mine.span(), host);
       const std::size_t begin = shard_ * static_cast<std::size_t>(g_.dp->rank());
       for (std::size_t i = 0; i < shard_ && begin + i < n_; ++i) {
-        if (std::abs(mine[i] - reduced_flat_[begin + i]) > 1e-6F * (std::abs(reduced_flat_[begin + i]) + 1e-30F) + 1e-12F) {
+        if (std::abs(host[i] - reduced_flat_[begin + i]) > 1e-6F * (std::abs(reduced_flat_[begin + i]) + 1e-30F) + 1e-12F) {
           throw CollectiveError("--verify: the reduce-scatter's shard of rank " + std::to_string(world_rank_) + " differs from the all-reduce at element " +
                                 std::to_string(begin + i));
         }
       }
     }
-    std::vector<float> full;
+    Buffer full;
     if (!zero3) {
-      full = params_;
-      full.resize(shard_ * static_cast<std::size_t>(g_.dp->size()), 0.0F);
+      full = b.allocate(shard_ * dp);
+      b.copy(params_.span(), full.span().first(n_));
     }
-    std::span<float> shard = zero3 ? std::span<float>(params_) : std::span<float>(full).subspan(shard_ * static_cast<std::size_t>(g_.dp->rank()), shard_);
-    {
-      const auto start = Clock::now();
-      kernels::adamw_step<float>(shard, mine, exp_avg_, exp_avg_sq_, adam_step_, kExecutorAdamW);
-      if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
-    }
+    const std::span<float> shard = zero3 ? params_.span() : full.span().subspan(shard_ * static_cast<std::size_t>(g_.dp->rank()), shard_);
+    adamw(shard, mine.span(), exp_avg_.span(), exp_avg_sq_.span());
     if (!zero3) {
-      std::vector<float> gathered(full.size());
-      g_.dp->all_gather(shard, gathered);
-      gathered.resize(n_);
-      if (flip) gathered[gathered.size() / 2] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(gathered[gathered.size() / 2]) ^ (1U << 22));
-      check_replicas(gathered, step, "gathered parameters", [&] {
+      Buffer gathered = b.allocate(full.size());
+      g_.dp->all_gather(shard, gathered.span());
+      const std::span<float> params = gathered.span().first(n_);
+      if (flip) flip_bit(params, n_ / 2);
+      check_replicas(params, step, "gathered parameters", [&] {
         // Each shard's owner vouches for it: its checksum of what it sent against this
         // rank's copy of that block.
-        const std::uint64_t own = kernels::checksum_fnv1a64<float>(std::span<const float>(shard));
-        std::vector<std::uint64_t> owners(static_cast<std::size_t>(g_.dp->size()));
+        const std::uint64_t own = b.checksum(shard);
+        std::vector<std::uint64_t> owners(dp);
         g_.dp->all_gather(std::span<const std::uint64_t>(&own, 1), owners);
-        std::vector<float> block(shard_);
+        Buffer block = b.allocate(shard_);
         for (std::size_t i = 0; i < owners.size(); ++i) {
-          std::fill(block.begin(), block.end(), 0.0F);
-          const std::size_t begin = i * shard_, end = std::min(n_, begin + shard_);
-          if (begin < end) std::copy(gathered.begin() + static_cast<std::ptrdiff_t>(begin), gathered.begin() + static_cast<std::ptrdiff_t>(end), block.begin());
-          if (kernels::checksum_fnv1a64<float>(block) != owners[i]) return true;
+          b.fill(block.span(), 0.0F);
+          const std::size_t begin = std::min(n_, i * shard_), end = std::min(n_, begin + shard_);
+          b.copy(params.subspan(begin, end - begin), block.span().first(end - begin));
+          if (b.checksum(block.span()) != owners[i]) return true;
         }
         return false;
       });
-      params_ = std::move(gathered);
-      unflatten_params(params_);
+      b.copy(params, params_.span());
+      unpack(false, params_.span());
     }
   }
-  if (!expert_grads.empty()) {
+  if (ne_ > 0) {
     // MoE experts over their expert-data-parallel group: an all-reduce and AdamW on every local
     // expert (ZeRO 0), or with ZeRO 1-2 a reduce-scatter, AdamW on this rank's shard and an
     // all-gather of the parameters (Rajbhandari et al. 2020 §5.1-5.2). Their replicas are not
     // checksummed.
     const auto edp = static_cast<std::size_t>(g_.expert_dp->size());
     if (par.zero_stage >= 1 && edp > 1) {
-      expert_grads.resize(expert_shard_ * edp, 0.0F);
-      std::vector<float> mine(expert_shard_);
-      g_.expert_dp->reduce_scatter_sum(expert_grads, mine);
-      for (auto& v : mine) v *= inv_dp;
-      std::vector<float> full = expert_params_;
-      full.resize(expert_shard_ * edp, 0.0F);
-      const std::span<float> shard = std::span<float>(full).subspan(expert_shard_ * static_cast<std::size_t>(g_.expert_dp->rank()), expert_shard_);
-      const auto t_opt = Clock::now();
-      kernels::adamw_step<float>(shard, mine, expert_exp_avg_, expert_exp_avg_sq_, adam_step_, kExecutorAdamW);
-      if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - t_opt).count();
-      std::vector<float> gathered(full.size());
-      g_.expert_dp->all_gather(shard, gathered);
-      gathered.resize(ne_);
-      expert_params_ = std::move(gathered);
+      Buffer padded = b.allocate(expert_shard_ * edp);
+      b.copy(expert_grads.span(), padded.span().first(ne_));
+      Buffer mine = b.allocate(expert_shard_);
+      g_.expert_dp->reduce_scatter_sum(padded.span(), mine.span());
+      b.scale(mine.span(), inv_dp);
+      Buffer full = b.allocate(expert_shard_ * edp);
+      b.copy(expert_params_.span(), full.span().first(ne_));
+      const std::span<float> shard = full.span().subspan(expert_shard_ * static_cast<std::size_t>(g_.expert_dp->rank()), expert_shard_);
+      adamw(shard, mine.span(), expert_exp_avg_.span(), expert_exp_avg_sq_.span());
+      Buffer gathered = b.allocate(full.size());
+      g_.expert_dp->all_gather(shard, gathered.span());
+      b.copy(gathered.span().first(ne_), expert_params_.span());
     } else {
-      g_.expert_dp->all_reduce_sum(expert_grads);
-      for (auto& v : expert_grads) v *= inv_dp;
-      const auto t_opt = Clock::now();
-      kernels::adamw_step<float>(expert_params_, expert_grads, expert_exp_avg_, expert_exp_avg_sq_, adam_step_, kExecutorAdamW);
-      if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - t_opt).count();
+      g_.expert_dp->all_reduce_sum(expert_grads.span());
+      b.scale(expert_grads.span(), inv_dp);
+      adamw(expert_params_.span(), expert_grads.span(), expert_exp_avg_.span(), expert_exp_avg_sq_.span());
     }
-    unflatten_experts(expert_params_);
+    unpack(true, expert_params_.span());
   }
 }
 
@@ -431,14 +409,19 @@ bool Trainer::materialise() {
 }
 
 RankState Trainer::state() const {
+  auto host = [&](const Buffer& from) {
+    std::vector<float> out(from.size());
+    backend_->to_host(from.span(), out);
+    return out;
+  };
   RankState s;
   s.step = adam_step_;
-  s.params = params_;
-  s.exp_avg = exp_avg_;
-  s.exp_avg_sq = exp_avg_sq_;
-  s.expert_params = expert_params_;
-  s.expert_exp_avg = expert_exp_avg_;
-  s.expert_exp_avg_sq = expert_exp_avg_sq_;
+  s.params = host(params_);
+  s.exp_avg = host(exp_avg_);
+  s.exp_avg_sq = host(exp_avg_sq_);
+  s.expert_params = host(expert_params_);
+  s.expert_exp_avg = host(expert_exp_avg_);
+  s.expert_exp_avg_sq = host(expert_exp_avg_sq_);
   return s;
 }
 
@@ -447,15 +430,15 @@ void Trainer::restore(const RankState& s) {
       s.expert_params.size() != expert_params_.size() || s.expert_exp_avg.size() != expert_exp_avg_.size() || s.expert_exp_avg_sq.size() != expert_exp_avg_sq_.size()) {
     throw std::runtime_error("the checkpoint's shard sizes do not match this plan's (another mesh or model?)");
   }
-  params_ = s.params;
-  exp_avg_ = s.exp_avg;
-  exp_avg_sq_ = s.exp_avg_sq;
-  expert_params_ = s.expert_params;
-  expert_exp_avg_ = s.expert_exp_avg;
-  expert_exp_avg_sq_ = s.expert_exp_avg_sq;
+  backend_->from_host(s.params, params_.span());
+  backend_->from_host(s.exp_avg, exp_avg_.span());
+  backend_->from_host(s.exp_avg_sq, exp_avg_sq_.span());
+  backend_->from_host(s.expert_params, expert_params_.span());
+  backend_->from_host(s.expert_exp_avg, expert_exp_avg_.span());
+  backend_->from_host(s.expert_exp_avg_sq, expert_exp_avg_sq_.span());
   adam_step_ = s.step;
-  unflatten_experts(expert_params_);
-  if (!(plan_.parallelism.zero_stage == 3 && g_.dp->size() > 1)) unflatten_params(params_);
+  unpack(true, expert_params_.span());
+  if (!(plan_.parallelism.zero_stage == 3 && g_.dp->size() > 1)) unpack(false, params_.span());
 }
 
 }  // namespace meshwork::exec

@@ -1,6 +1,6 @@
 #pragma once
-// One rank's training loop: it plays its pipeline stage's instructions of the plan's Program
-// (models/program.hpp) in order. Compute instructions go by op-table name to the chunk's
+// One rank's training loop, the same on every backend (exec/backend.hpp): it plays its
+// pipeline stage's instructions of the plan's Program (models/program.hpp) in order. Compute instructions go by op-table name to the chunk's
 // kernels, TP and EP collectives to their groups, pipeline transfers to the neighbours with the
 // Program's peers and tags; layer ranges and the schedule are the Program's. At the optimizer
 // instruction it reduces the gradients (sequence-parallel partials over TP, the tied embedding
@@ -8,13 +8,18 @@
 // parallelism) and runs AdamW; the Program's per-bucket DP instructions are not played one by
 // one yet (the reduction is one call per group at the optimizer), nor its per-layer ZeRO-3
 // gathers (each schedule item gathers every parameter of the stage). The same class with
-// groups of one is the single-rank reference of --verify.
+// groups of one on the CPU backend is the single-rank reference of --verify.
+//
+// What it holds and moves (the parameters' flat copies, the optimizer's state, the gradients
+// it reduces) are the backend's buffers; it reads none of them itself: the backend copies,
+// scales, hashes and updates them, and exec::Group reduces them.
 
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "exec/backend.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/execute.hpp"
 #include "exec/gpt.hpp"
@@ -36,21 +41,23 @@ struct Groups {
 
 class Trainer {
  public:
-  // Throws std::invalid_argument when the plan cannot be lowered to a Program.
-  Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank, OpSeconds* timing);
+  // Throws std::invalid_argument when the plan cannot be lowered to a Program, or when the
+  // backend cannot run one of its chunks. No backend: the CPU's.
+  Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank, OpSeconds* timing, std::unique_ptr<Backend> backend = nullptr);
 
   // One step (1-based); returns the step's loss, the mean over the global batch.
   double step(std::int64_t step, const ExecuteOptions& options);
 
   // The gradients after the TP, tied-embedding and DP reductions of the last step, by
-  // parameter, this rank's shard (filled when `keep_reduced` is set before the step).
+  // parameter, this rank's shard, on the host (filled when `keep_reduced` is set before the step).
   bool keep_reduced = false;
   struct Reduced {
-    const Param* param;
+    const ParamSpec* spec;
     std::vector<float> grad;
   };
   [[nodiscard]] const std::vector<Reduced>& reduced() const { return reduced_; }
-  [[nodiscard]] std::vector<std::unique_ptr<GptChunk>>& chunks() { return chunks_; }
+  [[nodiscard]] std::vector<std::unique_ptr<Chunk>>& chunks() { return chunks_; }
+  [[nodiscard]] Backend& backend() { return *backend_; }
 
   // Optimizer state and parameters as a checkpoint holds them.
   [[nodiscard]] RankState state() const;
@@ -65,8 +72,8 @@ class Trainer {
   }
   // Sets the parameters (and the flat copy the optimizer updates) from the chunks' values.
   void load_from_chunks() {
-    flatten_params(params_);
-    expert_params_ = flatten_experts(false);
+    pack(false, false, params_.span());
+    pack(true, false, expert_params_.span());
   }
   // The Program this rank plays (its stage's list is program().classes[stage()]).
   [[nodiscard]] const models::Program& program() const { return program_; }
@@ -84,16 +91,16 @@ class Trainer {
   double delay_s = 0;
 
  private:
-  void flatten_grads(std::vector<float>& out);
-  void unflatten_params(const std::vector<float>& flat);
-  void flatten_params(std::vector<float>& out);
-  // The experts' parameters (or gradients), flat: they are reduced and updated apart from the
-  // dense ones, over the expert-data-parallel group, and never sharded by ZeRO.
-  std::vector<float> flatten_experts(bool grads);
-  void unflatten_experts(const std::vector<float>& flat);
+  // The dense parameters' (or the experts') values or gradients, flat in the chunks' order,
+  // into the front of `flat`; unpack writes values back. The experts are reduced and updated
+  // apart from the dense ones, over the expert-data-parallel group, and never sharded by ZeRO.
+  void pack(bool experts, bool grads, std::span<float> flat);
+  void unpack(bool experts, std::span<const float> flat);
   void release_params();
   void gather_params();
-  void check_replicas(const std::vector<float>& data, std::int64_t step, const char* what, const std::function<bool()>& corrupt);
+  // The value of element `i` with one bit flipped (a test's corruption).
+  void flip_bit(std::span<float> x, std::size_t i);
+  void check_replicas(std::span<const float> data, std::int64_t step, const char* what, const std::function<bool()>& corrupt);
   // The reductions and AdamW of the optimizer instruction.
   void optimizer_step(std::int64_t step, const ExecuteOptions& options);
 
@@ -102,20 +109,23 @@ class Trainer {
   Groups g_;
   std::int64_t world_rank_;
   OpSeconds* timing_;
+  std::unique_ptr<Backend> backend_;
   std::int64_t stage_ = 0, stages_ = 1, chunks_per_stage_ = 1, microbatches_ = 1;
   models::Program program_;
   std::vector<double> instr_seconds_;
-  std::vector<std::unique_ptr<GptChunk>> chunks_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<bool> head_;  // per chunk: whether it holds the head and the loss
   std::size_t n_ = 0, shard_ = 0;      // parameters of this rank; their DP shard (ZeRO >= 1)
-  std::vector<float> params_, exp_avg_, exp_avg_sq_;  // full (ZeRO 0-2) or the shard (ZeRO-3)
+  // The backend's buffers: the parameters whole (ZeRO 0-2) or the shard (ZeRO-3); AdamW's
+  // moments whole (ZeRO 0) or the shard (ZeRO >= 1).
+  Buffer params_, exp_avg_, exp_avg_sq_;
   std::size_t ne_ = 0;  // expert parameters of this rank
   std::size_t expert_shard_ = 0;  // their expert-DP shard (ZeRO 1-2)
-  std::vector<float> expert_params_, expert_exp_avg_, expert_exp_avg_sq_;
+  Buffer expert_params_, expert_exp_avg_, expert_exp_avg_sq_;
   std::int64_t adam_step_ = 0;
   std::int64_t replica_check_every_ = 1;
   std::vector<Reduced> reduced_;
-  std::vector<float> reduced_flat_;  // --verify: the all-reduced gradients, flat
+  std::vector<float> reduced_flat_;  // --verify: the all-reduced gradients, flat, on the host
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
 };
 

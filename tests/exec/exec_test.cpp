@@ -306,7 +306,7 @@ run: {seed: 7}
   cpu.keep_reduced = true;
   const double loss = cpu.step(1, ExecuteOptions{});
   std::map<std::string, std::vector<float>> grads;
-  for (const auto& r : cpu.reduced()) grads[r.param->spec.name] = r.grad;
+  for (const auto& r : cpu.reduced()) grads[r.spec->name] = r.grad;
   auto run = [&](const std::string& name) { return grads.at(name); };
   ReferenceCheck c = check_first_step(loaded.plan, loss, run);
   EXPECT_DOUBLE_EQ(c.reference_loss, loss);
