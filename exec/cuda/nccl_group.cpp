@@ -282,4 +282,106 @@ void NcclGroup::send_recv(const void* send, std::size_t send_count, int to, void
   enqueued(first_error != ncclSuccess ? first_error : r, op, static_cast<double>(bytes), stream);
 }
 
+void NcclGroup::point_to_point(std::span<const Transfer> transfers, ncclDataType_t type, cudaStream_t stream) {
+  for (const auto& t : transfers) {
+    if (t.peer < 0 || t.peer >= size_ || (t.send == nullptr) == (t.recv == nullptr)) {
+      throw std::invalid_argument("point-to-point in the " + name_ + " group: each transfer is a send or a receive to a member");
+    }
+  }
+  begin("point-to-point");
+  ncclResult_t r = ncclGroupStart();
+  if (r != ncclSuccess) {
+    enqueued(r, "point-to-point", 0, stream);
+    return;
+  }
+  ncclResult_t first_error = ncclSuccess;
+  std::size_t elements = 0;
+  for (const auto& t : transfers) {
+    if (first_error != ncclSuccess) break;
+    first_error = t.send != nullptr ? ncclSend(t.send, t.count, type, t.peer, comm_, stream) : ncclRecv(t.recv, t.count, type, t.peer, comm_, stream);
+    elements += t.count;
+  }
+  r = ncclGroupEnd();
+  enqueued(first_error != ncclSuccess ? first_error : r, "point-to-point", static_cast<double>(elements * element_bytes(type)), stream);
+}
+
+// exec::Group.
+
+std::int64_t NcclGroup::world_rank(int member) const {
+  if (member < 0 || member >= size_) throw std::invalid_argument("the " + name_ + " group has no member " + std::to_string(member));
+  return options_.world_ranks.empty() ? member : options_.world_ranks[static_cast<std::size_t>(member)];
+}
+
+template <class T, class Op>
+void NcclGroup::staged(std::span<const T> in, std::span<T> out, Op&& op) {
+  kernels::cuda::DeviceBuffer<T> d_in(in.size()), d_out(out.size());
+  if (!in.empty()) MESHWORK_CUDA_CHECK(cudaMemcpyAsync(d_in.data(), in.data(), in.size_bytes(), cudaMemcpyHostToDevice, bound_));
+  op(d_in.data(), d_out.data());
+  if (!out.empty()) MESHWORK_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out.data(), out.size_bytes(), cudaMemcpyDeviceToHost, bound_));
+  wait();
+  MESHWORK_CUDA_CHECK(cudaStreamSynchronize(bound_));  // the copy down has landed
+}
+
+void NcclGroup::all_reduce_sum(std::span<float> data) {
+  all_reduce(data.data(), data.size(), ncclFloat32, ncclSum, bound_);
+  wait();
+}
+void NcclGroup::all_reduce_max(std::span<float> data) {
+  all_reduce(data.data(), data.size(), ncclFloat32, ncclMax, bound_);
+  wait();
+}
+void NcclGroup::all_reduce_sum(std::span<double> data) {
+  staged<double>(data, data, [&](double* d_in, double* d_out) {
+    all_reduce(d_in, data.size(), ncclFloat64, ncclSum, bound_);
+    if (!data.empty()) MESHWORK_CUDA_CHECK(cudaMemcpyAsync(d_out, d_in, data.size_bytes(), cudaMemcpyDeviceToDevice, bound_));
+  });
+}
+void NcclGroup::reduce_scatter_sum(std::span<const float> in, std::span<float> out) {
+  if (in.size() != out.size() * static_cast<std::size_t>(size_)) throw std::invalid_argument("reduce-scatter in the " + name_ + " group: the input is not size() blocks of the output");
+  reduce_scatter(in.data(), out.data(), out.size(), ncclFloat32, bound_);
+  wait();
+}
+void NcclGroup::all_gather(std::span<const float> in, std::span<float> out) {
+  if (out.size() != in.size() * static_cast<std::size_t>(size_)) throw std::invalid_argument("all-gather in the " + name_ + " group: the output is not size() blocks of the input");
+  all_gather(in.data(), out.data(), in.size(), ncclFloat32, bound_);
+  wait();
+}
+void NcclGroup::all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) {
+  if (out.size() != in.size() * static_cast<std::size_t>(size_)) throw std::invalid_argument("all-gather in the " + name_ + " group: the output is not size() blocks of the input");
+  staged<std::uint64_t>(in, out, [&](std::uint64_t* d_in, std::uint64_t* d_out) { all_gather(d_in, d_out, in.size(), ncclUint64, bound_); });
+}
+void NcclGroup::all_to_all_v(std::span<const float> send, std::span<const int> send_counts, std::span<float> recv, std::span<const int> recv_counts) {
+  std::vector<std::size_t> sc(send_counts.begin(), send_counts.end()), rc(recv_counts.begin(), recv_counts.end());
+  all_to_all_v(send.data(), sc, recv.data(), rc, ncclFloat32, bound_);
+  wait();
+}
+void NcclGroup::all_to_all(std::span<const std::int64_t> in, std::span<std::int64_t> out) {
+  if (in.size() != out.size() || in.size() % static_cast<std::size_t>(size_) != 0) throw std::invalid_argument("all-to-all in the " + name_ + " group: sizes differ");
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(size_), in.size() / static_cast<std::size_t>(size_));
+  staged<std::int64_t>(in, out, [&](std::int64_t* d_in, std::int64_t* d_out) { all_to_all_v(d_in, counts, d_out, counts, ncclInt64, bound_); });
+}
+void NcclGroup::send(int to, int /*tag: NCCL matches by order*/, std::span<const float> data) {
+  if (to < 0 || to >= size_) throw std::invalid_argument("send in the " + name_ + " group: " + std::to_string(to) + " is not a member");
+  BufferedSend s{kernels::cuda::DeviceBuffer<float>(data.size()), to};
+  if (!data.empty()) MESHWORK_CUDA_CHECK(cudaMemcpyAsync(s.data.data(), data.data(), data.size_bytes(), cudaMemcpyDeviceToDevice, bound_));
+  sends_.push_back(std::move(s));
+}
+void NcclGroup::recv(int from, int /*tag*/, std::span<float> data) {
+  const auto t0 = Clock::now();
+  const Transfer r{nullptr, data.data(), data.size(), from};
+  post_sends(&r);
+  stats_.recv_seconds += seconds_since(t0);
+}
+void NcclGroup::flush() {
+  if (!sends_.empty()) post_sends(nullptr);
+}
+void NcclGroup::post_sends(const Transfer* also) {
+  std::vector<Transfer> transfers;
+  for (auto& s : sends_) transfers.push_back({s.data.data(), nullptr, s.data.size(), s.to});
+  if (also != nullptr) transfers.push_back(*also);
+  point_to_point(std::span<const Transfer>(transfers), ncclFloat32, bound_);
+  wait();
+  sends_.clear();  // their copies are no longer read
+}
+
 }  // namespace meshwork::exec::cuda

@@ -13,6 +13,15 @@
 // (ncclCommAbort, which also ends NCCL's kernels still waiting for a peer) and throws
 // exec::CollectiveError naming the group, the operation, its sequence number and the timeout.
 // After that the group is unusable. Not thread-safe: one host thread drives a group.
+//
+// It is also the CUDA backend's exec::Group (issue 23), on the stream bind() names (the
+// chunks' compute stream): its float spans are device tensors, its integer and double spans
+// host values staged through the device. Each call enqueues on that stream and waits for it
+// under the watchdog, as MpiGroup's calls return done. Sends are buffered as exec::Group
+// says: the data is copied aside and posted, in one NCCL group, with the next receive or at
+// flush(), so that two neighbours exchanging cannot wait for each other. NCCL matches a
+// pair's transfers by order, not by tag: the Program lists a pair's sends in the order its
+// receiver lists them (tests/models/program_transfers_test.cpp), and the tag is not sent.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -27,6 +36,7 @@
 
 #include "exec/cuda/streams.hpp"
 #include "exec/group.hpp"
+#include "kernels/cuda/device_buffer.hpp"
 
 namespace meshwork::exec::cuda {
 
@@ -52,7 +62,7 @@ constexpr ncclDataType_t nccl_type<std::int64_t>() { return ncclInt64; }
 template <>
 constexpr ncclDataType_t nccl_type<std::uint64_t>() { return ncclUint64; }
 
-class NcclGroup {
+class NcclGroup final : public Group {
  public:
   // Collective over the group: every member calls it with the same id (unique_id.hpp), its
   // rank and the size, with its own device current. Returns once the communicator is ready;
@@ -60,16 +70,31 @@ class NcclGroup {
   NcclGroup(std::string name, const ncclUniqueId& id, int rank, int size, NcclGroupOptions options = {});
   // A healthy communicator is finalised (its work flushed) and destroyed; a failed one is
   // aborted.
-  ~NcclGroup();
+  ~NcclGroup() override;
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
 
-  [[nodiscard]] int rank() const { return rank_; }
-  [[nodiscard]] int size() const { return size_; }
-  [[nodiscard]] const std::string& name() const { return name_; }
+  [[nodiscard]] int rank() const override { return rank_; }
+  [[nodiscard]] int size() const override { return size_; }
+  [[nodiscard]] std::int64_t world_rank(int member) const override;
+  [[nodiscard]] const std::string& name() const override { return name_; }
   [[nodiscard]] ncclComm_t comm() const { return comm_; }
-  // Bytes and calls as nccl-tests counts them (the buffer's size); seconds spent in wait().
-  [[nodiscard]] const GroupStats& stats() const { return stats_; }
+  // stats(): bytes and calls as nccl-tests counts them (the buffer's size); seconds spent in
+  // wait() (every exec::Group call waits).
+
+  // exec::Group, on the bound stream (the legacy default stream until bind()).
+  void bind(cudaStream_t stream) { bound_ = stream; }
+  void all_reduce_sum(std::span<float> data) override;
+  void all_reduce_sum(std::span<double> data) override;
+  void all_reduce_max(std::span<float> data) override;
+  void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override;
+  void all_gather(std::span<const float> in, std::span<float> out) override;
+  void all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) override;
+  void all_to_all_v(std::span<const float> send, std::span<const int> send_counts, std::span<float> recv, std::span<const int> recv_counts) override;
+  void all_to_all(std::span<const std::int64_t> in, std::span<std::int64_t> out) override;
+  void send(int to, int tag, std::span<const float> data) override;
+  void recv(int from, int tag, std::span<float> data) override;
+  void flush() override;
 
   // In place. Sum or max of every member's `data`.
   template <class T>
@@ -123,6 +148,21 @@ class NcclGroup {
     send_recv(send, send_count, to, recv, recv_count, from, nccl_type<T>(), stream);
   }
 
+  // Point-to-point transfers posted as one NCCL group, so that they progress together (a send
+  // to a neighbour and a receive from it cannot wait for each other). Each is a send (`send`
+  // set) or a receive (`recv` set) of `count` elements; between two members NCCL matches them
+  // in the order they are posted, not by any tag.
+  struct Transfer {
+    const void* send = nullptr;
+    void* recv = nullptr;
+    std::size_t count = 0;
+    int peer = -1;
+  };
+  template <class T>
+  void point_to_point(std::span<const Transfer> transfers, cudaStream_t stream) {
+    point_to_point(transfers, nccl_type<T>(), stream);
+  }
+
   // Waits until every operation enqueued so far has completed, or throws CollectiveError
   // (after aborting the communicator) when NCCL reports an error or timeout_s passes first
   // (0: no deadline). wait() uses options.timeout_s.
@@ -137,6 +177,7 @@ class NcclGroup {
                     cudaStream_t stream);
   void broadcast(const void* send, void* recv, std::size_t count, int root, ncclDataType_t type, cudaStream_t stream);
   void send_recv(const void* send, std::size_t send_count, int to, void* recv, std::size_t recv_count, int from, ncclDataType_t type, cudaStream_t stream);
+  void point_to_point(std::span<const Transfer> transfers, ncclDataType_t type, cudaStream_t stream);
 
   // Before an operation: the group is usable. After NCCL returned `r` for it: waits out
   // ncclInProgress, then records the completion event on `stream`.
@@ -162,7 +203,18 @@ class NcclGroup {
   };
   std::vector<Pending> pending_;
   std::vector<Event> spare_events_;
-  GroupStats stats_;
+  // exec::Group: the bound stream, and the sends not posted yet (their copies).
+  cudaStream_t bound_ = nullptr;
+  struct BufferedSend {
+    kernels::cuda::DeviceBuffer<float> data;
+    int to;
+  };
+  std::vector<BufferedSend> sends_;
+  // Posts the buffered sends and `also` (a receive, if any) as one group, then waits.
+  void post_sends(const Transfer* also);
+  // A host span through the device: up, `op` on the device copy, down.
+  template <class T, class Op>
+  void staged(std::span<const T> in, std::span<T> out, Op&& op);
 };
 
 }  // namespace meshwork::exec::cuda
