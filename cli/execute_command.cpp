@@ -1,9 +1,9 @@
-// meshwork execute PLAN [--backend cpu|cuda] [--verify] [--steps N] [--json] [--trace F]
+// meshwork execute PLAN [--backend cpu|cuda] [--collectives auto|nccl|mpi] [--verify] [--steps N] [--json] [--trace F]
 //                  [--checkpoint-dir D [--checkpoint-every K] [--keep-last N] [--resume]] [--timeout S]
 //                  [--inject-bitflip|--inject-hang|--inject-death|--inject-save-death|--inject-signal STEP:RANK]
 //                  [--inject-slowdown RANK:INSTR:MS]:
-// the plan run for real on the CPU backend (or the CUDA backend: one GPU per rank, data
-// parallelism only), one rank per process, launched by `mpirun -np N` (or srun, torchrun).
+// the plan run for real on the CPU backend (or the CUDA backend: the same Trainer, its chunks
+// on a GPU per rank), one rank per process, launched by `mpirun -np N` (or srun, torchrun).
 // Rank 0 prints; every rank reports its own errors. When a
 // rank fails (a hung or dead peer named by the watchdog, corruption found, a failed check) the
 // job is aborted, so that no rank is left waiting.
@@ -102,14 +102,18 @@ void add_execute_command(CLI::App& app, Io& io) {
   auto save_death = std::make_shared<std::string>(), signal = std::make_shared<std::string>();
   cmd->add_option("plan", *file, "Plan file (YAML or JSON)")->required();
   cmd->add_option("--backend", opt->backend,
-                  "cpu: Eigen and Open MPI, fp32, every parallelism; cuda: one GPU per rank (rank on its node modulo the node's GPUs), bf16 with fp32 "
-                  "master weights, NCCL; data parallelism only (TP = PP = CP = EP = 1, ZeRO 0), gradients all-reduced in buckets during backward "
-                  "when parallelism.overlap.grad_reduce; no checkpoints, --trace or --inject-bitflip")
+                  "cpu: Eigen and Open MPI, fp32, every parallelism; cuda: the same Trainer with its chunks on a GPU per rank (rank on its node "
+                  "modulo the node's GPUs), bf16 with fp32 master weights, every dense mesh (TP with SP, PP, DP with ZeRO 0-3; no MoE or CP yet)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--collectives", opt->collectives,
+                  "cuda's groups: nccl (one GPU per rank), mpi (Open MPI, every tensor staged through the host: ranks may share a GPU, to check a "
+                  "mesh on one GPU) or auto (nccl unless a node runs more ranks than it has GPUs)")
+      ->check(CLI::IsMember({"auto", "nccl", "mpi"}))
+      ->capture_default_str();
   cmd->add_flag("--verify", opt->verify,
-                "Compare the loss and every gradient with a single-rank run of the same model and seed; exit 1 past --tolerance (cpu: every step, "
-                "fp32; cuda: the first step against the CPU's fp32 run)");
+                "Compare the loss and every gradient, every step, with a single-rank fp32 run of the same model and seed on the CPU; exit 1 past "
+                "--tolerance");
   cmd->add_option("--steps", opt->steps, "Training steps to run")->check(CLI::Range(1, 1000000));
   auto* tolerance = cmd->add_option("--tolerance", opt->tolerance, "--verify's bound on ||a-b||/||b|| per tensor (default 1e-5 for cpu, 5e-2 for cuda's bf16)")
                         ->check(CLI::PositiveNumber);
@@ -234,7 +238,7 @@ void add_execute_command(CLI::App& app, Io& io) {
         io.out << buf;
         if (opt->verify) {
           io.out << "  verified: loss and every gradient within " << opt->tolerance
-                 << (opt->backend == "cuda" ? " of the CPU's fp32 run (first step)\n" : " of the single-rank run\n");
+                 << (opt->backend == "cuda" ? " of the CPU's single-rank fp32 run\n" : " of the single-rank run\n");
         }
       }
     }

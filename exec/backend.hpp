@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -34,17 +35,17 @@ inline constexpr std::size_t kChecksumChunkElems = std::size_t{1} << 16;
 // An owned flat float buffer in a backend's memory.
 class Buffer {
  public:
-  using Free = void (*)(float*) noexcept;
+  using Free = std::function<void(float*)>;  // must not throw
   Buffer() = default;
-  Buffer(float* data, std::size_t size, Free free) : data_(data), size_(size), free_(free) {}
+  Buffer(float* data, std::size_t size, Free free) : data_(data), size_(size), free_(std::move(free)) {}
   ~Buffer() { reset(); }
-  Buffer(Buffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), free_(o.free_) {}
+  Buffer(Buffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), free_(std::move(o.free_)) {}
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {
       reset();
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
-      free_ = o.free_;
+      free_ = std::move(o.free_);
     }
     return *this;
   }

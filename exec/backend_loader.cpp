@@ -49,7 +49,7 @@ Loaded load() {
     return out;
   }
   const CudaBackendModule* m = reinterpret_cast<Entry>(symbol)();
-  if (m == nullptr || m->abi != module_abi() || m->execute == nullptr) {
+  if (m == nullptr || m->abi != module_abi() || m->make_rank == nullptr) {
     out.why = path.string() + " comes from another build of meshwork (" + kVersion + ", " + kGitCommit + " here): rebuild both";
     return out;
   }

@@ -8,15 +8,30 @@
 #include <cstdint>
 #include <string_view>
 
+#include "exec/backend.hpp"
 #include "exec/execute.hpp"
+#include "exec/group.hpp"
+#include "exec/mpi_group.hpp"
 #include "meshwork/version.hpp"
 #include "plan/plan.hpp"
 
 namespace meshwork::exec {
 
+// One rank's CUDA backend and its groups, for execute()'s one Trainer (exec/trainer.hpp).
+struct CudaRank {
+  std::unique_ptr<Backend> backend;
+  Groups groups;
+  std::string collectives;  // what carries the groups and why, for the Report
+};
+
 struct CudaBackendModule {
   std::uint64_t abi = 0;
-  ExecuteResult (*execute)(const plan::Plan& plan, const ExecuteOptions& options) = nullptr;
+  // Collective over MPI_COMM_WORLD (MPI initialised, one process per rank): selects this rank's
+  // GPU and makes its groups, over NCCL or over MPI staged through the host (`collectives`:
+  // "auto", "nccl" or "mpi"; auto takes MPI where ranks share a GPU, which NCCL refuses).
+  // Throws std::runtime_error when the rank has no CUDA device (first, whatever the plan),
+  // std::invalid_argument for a choice the node cannot take.
+  CudaRank (*make_rank)(const plan::Plan& plan, std::int64_t world_rank, const GroupOptions& options, const std::string& collectives) = nullptr;
 };
 
 // The exported entry point: `extern "C" const CudaBackendModule* meshwork_cuda_backend_module()`.
@@ -36,7 +51,7 @@ constexpr std::uint64_t module_abi() {
   mix(kVersion);
   mix(kGitCommit);
   for (const std::uint64_t size : {sizeof(plan::Plan), sizeof(plan::ModelConfig), sizeof(plan::ParallelismConfig), sizeof(ExecuteOptions),
-                                   sizeof(ExecuteResult), sizeof(StepRecord), sizeof(report::Report)}) {
+                                   sizeof(ExecuteResult), sizeof(StepRecord), sizeof(report::Report), sizeof(GroupOptions), sizeof(Groups), sizeof(CudaRank)}) {
     for (int i = 0; i < 8; ++i) h = (h ^ ((size >> (8 * i)) & 0xffU)) * 1099511628211ULL;
   }
   return h;

@@ -108,6 +108,9 @@ class Chunk {
   // makes room for them again (their contents unspecified until written).
   virtual void release_values() = 0;
   virtual void allocate_values() = 0;
+  // The Trainer wrote values through the slots (the optimizer's update, a gather, a restore):
+  // a chunk that keeps other copies of them (bf16 for the GEMMs) refreshes them.
+  virtual void values_changed() = 0;
   virtual void zero_grads() = 0;
 };
 

@@ -13,6 +13,7 @@
 #include "exec/job.hpp"
 #include "exec/measured_report.hpp"
 #include "exec/mpi_group.hpp"
+#include "exec/rank_groups.hpp"
 #include "exec/resume.hpp"
 #include "exec/trainer.hpp"
 #include "models/program_trace.hpp"
@@ -32,32 +33,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 Groups mpi_groups(const plan::Plan& plan, std::int64_t rank, const GroupOptions& o) {
-  const auto layout = plan::RankLayout::from_plan(plan.parallelism);
-  Groups g;
-  std::vector<std::int64_t> all(static_cast<std::size_t>(layout.world_size()));
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
-  g.world = MpiGroup::split("world", all, 0, o);
-  auto group = [&](const char* name, plan::GroupKind kind) -> std::unique_ptr<Group> {
-    return MpiGroup::split(name, layout.group_members(kind, rank), static_cast<int>(layout.group_index(kind, rank)), o);
-  };
-  g.tp = group("tp", plan::GroupKind::tp);
-  // With CP the dense gradients are reduced and sharded over DP x CP (Megatron-core's
-  // data-parallel group with context parallelism; models/program.cpp reduces over dp_cp too).
-  const bool cp = plan.parallelism.context_parallel_size > 1;
-  g.dp = group(cp ? "dp_cp" : "dp", cp ? plan::GroupKind::dp_cp : plan::GroupKind::dp);
-  g.cp = group("cp", plan::GroupKind::cp);
-  g.pp = group("pp", plan::GroupKind::pp);
-  g.ep = group("ep", plan::GroupKind::ep);
-  g.expert_dp = group("expert_dp", plan::GroupKind::expert_dp);
-  // The tied embedding's two copies: a rank of the first stage and its peer on the last.
-  const auto pp_members = layout.group_members(plan::GroupKind::pp, rank);
-  const std::int64_t stage = layout.coord(rank).pp, last = static_cast<std::int64_t>(pp_members.size()) - 1;
-  if (last > 0 && (stage == 0 || stage == last)) {
-    g.embedding = MpiGroup::split("embedding", {pp_members.front(), pp_members.back()}, static_cast<int>(layout.group_index(plan::GroupKind::pp, rank)), o);
-  } else {
-    g.embedding = MpiGroup::split("embedding", {rank}, static_cast<int>(layout.num_groups(plan::GroupKind::pp) + rank), o);
-  }
-  return g;
+  return rank_groups(plan, rank, [&](const char* name, const std::vector<std::int64_t>& members, int colour) -> std::unique_ptr<Group> {
+    return MpiGroup::split(name, members, colour, o);
+  });
 }
 
 Groups local_groups() {
@@ -233,7 +211,10 @@ std::string chrome_trace(Trainer& t, std::int64_t world_size) {
   return report::chrome_trace_json(trace);
 }
 
-report::Report cpu_report(const plan::Plan& plan, const std::vector<StepRecord>& steps, const OpSeconds& ops, const Groups& g, std::size_t counted_steps) {
+// `collectives`: empty on the CPU backend; what carries the CUDA backend's groups.
+report::Report measured(const plan::Plan& plan, const std::vector<StepRecord>& steps, const OpSeconds& ops, const Groups& g, std::size_t counted_steps,
+                        const std::string& collectives) {
+  const bool cuda = !collectives.empty();
   MeasuredSeconds measured;
   measured.ops = ops;
   measured.steps = counted_steps;
@@ -245,8 +226,16 @@ report::Report cpu_report(const plan::Plan& plan, const std::vector<StepRecord>&
   // neighbour's slowness); sends and everything else are the transfers.
   measured.pp_waits = g.pp->stats().recv_seconds;
   measured.pp = g.pp->stats().seconds - g.pp->stats().recv_seconds;
-  report::Report r = measured_report(plan, steps, measured, plan::peak_tflops(plan.cluster.gpu, plan.training.precision) * 1e12);
-  r.notes.push_back("measured on the CPU backend (Eigen, Open MPI), rank 0's view; fp32 whatever the plan's precision");
+  // The CUDA backend computes in bf16 whatever the plan's precision: its MFU is against the bf16 peak.
+  const plan::Precision peak_precision = cuda ? plan::Precision::bf16 : plan.training.precision;
+  report::Report r = measured_report(plan, steps, measured, plan::peak_tflops(plan.cluster.gpu, peak_precision) * 1e12);
+  if (cuda) {
+    r.notes.push_back("measured on the CUDA backend (CudaChunk: bf16 GEMMs and activations, fp32 master parameters, gradients and AdamW), rank 0's view; "
+                      "each instruction timed to its end on the device, so none overlaps another; MFU against the GPU's dense bf16 peak");
+    r.notes.push_back(collectives);
+  } else {
+    r.notes.push_back("measured on the CPU backend (Eigen, Open MPI), rank 0's view; fp32 whatever the plan's precision");
+  }
   r.notes.push_back("bubble: time in pipeline receives, waiting for the neighbour stage (its transfer included)");
   r.notes.push_back("DP: the gradients are reduced at the optimizer instruction, one call per group, not bucket by bucket as the Program lists them");
   return r;
@@ -262,20 +251,33 @@ bool have_cuda_backend(std::string* why) {
 }
 
 ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
-  if (options.backend == "cuda") {
+  const bool cuda = options.backend == "cuda";
+  const CudaBackendModule* module = nullptr;
+  if (cuda) {
     std::string why;
-    const CudaBackendModule* cuda = cuda_backend(why);
-    if (cuda == nullptr) throw std::invalid_argument("backend cuda: " + why);
-    return cuda->execute(plan, options);
+    module = cuda_backend(why);
+    if (module == nullptr) throw std::invalid_argument("backend cuda: " + why);
+  } else if (options.backend != "cpu") {
+    throw std::invalid_argument("backend '" + options.backend + "' is not one of cpu, cuda");
   }
-  if (options.backend != "cpu") throw std::invalid_argument("backend '" + options.backend + "' is not one of cpu, cuda");
   ExecuteResult out = start_job(plan);
   if (!out.error.empty()) return out;
   const int rank = static_cast<int>(out.rank), size = static_cast<int>(out.world_size);
   const auto& par = plan.parallelism;
-  // The backend's limits, as `validate --backend cpu` and the GUI state them.
-  if (const auto limits = plan::backend_diagnostics(plan, plan::Backend::cpu); limits.has_errors()) {
-    out.error = "the CPU backend cannot run this plan:";
+  const GroupOptions group_options{.timeout_s = options.timeout_s, .self_check = options.verify && !cuda, .on_timeout = options.on_timeout};
+  // The CUDA backend's device first: without one, that is the whole answer, whatever the plan.
+  CudaRank device;
+  if (cuda) {
+    try {
+      device = module->make_rank(plan, rank, group_options, options.collectives);
+    } catch (const std::exception& e) {
+      out.error = e.what();
+      return out;
+    }
+  }
+  // The backend's limits, as `validate --backend` and the GUI state them.
+  if (const auto limits = plan::backend_diagnostics(plan, cuda ? plan::Backend::cuda : plan::Backend::cpu); limits.has_errors()) {
+    out.error = std::string("the ") + (cuda ? "CUDA" : "CPU") + " backend cannot run this plan:";
     for (std::size_t i = 0; i < limits.items().size(); ++i) out.error += (i == 0 ? " " : "; ") + limits.items()[i].path + ": " + limits.items()[i].message;
     return out;
   }
@@ -290,7 +292,8 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
   OpSeconds timing;
   std::optional<Trainer> run, ref;
   try {
-    run.emplace(plan, mpi_groups(plan, rank, {.timeout_s = options.timeout_s, .self_check = options.verify, .on_timeout = options.on_timeout}), rank, &timing);
+    if (cuda) run.emplace(plan, std::move(device.groups), rank, &timing, std::move(device.backend));
+    else run.emplace(plan, mpi_groups(plan, rank, group_options), rank, &timing);
     run->tracing = options.trace;
     if (options.slow.rank == rank) {
       const auto& instrs = run->program().classes[static_cast<std::size_t>(run->stage())].instrs;
@@ -392,7 +395,7 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
     // The first step's figures were dropped when there are more than two (a preempted run may
     // have stopped before).
     const bool first_dropped = options.steps > 2 && out.steps.size() > 1;
-    out.report = cpu_report(plan, out.steps, timing, run->groups(), first_dropped ? out.steps.size() - 1 : out.steps.size());
+    out.report = measured(plan, out.steps, timing, run->groups(), first_dropped ? out.steps.size() - 1 : out.steps.size(), cuda ? device.collectives : "");
     if (options.trace) out.trace_json = chrome_trace(*run, size);
     out.ok = !options.verify || out.verified;
     if (!out.ok) out.error = "verification failed: a gradient or the loss differs from the single-rank run by more than " + std::to_string(options.tolerance);

@@ -1,9 +1,9 @@
 #pragma once
-// Runs a plan for real on this process's share of the mesh, one rank per process: the CPU
-// backend (kernels/ on Eigen, collectives over Open MPI) or, where the build has it, the CUDA
-// backend (exec/cuda: CudaGpt in bf16 and NCCL; data parallelism only so far). MPI must be
-// initialised; a run of one process needs no launcher. Reports the measured figures in the
-// simulator's Report.
+// Runs a plan for real on this process's share of the mesh, one rank per process, with the one
+// Trainer (exec/trainer.hpp) on either backend: the CPU's (kernels/ on Eigen, collectives over
+// Open MPI) or, where the build has it, the CUDA one (exec/cuda: CudaChunk in bf16, NCCL or MPI
+// staged through the host). MPI must be initialised; a run of one process needs no launcher.
+// Reports the measured figures in the simulator's Report.
 
 #include <cstdint>
 #include <functional>
@@ -30,9 +30,13 @@ struct ExecuteOptions {
   // "cpu" (Eigen and Open MPI) or "cuda" (one GPU per rank, NCCL); execute() throws
   // std::invalid_argument for any other, and for "cuda" in a build without CUDA.
   std::string backend = "cpu";
+  // The CUDA backend's groups: "nccl" (one GPU per rank), "mpi" (Open MPI, each tensor staged
+  // through the host: ranks may share a GPU) or "auto" (NCCL unless a node runs more ranks than
+  // it has GPUs).
+  std::string collectives = "auto";
   std::int64_t steps = 1;
-  // Compare loss and gradients with a single-rank run: the CPU backend every step against its
-  // own fp32 run; the CUDA backend the first step against the CPU's fp32 GptChunk.
+  // Compare loss and gradients, every step, with a single-rank fp32 run on the CPU backend
+  // (which takes the run's parameters after each step).
   bool verify = false;
   double timeout_s = 300;     // the collectives' watchdog
   double tolerance = 1e-5;    // ||a - b|| / ||b|| per tensor, fp32 (the bound); bf16: kBf16VerifyTolerance

@@ -77,6 +77,7 @@ class GptChunk final : public Chunk {
   [[nodiscard]] std::vector<ParamSlot> slots() override;
   void release_values() override;
   void allocate_values() override;
+  void values_changed() override {}  // the optimizer's values are the ones the ops read
   void zero_grads() override;
 
   // One compute instruction of the Program: op `op` of the op table in `phase`, of global layer

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -102,6 +103,17 @@ class LocalGroup final : public Group {
   }
   std::string name_;
   std::int64_t world_rank_;
+};
+
+// One rank's groups of a plan's mesh (exec/rank_groups.hpp makes them).
+struct Groups {
+  std::unique_ptr<Group> world, tp, dp, pp, embedding;
+  // MoE: expert parallelism and the expert-data-parallel group that reduces the experts'
+  // gradients (groups of one when absent).
+  std::unique_ptr<Group> ep, expert_dp;
+  // Context parallelism: the CP group (ring attention's exchanges; a group of one when absent).
+  // With CP, `dp` is the DP x CP group that reduces and shards the dense gradients.
+  std::unique_ptr<Group> cp;
 };
 
 }  // namespace meshwork::exec

@@ -106,6 +106,7 @@ void Trainer::unpack(bool experts, std::span<const float> flat) {
       backend_->copy(flat.subspan(at, slot.size()), slot.value);
       at += slot.size();
     }
+    c->values_changed();
   }
 }
 void Trainer::release_params() {

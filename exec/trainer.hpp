@@ -29,16 +29,6 @@
 
 namespace meshwork::exec {
 
-struct Groups {
-  std::unique_ptr<Group> world, tp, dp, pp, embedding;
-  // MoE: expert parallelism and the expert-data-parallel group that reduces the experts'
-  // gradients (groups of one when absent).
-  std::unique_ptr<Group> ep, expert_dp;
-  // Context parallelism: the CP group (ring attention's exchanges; a group of one when absent).
-  // With CP, `dp` is the DP x CP group that reduces and shards the dense gradients.
-  std::unique_ptr<Group> cp;
-};
-
 class Trainer {
  public:
   // Throws std::invalid_argument when the plan cannot be lowered to a Program, or when the

@@ -42,20 +42,19 @@ void cpu_limits(const Plan& plan, Diagnostics& d) {
   }
 }
 
-// The CUDA backend (exec/cuda/: cuBLASLt, NCCL): data parallelism of whole dense models.
+// The CUDA backend (exec/cuda/: CudaChunk on cuBLASLt and kernels/cuda, NCCL) plays the same
+// Trainer as the CPU backend (issue 23), so it runs every mesh the CPU backend runs, with the
+// CPU's limits and these of its chunk.
 void cuda_limits(const Plan& plan, Diagnostics& d) {
+  cpu_limits(plan, d);
   const auto& par = plan.parallelism;
-  auto one = [&](const char* field, std::int64_t value) {
-    if (value != 1) d.error(std::string("parallelism.") + field, "the CUDA backend runs data parallelism only: must be 1 (is " + text(value) + ")");
-  };
-  one("tensor_model_parallel_size", par.tensor_model_parallel_size);
-  one("pipeline_model_parallel_size", par.pipeline_model_parallel_size);
-  one("virtual_pipeline_model_parallel_size", par.virtual_pipeline_model_parallel_size);
-  one("context_parallel_size", par.context_parallel_size);
-  one("expert_model_parallel_size", par.expert_model_parallel_size);
-  if (par.zero_stage != 0) d.error("parallelism.zero_stage", "the CUDA backend keeps the whole optimizer state on every rank: must be 0 (is " + text(par.zero_stage) + ")");
-  if (plan.model.is_moe()) d.error("model.moe.num_moe_experts", "the CUDA backend has dense layers only");
-  if (plan.model.mla.kv_lora_rank > 0) d.error("model.mla.kv_lora_rank", "the CUDA backend has no multi-head latent attention");
+  if (plan.model.is_moe()) {
+    d.error("model.moe.num_moe_experts", "the CUDA backend has no MoE kernels yet (router, token permutation, the experts' grouped GEMMs): dense layers only");
+  }
+  if (par.context_parallel_size > 1) {
+    d.error("parallelism.context_parallel_size", "the CUDA backend has no attention over another member's block yet (a kernel masked by positions): must be 1 (is " +
+                                                     text(par.context_parallel_size) + ")");
+  }
 }
 
 }  // namespace

@@ -1,16 +1,15 @@
 #pragma once
-// execute() for the CUDA backend (ExecuteOptions::backend "cuda"): a CudaTrainer per rank (data
-// parallelism on one GPU each, exec/cuda/cuda_trainer.hpp), the steps, --verify of the first
-// step against the CPU's fp32 GptChunk (exec/reference_check.hpp) and the measured Report.
+// The CUDA backend module's side of execute() (exec/backend_module.hpp): this rank's GPU, its
+// CudaBackend and its groups. execute() then runs the same Trainer, checks and Report as on
+// the CPU backend.
 
-#include "exec/execute.hpp"
-#include "plan/plan.hpp"
+#include <string>
+
+#include "exec/backend_module.hpp"
 
 namespace meshwork::exec::cuda {
 
-// As execute(): MPI initialised, one process per rank of the plan; every failure is returned in
-// ExecuteResult::error. What only the CPU backend does (checkpoints and --resume,
-// --inject-bitflip and its replica checksums, --trace) is refused there too.
-[[nodiscard]] ExecuteResult execute_cuda(const plan::Plan& plan, const ExecuteOptions& options);
+// As CudaBackendModule::make_rank.
+[[nodiscard]] CudaRank make_cuda_rank(const plan::Plan& plan, std::int64_t world_rank, const GroupOptions& options, const std::string& collectives);
 
 }  // namespace meshwork::exec::cuda

@@ -214,8 +214,23 @@ TEST(Validate, BackendLimitsNameTheFieldsABackendCannotRun) {
   p.parallelism.zero_stage = 2;
   EXPECT_FALSE(has_error(backend_diagnostics(p, Backend::cpu), "parallelism.zero_stage"));
   const Diagnostics cuda = backend_diagnostics(p, Backend::cuda);
-  EXPECT_TRUE(has_error(cuda, "parallelism.expert_model_parallel_size", "data parallelism only"));
+  EXPECT_FALSE(has_error(cuda, "parallelism.expert_model_parallel_size"));  // the same Trainer as the CPU's: every mesh
   EXPECT_TRUE(has_error(cuda, "model.moe.num_moe_experts", "dense layers only"));
+  // The CUDA backend plays the CPU backend's Trainer (issue 23): a dense TP x PP x DP mesh with
+  // ZeRO, interleaved, is the CPU's and the CUDA's alike.
+  Plan mesh = base_plan();
+  mesh.parallelism.tensor_model_parallel_size = 2;
+  mesh.parallelism.sequence_parallel = true;
+  mesh.parallelism.pipeline_model_parallel_size = 2;
+  mesh.parallelism.data_parallel_size = 2;
+  mesh.parallelism.zero_stage = 3;
+  mesh.cluster.num_gpus = 8;
+  ASSERT_FALSE(check(mesh).has_errors()) << dump(check(mesh));
+  EXPECT_FALSE(backend_diagnostics(mesh, Backend::cpu).has_errors()) << dump(backend_diagnostics(mesh, Backend::cpu));
+  EXPECT_FALSE(backend_diagnostics(mesh, Backend::cuda).has_errors()) << dump(backend_diagnostics(mesh, Backend::cuda));
+  // What the CPU backend refuses, the CUDA one refuses too.
+  mesh.parallelism.num_distributed_optimizer_instances = 2;
+  EXPECT_TRUE(has_error(backend_diagnostics(mesh, Backend::cuda), "parallelism.num_distributed_optimizer_instances"));
   Plan dense = base_plan();
   dense.parallelism.context_parallel_size = 2;
   EXPECT_FALSE(backend_diagnostics(dense, Backend::cpu).has_errors()) << dump(backend_diagnostics(dense, Backend::cpu));

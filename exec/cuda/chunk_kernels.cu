@@ -1,0 +1,183 @@
+#include "exec/cuda/chunk_kernels.hpp"
+
+#include <cmath>
+
+#include "kernels/cuda/cuda_check.hpp"
+
+namespace meshwork::exec::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;  // as gpt_kernels.cu
+
+unsigned blocks_for(std::int64_t count) {
+  const std::int64_t b = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
+}
+void check_launch() { MESHWORK_CUDA_CHECK(cudaGetLastError()); }
+__device__ __forceinline__ std::int64_t thread_index() { return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ std::int64_t thread_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
+
+__global__ void widen_kernel(const bf16* in, float* out, std::int64_t n) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_stride()) out[i] = __bfloat162float(in[i]);
+}
+__global__ void fill_kernel(float* x, float v, std::int64_t n) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_stride()) x[i] = v;
+}
+
+__global__ void vp_embedding_forward_kernel(const std::int64_t* ids, const bf16* word, std::int64_t begin, std::int64_t local, const bf16* position,
+                                            const std::int64_t* positions, std::int64_t npos, bf16* x, std::int64_t tokens, std::int64_t hidden) {
+  for (std::int64_t i = thread_index(); i < tokens * hidden; i += thread_stride()) {
+    const std::int64_t t = i / hidden, c = i % hidden, row = ids[t] - begin;
+    float v = row >= 0 && row < local ? __bfloat162float(word[row * hidden + c]) : 0.0F;
+    if (position != nullptr) v += __bfloat162float(position[positions[t % npos] * hidden + c]);
+    x[i] = __float2bfloat16(v);
+  }
+}
+__global__ void vp_embedding_backward_word_kernel(const std::int64_t* ids, const bf16* dx, float* dword, std::int64_t begin, std::int64_t local,
+                                                  std::int64_t tokens, std::int64_t hidden) {
+  for (std::int64_t i = thread_index(); i < tokens * hidden; i += thread_stride()) {
+    const std::int64_t t = i / hidden, row = ids[t] - begin;
+    if (row >= 0 && row < local) atomicAdd(dword + row * hidden + i % hidden, __bfloat162float(dx[i]));
+  }
+}
+__global__ void position_backward_kernel(const bf16* dx, float* dpos, const std::int64_t* positions, std::int64_t npos, std::int64_t samples,
+                                         std::int64_t hidden) {
+  for (std::int64_t i = thread_index(); i < npos * hidden; i += thread_stride()) {
+    const std::int64_t p = i / hidden, c = i % hidden;
+    float s = 0;
+    for (std::int64_t b = 0; b < samples; ++b) s += __bfloat162float(dx[(b * npos + p) * hidden + c]);
+    dpos[positions[p] * hidden + c] += s;
+  }
+}
+// gpt_kernels.cu's rope_kernel with the row's position read from `positions`.
+__global__ void rope_at_kernel(bf16* x, const double2* table, const std::int64_t* positions, std::int64_t npos, std::int32_t heads, std::int32_t half,
+                               double sign) {
+  const std::int64_t r = blockIdx.x;
+  const double2* angle = table + positions[r % npos] * half;
+  bf16* row = x + r * heads * 2 * half;
+  for (std::int32_t t = static_cast<std::int32_t>(threadIdx.x); t < heads * half; t += static_cast<std::int32_t>(blockDim.x)) {
+    const std::int32_t h = t / half, i = t - h * half;
+    const double cs = angle[i].x, sn = sign * angle[i].y;
+    bf16* lo = row + h * 2 * half + i;
+    bf16* hi = lo + half;
+    const double l = __bfloat162float(*lo), u = __bfloat162float(*hi);
+    *lo = __float2bfloat16(static_cast<float>(l * cs - u * sn));
+    *hi = __float2bfloat16(static_cast<float>(u * cs + l * sn));
+  }
+}
+
+// A block's reduction in a fixed tree order; every thread gets the result.
+template <class Op>
+__device__ float block_reduce(float v, Op op, float* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] = op(shared[threadIdx.x], shared[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const float r = shared[0];
+  __syncthreads();
+  return r;
+}
+
+// One block per row.
+__global__ void vp_local_max_kernel(const bf16* logits, float* max, std::int64_t cols) {
+  __shared__ float shared[kThreads];
+  const bf16* row = logits + static_cast<std::int64_t>(blockIdx.x) * cols;
+  float m = -INFINITY;
+  bool nan = false;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = __bfloat162float(row[c]);
+    nan = nan || isnan(v);
+    m = fmaxf(m, v);
+  }
+  const float any_nan = block_reduce(nan ? 1.0F : 0.0F, [](float a, float b) { return fmaxf(a, b); }, shared);
+  const float r = block_reduce(m, [](float a, float b) { return fmaxf(a, b); }, shared);
+  if (threadIdx.x == 0) max[blockIdx.x] = any_nan > 0 ? NAN : r;
+}
+__global__ void vp_partial_sums_kernel(const bf16* logits, const float* max, const std::int64_t* targets, std::int64_t begin, float* sum_exp,
+                                       float* target_minus_max, std::int64_t cols) {
+  __shared__ float shared[kThreads];
+  const std::int64_t r = blockIdx.x;
+  const bf16* row = logits + r * cols;
+  const float m = max[r];
+  float s = 0;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += expf(__bfloat162float(row[c]) - m);
+  const float total = block_reduce(s, [](float a, float b) { return a + b; }, shared);
+  if (threadIdx.x == 0) {
+    sum_exp[r] = total;
+    const std::int64_t c = targets[r] - begin;
+    target_minus_max[r] = c >= 0 && c < cols ? __bfloat162float(row[c]) - m : 0.0F;
+  }
+}
+__global__ void vp_loss_and_grad_kernel(const bf16* logits, const float* max, const float* sum_exp, const float* target_minus_max, const std::int64_t* targets,
+                                        std::int64_t begin, float* loss, bf16* dlogits, std::int64_t cols, float scale) {
+  const std::int64_t r = blockIdx.x;
+  const float m = max[r], z = sum_exp[r];
+  const std::int64_t target = targets[r] - begin;
+  if (threadIdx.x == 0) loss[r] = logf(z) - target_minus_max[r];
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float p = expf(__bfloat162float(logits[r * cols + c]) - m) / z;
+    dlogits[r * cols + c] = __float2bfloat16(scale * (p - (c == target ? 1.0F : 0.0F)));
+  }
+}
+
+}  // namespace
+
+void widen(const bf16* in, float* out, std::int64_t count, cudaStream_t stream) {
+  if (count <= 0) return;
+  widen_kernel<<<blocks_for(count), kThreads, 0, stream>>>(in, out, count);
+  check_launch();
+}
+void fill(float* x, float value, std::int64_t count, cudaStream_t stream) {
+  if (count <= 0) return;
+  fill_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, value, count);
+  check_launch();
+}
+void vp_embedding_forward(const std::int64_t* ids, const bf16* word, std::int64_t vocab_begin, std::int64_t vocab_local, const bf16* position,
+                          const std::int64_t* positions, std::int64_t npos, bf16* x, std::int64_t tokens, std::int64_t hidden, cudaStream_t stream) {
+  if (tokens * hidden <= 0) return;
+  vp_embedding_forward_kernel<<<blocks_for(tokens * hidden), kThreads, 0, stream>>>(ids, word, vocab_begin, vocab_local, position, positions, npos, x, tokens,
+                                                                                    hidden);
+  check_launch();
+}
+void vp_embedding_backward_word(const std::int64_t* ids, const bf16* dx, float* dword, std::int64_t vocab_begin, std::int64_t vocab_local, std::int64_t tokens,
+                                std::int64_t hidden, cudaStream_t stream) {
+  if (tokens * hidden <= 0) return;
+  vp_embedding_backward_word_kernel<<<blocks_for(tokens * hidden), kThreads, 0, stream>>>(ids, dx, dword, vocab_begin, vocab_local, tokens, hidden);
+  check_launch();
+}
+void position_backward(const bf16* dx, float* dposition, const std::int64_t* positions, std::int64_t npos, std::int64_t tokens, std::int64_t hidden,
+                       cudaStream_t stream) {
+  if (npos * hidden <= 0) return;
+  position_backward_kernel<<<blocks_for(npos * hidden), kThreads, 0, stream>>>(dx, dposition, positions, npos, tokens / npos, hidden);
+  check_launch();
+}
+void rope_at(bf16* x, const double2* table, const std::int64_t* positions, std::int64_t npos, std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+             bool inverse, cudaStream_t stream) {
+  if (rows <= 0 || heads * head_dim <= 0) return;
+  rope_at_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, table, positions, npos, static_cast<std::int32_t>(heads),
+                                                                       static_cast<std::int32_t>(head_dim / 2), inverse ? -1.0 : 1.0);
+  check_launch();
+}
+void vp_local_max(const bf16* logits, float* max, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  if (rows <= 0) return;
+  vp_local_max_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, max, cols);
+  check_launch();
+}
+void vp_partial_sums(const bf16* logits, const float* max, const std::int64_t* targets, std::int64_t vocab_begin, float* sum_exp, float* target_minus_max,
+                     std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  if (rows <= 0) return;
+  vp_partial_sums_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, max, targets, vocab_begin, sum_exp, target_minus_max, cols);
+  check_launch();
+}
+void vp_loss_and_grad(const bf16* logits, const float* max, const float* sum_exp, const float* target_minus_max, const std::int64_t* targets,
+                      std::int64_t vocab_begin, float* loss, bf16* dlogits, std::int64_t rows, std::int64_t cols, float scale, cudaStream_t stream) {
+  if (rows <= 0) return;
+  vp_loss_and_grad_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, max, sum_exp, target_minus_max, targets, vocab_begin, loss, dlogits,
+                                                                                cols, scale);
+  check_launch();
+}
+
+}  // namespace meshwork::exec::cuda

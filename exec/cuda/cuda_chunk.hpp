@@ -1,0 +1,48 @@
+#pragma once
+// The CUDA backend's chunk (exec/chunk.hpp): GptChunk's model and op vocabulary on one GPU,
+// split over tensor parallelism as GptChunk splits it (column- and row-parallel projections,
+// vocabulary-parallel embedding and cross-entropy, sequence parallelism between them), with
+// bf16 activations and weights in the GEMMs (cuBLASLt, fp32 accumulation) and fp32 master
+// parameters and gradients, as CudaGpt computes a whole model. Each op is the CPU chunk's, on
+// kernels/cuda and exec/cuda's kernels; a TP collective widens its bf16 tensor to fp32 for the
+// Group (exec::Group's tensors are float) and rounds the result back.
+//
+// Pipeline transfers cross the interface in fp32 too (flowing() widens the bf16 tensor; a
+// receive() is rounded to bf16 before the next op reads it): twice the bytes Megatron sends,
+// and no rounding the CPU reference would not also see at the boundary.
+//
+// Attention per layer and micro-batch: materialised (P kept from forward to backward, cuBLAS
+// batched GEMMs) when the sequence is at least kMaterialisedMinSeq long and P fits in the
+// free memory less a reserve, else kernels/cuda's direct kernels (exec/cuda/gpt_cuda.hpp
+// explains both).
+//
+// Not run yet (make_cuda_chunk refuses them, naming the field): MoE layers (the router, token
+// permutation and the experts' grouped GEMMs have no CUDA kernels here) and context parallelism
+// (attention over another member's block needs a kernel masked by positions).
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/chunk.hpp"
+#include "exec/cuda/gemm.hpp"
+
+namespace meshwork::exec::cuda {
+
+// What a backend's chunks share: the compute stream every kernel, copy and collective of the
+// rank is ordered on, and cuBLASLt's handle and plans.
+struct DeviceContext {
+  cudaStream_t stream = nullptr;
+  Gemm gemm;
+};
+
+// What keeps the CUDA chunk from running `config`'s part of a model, one entry per field
+// ("model.moe: ..."); empty when it runs.
+[[nodiscard]] std::vector<std::string> cuda_chunk_limits(const plan::ModelConfig& model, bool context_parallel);
+
+// Throws std::invalid_argument listing cuda_chunk_limits when there are any.
+[[nodiscard]] std::unique_ptr<Chunk> make_cuda_chunk(const ChunkConfig& config, DeviceContext& context);
+
+}  // namespace meshwork::exec::cuda
