@@ -3,6 +3,12 @@
 //
 //   build/dev/bench/gpu_step_bench [--steps N] [--layers L] [--seq S]
 //                                  [--attention automatic|materialised|flash_direct]
+//                                  [--path model|trainer]
+//
+// --path model (the default) times CudaGpt, the whole model in one class; --path trainer the
+// same model as `meshwork execute --backend cuda` runs it: the one Trainer playing the plan's
+// Program on the CUDA backend's chunk (exec/cuda/cuda_chunk.hpp), each instruction waited for
+// (its timing), the optimizer on the Trainer's flat buffers. The attention flag is CudaGpt's.
 //
 // Llama 2 7B (Touvron et al. 2023, arXiv:2307.09288, Table 1 and the released config.json):
 // hidden 4096, 32 heads without GQA, SwiGLU FFN 11008, RMSNorm, vocab 32000, context 4096,
@@ -33,10 +39,14 @@
 #include <string_view>
 #include <vector>
 
+#include "exec/cuda/cuda_backend.hpp"
 #include "exec/cuda/gpt_cuda.hpp"
+#include "exec/reference_step.hpp"
+#include "exec/trainer.hpp"
 #include "exec/cuda/streams.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "models/flops.hpp"
+#include "plan/plan_io.hpp"
 #include "plan/presets.hpp"
 
 namespace {
@@ -53,6 +63,7 @@ struct Options {
   std::int64_t layers = 4;
   std::int64_t seq = 4096;
   AttentionPath attention = AttentionPath::automatic;
+  bool trainer = false;
 };
 
 class UsageError : public std::invalid_argument {
@@ -62,7 +73,7 @@ class UsageError : public std::invalid_argument {
 
 constexpr const char* kUsage =
     "usage: gpu_step_bench [--steps N] [--layers L] [--seq S] [--attention "
-    "automatic|materialised|flash_direct]\n";
+    "automatic|materialised|flash_direct] [--path model|trainer]\n";
 
 std::int64_t positive(std::string_view flag, const std::string& text) {
   std::size_t used = 0;
@@ -97,6 +108,9 @@ std::optional<Options> parse(int argc, char** argv) {
       } catch (const std::invalid_argument& e) {
         throw UsageError(e.what());
       }
+    } else if (flag == "--path") {
+      if (value != "model" && value != "trainer") throw UsageError("--path takes model or trainer, not '" + value + "'");
+      o.trainer = value == "trainer";
     } else {
       throw UsageError("unknown option " + std::string(flag));
     }
@@ -161,6 +175,45 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// The same model through the Trainer and the CUDA backend, as a one-GPU plan.
+int run_trainer(const Options& o, double flops_per_step, double peak_flops_per_s) {
+  const plan::ModelConfig m = llama2_7b_shape(o.layers, o.seq);
+  char text[1024];
+  std::snprintf(text, sizeof text,
+                R"({"model": {"num_layers": %lld, "hidden_size": %lld, "num_attention_heads": %lld, "num_query_groups": %lld, "kv_channels": %lld,
+                    "ffn_hidden_size": %lld, "activation": "swiglu", "normalization": "rmsnorm", "position_embedding_type": "rope", "seq_length": %lld,
+                    "vocab_size": %lld, "untie_embeddings_and_output_weights": true, "add_bias_linear": false},
+                    "training": {"global_batch_size": 1, "micro_batch_size": 1, "precision": "bf16"},
+                    "cluster": {"gpu": "h200-sxm", "num_gpus": 1, "gpus_per_node": 1}, "run": {"seed": 1}})",
+                static_cast<long long>(m.num_layers), static_cast<long long>(m.hidden_size), static_cast<long long>(m.num_attention_heads),
+                static_cast<long long>(m.num_query_groups), static_cast<long long>(m.kv_channels), static_cast<long long>(m.ffn_hidden_size),
+                static_cast<long long>(m.seq_length), static_cast<long long>(m.vocab_size));
+  auto loaded = plan::load_plan_text(text, plan::Format::json);
+  if (!loaded.ok()) throw std::logic_error("the benchmark's plan does not load: " + loaded.diagnostics.items().front().message);
+  const auto built = std::chrono::steady_clock::now();
+  exec::Trainer trainer(loaded.plan, exec::local_groups(), 0, nullptr, exec::cuda::make_cuda_backend(0));
+  std::printf("Trainer on the CUDA backend: %lld instructions per step (built in %.1f s)\n",
+              static_cast<long long>(trainer.program().classes.front().instrs.size()),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - built).count());
+  std::vector<double> step_ms;
+  for (std::int64_t i = 1; i <= kWarmupSteps + o.steps; ++i) {
+    trainer.backend().synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    const double loss = trainer.step(i, exec::ExecuteOptions{});
+    trainer.backend().synchronize();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!std::isfinite(loss)) throw std::runtime_error("step " + std::to_string(i) + ": loss is " + std::to_string(loss));
+    std::printf("step %lld: %.2f ms, loss %.4f\n", static_cast<long long>(i), ms, loss);
+    if (i > kWarmupSteps) step_ms.push_back(ms);
+  }
+  const double ms = median(step_ms);
+  const double flops_per_s = flops_per_step / (ms / 1e3);
+  const double mfu = flops_per_s / peak_flops_per_s;
+  std::printf("TFLOP/s %.1f, MFU %.2f %% of %.0f TFLOP/s\n", flops_per_s / 1e12, 100 * mfu, peak_flops_per_s / 1e12);
+  std::printf("RESULT gpu_trainer_step mfu=%.4f step_ms=%.3f tflops=%.2f\n", mfu, ms, flops_per_s / 1e12);
+  return 0;
+}
+
 int run(const Options& o) {
   print_device();
   const plan::ModelConfig m = llama2_7b_shape(o.layers, o.seq);
@@ -174,6 +227,7 @@ int run(const Options& o) {
   const plan::GpuPreset* h200 = plan::find_gpu_preset("h200-sxm");
   if (h200 == nullptr) throw std::logic_error("no h200-sxm preset");
   const double peak_flops_per_s = h200->spec.peak_tflops.bf16 * 1e12;
+  if (o.trainer) return run_trainer(o, flops_per_step, peak_flops_per_s);
 
   const auto built = std::chrono::steady_clock::now();
   const kernels::AdamWHyperparams hp{.lr = 3e-4,
