@@ -47,13 +47,8 @@ void cpu_limits(const Plan& plan, Diagnostics& d) {
 // CPU's limits and these of its chunk.
 void cuda_limits(const Plan& plan, Diagnostics& d) {
   cpu_limits(plan, d);
-  const auto& par = plan.parallelism;
   if (plan.model.is_moe()) {
     d.error("model.moe.num_moe_experts", "the CUDA backend has no MoE kernels yet (router, token permutation, the experts' grouped GEMMs): dense layers only");
-  }
-  if (par.context_parallel_size > 1) {
-    d.error("parallelism.context_parallel_size", "the CUDA backend has no attention over another member's block yet (a kernel masked by positions): must be 1 (is " +
-                                                     text(par.context_parallel_size) + ")");
   }
 }
 

@@ -123,7 +123,53 @@ __global__ void vp_loss_and_grad_kernel(const bf16* logits, const float* max, co
   }
 }
 
+// One block per row.
+__global__ void position_masked_softmax_kernel(bf16* scores, const std::int64_t* qpos, std::int64_t nq, const std::int64_t* kpos, std::int64_t nk) {
+  __shared__ float shared[kThreads];
+  const std::int64_t r = blockIdx.x;
+  bf16* row = scores + r * nk;
+  const std::int64_t q = qpos[r % nq];
+  float m = -INFINITY;
+  for (std::int64_t j = threadIdx.x; j < nk; j += blockDim.x) {
+    if (kpos[j] <= q) m = fmaxf(m, __bfloat162float(row[j]));
+  }
+  m = block_reduce(m, [](float a, float b) { return fmaxf(a, b); }, shared);
+  float sum = 0;
+  for (std::int64_t j = threadIdx.x; j < nk; j += blockDim.x) {
+    if (kpos[j] <= q) sum += expf(__bfloat162float(row[j]) - m);
+  }
+  sum = block_reduce(sum, [](float a, float b) { return a + b; }, shared);
+  for (std::int64_t j = threadIdx.x; j < nk; j += blockDim.x) {
+    row[j] = __float2bfloat16(kpos[j] <= q ? expf(__bfloat162float(row[j]) - m) / sum : 0.0F);
+  }
+}
+__global__ void softmax_backward_rows_kernel(const bf16* probs, bf16* d, std::int64_t nk, float scale) {
+  __shared__ float shared[kThreads];
+  const std::int64_t r = blockIdx.x;
+  const bf16* p = probs + r * nk;
+  bf16* row = d + r * nk;
+  float dot = 0;
+  for (std::int64_t j = threadIdx.x; j < nk; j += blockDim.x) dot += __bfloat162float(p[j]) * __bfloat162float(row[j]);
+  dot = block_reduce(dot, [](float a, float b) { return a + b; }, shared);
+  for (std::int64_t j = threadIdx.x; j < nk; j += blockDim.x) {
+    const float pj = __bfloat162float(p[j]);
+    row[j] = __float2bfloat16(scale * pj * (__bfloat162float(row[j]) - dot));
+  }
+}
+
 }  // namespace
+
+void position_masked_softmax_forward(bf16* scores, const std::int64_t* q_positions, std::int64_t nq, const std::int64_t* k_positions, std::int64_t nk,
+                                     std::int64_t rows, cudaStream_t stream) {
+  if (rows <= 0 || nk <= 0) return;
+  position_masked_softmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(scores, q_positions, nq, k_positions, nk);
+  check_launch();
+}
+void softmax_backward_rows(const bf16* probs, bf16* dprobs, std::int64_t nk, std::int64_t rows, float scale, cudaStream_t stream) {
+  if (rows <= 0 || nk <= 0) return;
+  softmax_backward_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(probs, dprobs, nk, scale);
+  check_launch();
+}
 
 void widen(const bf16* in, float* out, std::int64_t count, cudaStream_t stream) {
   if (count <= 0) return;

@@ -48,4 +48,13 @@ void vp_partial_sums(const bf16* logits, const float* max, const std::int64_t* t
 void vp_loss_and_grad(const bf16* logits, const float* max, const float* sum_exp, const float* target_minus_max, const std::int64_t* targets,
                       std::int64_t vocab_begin, float* loss, bf16* dlogits, std::int64_t rows, std::int64_t cols, float scale, cudaStream_t stream);
 
+// Attention by positions (context parallelism: a member's queries against every member's
+// keys): scores [rows, nk], row r the query at q_positions[r % nq], column j the key at
+// k_positions[j]; softmax over the keys at or before the query's position, the others 0.
+// In place: the scores in, the probabilities out. Every query sees at least its own key.
+void position_masked_softmax_forward(bf16* scores, const std::int64_t* q_positions, std::int64_t nq, const std::int64_t* k_positions, std::int64_t nk,
+                                     std::int64_t rows, cudaStream_t stream);
+// Its gradient: dscores = scale * P * (dP - sum over the row of P * dP), in place of dP.
+void softmax_backward_rows(const bf16* probs, bf16* dprobs, std::int64_t nk, std::int64_t rows, float scale, cudaStream_t stream);
+
 }  // namespace meshwork::exec::cuda

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "exec/cuda/cuda_chunk.hpp"  // before the kernels' bf16 alias: gemm.hpp's Types::bf16 would shadow it
+#include "exec/cuda/cuda_chunk.hpp"
 #include "exec/cuda/chunk_kernels.hpp"
 #include "exec/cuda/gpt_kernels.hpp"
 #include "exec/cuda/streams.hpp"

@@ -16,9 +16,12 @@
 // free memory less a reserve, else kernels/cuda's direct kernels (exec/cuda/gpt_cuda.hpp
 // explains both).
 //
+// Context parallelism exchanges K and V as GptChunk does (an all-gather before the attention,
+// a reduce-scatter of their gradients after it) and runs the attention materialised, masked by
+// the global positions of queries and keys (exec/cuda/cuda_chunk_cp.cpp).
+//
 // Not run yet (make_cuda_chunk refuses them, naming the field): MoE layers (the router, token
-// permutation and the experts' grouped GEMMs have no CUDA kernels here) and context parallelism
-// (attention over another member's block needs a kernel masked by positions).
+// permutation and the experts' grouped GEMMs have no CUDA kernels here).
 
 #include <cuda_runtime_api.h>
 
@@ -40,7 +43,7 @@ struct DeviceContext {
 
 // What keeps the CUDA chunk from running `config`'s part of a model, one entry per field
 // ("model.moe: ..."); empty when it runs.
-[[nodiscard]] std::vector<std::string> cuda_chunk_limits(const plan::ModelConfig& model, bool context_parallel);
+[[nodiscard]] std::vector<std::string> cuda_chunk_limits(const plan::ModelConfig& model);
 
 // Throws std::invalid_argument listing cuda_chunk_limits when there are any.
 [[nodiscard]] std::unique_ptr<Chunk> make_cuda_chunk(const ChunkConfig& config, DeviceContext& context);

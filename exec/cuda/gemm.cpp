@@ -29,7 +29,7 @@ std::uint32_t batch_alignment_bytes(const void* p, std::int64_t stride_elements,
 }
 
 std::string describe(Gemm::Types t, const BatchedGemmShape& s) {
-  const char* types = t == Gemm::Types::bf16          ? "bf16"
+  const char* types = t == Gemm::Types::bf16_to_bf16          ? "bf16"
                       : t == Gemm::Types::bf16_to_f32 ? "bf16 -> fp32"
                       : t == Gemm::Types::f32         ? "fp32"
                                                       : "fp8 e4m3 -> bf16";
@@ -66,7 +66,7 @@ struct TypeSet {
 
 TypeSet types_of(Gemm::Types t) {
   switch (t) {
-    case Gemm::Types::bf16: return {CUDA_R_16BF, CUDA_R_16BF, 2, 2};
+    case Gemm::Types::bf16_to_bf16: return {CUDA_R_16BF, CUDA_R_16BF, 2, 2};
     case Gemm::Types::bf16_to_f32: return {CUDA_R_16BF, CUDA_R_32F, 2, 4};
     case Gemm::Types::f32: return {CUDA_R_32F, CUDA_R_32F, 4, 4};
     case Gemm::Types::fp8_e4m3_to_bf16: return {CUDA_R_8F_E4M3, CUDA_R_16BF, 1, 2};
@@ -254,7 +254,7 @@ void Gemm::run(Types types, const void* a, const void* b, void* c, const Batched
 
 void Gemm::matmul(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,
                   float alpha, float beta, cudaStream_t stream) {
-  run(Types::bf16, a, b, c, BatchedGemmShape{m, n, k, trans_a, trans_b}, alpha, beta, nullptr, nullptr, stream);
+  run(Types::bf16_to_bf16, a, b, c, BatchedGemmShape{m, n, k, trans_a, trans_b}, alpha, beta, nullptr, nullptr, stream);
 }
 
 void Gemm::matmul(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,
@@ -269,7 +269,7 @@ void Gemm::matmul(const float* a, const float* b, float* c, std::int64_t m, std:
 
 void Gemm::matmul_batched(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, const BatchedGemmShape& shape, float alpha, float beta,
                           cudaStream_t stream) {
-  run(Types::bf16, a, b, c, shape, alpha, beta, nullptr, nullptr, stream);
+  run(Types::bf16_to_bf16, a, b, c, shape, alpha, beta, nullptr, nullptr, stream);
 }
 
 void Gemm::matmul_batched(const float* a, const float* b, float* c, const BatchedGemmShape& shape, float alpha, float beta, cudaStream_t stream) {

@@ -77,7 +77,7 @@ class Gemm {
   [[nodiscard]] bool supports_fp8() const { return compute_capability_ >= 89; }
   [[nodiscard]] std::size_t cached_plans() const { return plans_.size(); }
 
-  enum class Types : std::uint8_t { bf16, bf16_to_f32, f32, fp8_e4m3_to_bf16 };
+  enum class Types : std::uint8_t { bf16_to_bf16, bf16_to_f32, f32, fp8_e4m3_to_bf16 };
 
  private:
   // One problem as cuBLASLt's heuristic sees it: the alignments of the pointers (the largest

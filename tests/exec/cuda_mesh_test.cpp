@@ -72,5 +72,14 @@ TEST(CudaMesh, InterleavedAndZeroBubbleSchedules) {
                                  R"({"pp": 2, "pipeline_schedule": "zero_bubble"})"));
 }
 
+TEST(CudaMesh, ContextParallelWithTensorAndPipelineParallel) {
+  check_mesh("cp2-tp2-sp", mesh(R"({"preset": "tiny", "activation": "swiglu", "normalization": "rmsnorm", "num_query_groups": 2,
+                                   "untie_embeddings_and_output_weights": true, "add_bias_linear": false, "position_embedding_type": "rope"})",
+                                kTraining, R"({"tp": 2, "cp": 2, "sequence_parallel": true})"));
+  // Contiguous shares (no load balancing), full recomputation, ZeRO-1, learned positions.
+  check_mesh("cp2-pp2", mesh(kTiny, R"({"global_batch_size": 8, "micro_batch_size": 2, "precision": "fp32", "recompute": "full"})",
+                             R"({"cp": 2, "pp": 2, "zero_stage": 1, "context_parallel_load_balance": false})"));
+}
+
 }  // namespace
 }  // namespace meshwork::exec::cuda
