@@ -10,29 +10,30 @@ namespace {
 
 std::string text(std::int64_t v) { return std::to_string(v); }
 
-// The CPU backend (exec/: Eigen, Open MPI) runs every mesh the Program lowers (TP with SP, PP
-// under every schedule, DP with ZeRO 0-3, CP, EP), with these exceptions of its model.
-void cpu_limits(const Plan& plan, Diagnostics& d) {
+// The one Trainer (exec/trainer.hpp) runs every mesh the Program lowers (TP with SP, PP under
+// every schedule, DP with ZeRO 0-3, CP, EP) on either backend, with these exceptions of its
+// model (GptChunk's, which CudaChunk follows op for op); `who` names the backend.
+void trainer_limits(const Plan& plan, Diagnostics& d, const std::string& who) {
   const auto& par = plan.parallelism;
   const auto& m = plan.model;
   if (m.is_moe()) {
     // exec/moe.cpp: dropless top-k routing without shared experts or biases, experts split
     // over TP (expert tensor parallelism = TP); ZeRO 1-2 shard their optimizer state over
     // expert data parallelism, but ZeRO-3 does not shard their parameters between uses.
-    if (par.zero_stage > 2) d.error("parallelism.zero_stage", "the CPU backend runs MoE with ZeRO 0-2 only (experts' parameters are not sharded between uses)");
-    if (m.moe.moe_shared_expert_intermediate_size > 0) d.error("model.moe.moe_shared_expert_intermediate_size", "the CPU backend has no shared experts (must be 0)");
-    if (m.moe.capacity_factor > 0) d.error("model.moe.capacity_factor", "the CPU backend's routing is dropless (must be 0)");
-    if (m.add_bias_linear) d.error("model.add_bias_linear", "the CPU backend's experts have no biases (must be false with MoE)");
+    if (par.zero_stage > 2) d.error("parallelism.zero_stage", who + " runs MoE with ZeRO 0-2 only (experts' parameters are not sharded between uses)");
+    if (m.moe.moe_shared_expert_intermediate_size > 0) d.error("model.moe.moe_shared_expert_intermediate_size", who + " has no shared experts (must be 0)");
+    if (m.moe.capacity_factor > 0) d.error("model.moe.capacity_factor", who + "'s routing is dropless (must be 0)");
+    if (m.add_bias_linear) d.error("model.add_bias_linear", who + "'s experts have no biases (must be false with MoE)");
   }
-  if (m.mla.kv_lora_rank > 0) d.error("model.mla.kv_lora_rank", "the CPU backend has no multi-head latent attention");
+  if (m.mla.kv_lora_rank > 0) d.error("model.mla.kv_lora_rank", who + " has no multi-head latent attention");
   if (par.num_distributed_optimizer_instances > 1) {
-    d.error("parallelism.num_distributed_optimizer_instances", "the CPU backend shards the optimizer over all of DP x CP (must be 1; the estimate and the simulator price several instances)");
+    d.error("parallelism.num_distributed_optimizer_instances", who + " shards the optimizer over all of DP x CP (must be 1; the estimate and the simulator price several instances)");
   }
   if (par.context_parallel_size > 1 && par.context_parallel_comm_type == CpCommType::p2p) {
-    // exec/gpt.cpp gathers every member's K and V, then runs the whole attention: what the
+    // exec/gpt.cpp (and CudaChunk) gathers every member's K and V, then runs the whole attention: what the
     // Program prices as all_gather. Its measured CP time is that of all_gather, not the ring's.
     d.warning("parallelism.context_parallel_comm_type",
-              "the CPU backend exchanges K and V before the attention, as all_gather does: to compare its measured step with a "
+              who + " exchanges K and V before the attention, as all_gather does: to compare its measured step with a "
               "prediction, predict the plan with context_parallel_comm_type: all_gather (the p2p ring hides the exchange under the attention)");
   }
   const std::int64_t micro = derive(plan).micro_batches_per_step;
@@ -43,14 +44,9 @@ void cpu_limits(const Plan& plan, Diagnostics& d) {
 }
 
 // The CUDA backend (exec/cuda/: CudaChunk on cuBLASLt and kernels/cuda, NCCL) plays the same
-// Trainer as the CPU backend (issue 23), so it runs every mesh the CPU backend runs, with the
-// CPU's limits and these of its chunk.
-void cuda_limits(const Plan& plan, Diagnostics& d) {
-  cpu_limits(plan, d);
-  if (plan.model.is_moe()) {
-    d.error("model.moe.num_moe_experts", "the CUDA backend has no MoE kernels yet (router, token permutation, the experts' grouped GEMMs): dense layers only");
-  }
-}
+// Trainer as the CPU backend (issue 23) and its chunk has every op of GptChunk, so it runs
+// every plan the CPU backend runs, with the CPU's limits.
+void cuda_limits(const Plan& plan, Diagnostics& d) { trainer_limits(plan, d, "the CUDA backend"); }
 
 }  // namespace
 
@@ -64,7 +60,7 @@ std::optional<Backend> parse_backend(std::string_view name) {
 
 Diagnostics backend_diagnostics(const Plan& plan, Backend backend) {
   Diagnostics d;
-  if (backend == Backend::cpu) cpu_limits(plan, d);
+  if (backend == Backend::cpu) trainer_limits(plan, d, "the CPU backend");
   else cuda_limits(plan, d);
   return d;
 }

@@ -157,7 +157,69 @@ __global__ void softmax_backward_rows_kernel(const bf16* probs, bf16* d, std::in
   }
 }
 
+__global__ void gather_rows_scaled_kernel(const bf16* src, const std::int64_t* index, const float* scale, bf16* dst, std::int64_t n, std::int64_t cols) {
+  for (std::int64_t i = thread_index(); i < n * cols; i += thread_stride()) {
+    const std::int64_t r = i / cols;
+    const float v = __bfloat162float(src[index[r] * cols + i % cols]);
+    dst[i] = __float2bfloat16(scale == nullptr ? v : scale[r] * v);
+  }
+}
+__global__ void scatter_rows_kernel(const bf16* src, const std::int64_t* index, bf16* dst, std::int64_t n, std::int64_t cols) {
+  for (std::int64_t i = thread_index(); i < n * cols; i += thread_stride()) dst[index[i / cols] * cols + i % cols] = src[i];
+}
+__global__ void moe_combine_kernel(const bf16* res, const bf16* pairs, const float* gate, std::int64_t k, std::int64_t tokens, std::int64_t cols, bf16* y) {
+  for (std::int64_t i = thread_index(); i < tokens * cols; i += thread_stride()) {
+    const std::int64_t t = i / cols, c = i % cols;
+    float s = 0;
+    for (std::int64_t j = 0; j < k; ++j) s += gate[t * k + j] * __bfloat162float(pairs[(t * k + j) * cols + c]);
+    y[i] = __float2bfloat16(__bfloat162float(res[i]) + s);
+  }
+}
+// One block per pair.
+__global__ void pair_dots_kernel(const bf16* dy, const bf16* pairs, std::int64_t k, std::int64_t cols, float* dots) {
+  __shared__ float shared[kThreads];
+  const std::int64_t q = blockIdx.x;
+  float s = 0;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += __bfloat162float(dy[(q / k) * cols + c]) * __bfloat162float(pairs[q * cols + c]);
+  s = block_reduce(s, [](float a, float b) { return a + b; }, shared);
+  if (threadIdx.x == 0) dots[q] = s;
+}
+__global__ void sum_pair_rows_kernel(const bf16* rows, const std::int64_t* index, std::int64_t k, std::int64_t tokens, std::int64_t cols, bf16* y) {
+  for (std::int64_t i = thread_index(); i < tokens * cols; i += thread_stride()) {
+    const std::int64_t t = i / cols, c = i % cols;
+    float s = 0;
+    for (std::int64_t j = 0; j < k; ++j) s += __bfloat162float(rows[index[t * k + j] * cols + c]);
+    y[i] = __float2bfloat16(s);
+  }
+}
+
 }  // namespace
+
+void gather_rows_scaled(const bf16* src, const std::int64_t* index, const float* scale, bf16* dst, std::int64_t n, std::int64_t cols, cudaStream_t stream) {
+  if (n * cols <= 0) return;
+  gather_rows_scaled_kernel<<<blocks_for(n * cols), kThreads, 0, stream>>>(src, index, scale, dst, n, cols);
+  check_launch();
+}
+void scatter_rows(const bf16* src, const std::int64_t* index, bf16* dst, std::int64_t n, std::int64_t cols, cudaStream_t stream) {
+  if (n * cols <= 0) return;
+  scatter_rows_kernel<<<blocks_for(n * cols), kThreads, 0, stream>>>(src, index, dst, n, cols);
+  check_launch();
+}
+void moe_combine(const bf16* res, const bf16* pairs, const float* gate, std::int64_t k, std::int64_t tokens, std::int64_t cols, bf16* y, cudaStream_t stream) {
+  if (tokens * cols <= 0) return;
+  moe_combine_kernel<<<blocks_for(tokens * cols), kThreads, 0, stream>>>(res, pairs, gate, k, tokens, cols, y);
+  check_launch();
+}
+void pair_dots(const bf16* dy, const bf16* pairs, std::int64_t k, std::int64_t n_pairs, std::int64_t cols, float* dots, cudaStream_t stream) {
+  if (n_pairs <= 0) return;
+  pair_dots_kernel<<<static_cast<unsigned>(n_pairs), kThreads, 0, stream>>>(dy, pairs, k, cols, dots);
+  check_launch();
+}
+void sum_pair_rows(const bf16* rows, const std::int64_t* index, std::int64_t k, std::int64_t tokens, std::int64_t cols, bf16* y, cudaStream_t stream) {
+  if (tokens * cols <= 0) return;
+  sum_pair_rows_kernel<<<blocks_for(tokens * cols), kThreads, 0, stream>>>(rows, index, k, tokens, cols, y);
+  check_launch();
+}
 
 void position_masked_softmax_forward(bf16* scores, const std::int64_t* q_positions, std::int64_t nq, const std::int64_t* k_positions, std::int64_t nk,
                                      std::int64_t rows, cudaStream_t stream) {

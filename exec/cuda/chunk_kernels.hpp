@@ -57,4 +57,16 @@ void position_masked_softmax_forward(bf16* scores, const std::int64_t* q_positio
 // Its gradient: dscores = scale * P * (dP - sum over the row of P * dP), in place of dP.
 void softmax_backward_rows(const bf16* probs, bf16* dprobs, std::int64_t nk, std::int64_t rows, float scale, cudaStream_t stream);
 
+// MoE's row movements (exec/cuda/cuda_chunk_moe.cpp). Rows of `cols` values:
+// dst[i] = scale[i] * src[index[i]] (scale null: 1), i < n;
+void gather_rows_scaled(const bf16* src, const std::int64_t* index, const float* scale, bf16* dst, std::int64_t n, std::int64_t cols, cudaStream_t stream);
+// dst[index[i]] = src[i], i < n (index a permutation);
+void scatter_rows(const bf16* src, const std::int64_t* index, bf16* dst, std::int64_t n, std::int64_t cols, cudaStream_t stream);
+// y[t] = res[t] + sum over j < k of gate[t k + j] * pairs[t k + j] (fp32 sums, in j's order);
+void moe_combine(const bf16* res, const bf16* pairs, const float* gate, std::int64_t k, std::int64_t tokens, std::int64_t cols, bf16* y, cudaStream_t stream);
+// dots[q] = dy[q / k] . pairs[q];
+void pair_dots(const bf16* dy, const bf16* pairs, std::int64_t k, std::int64_t n_pairs, std::int64_t cols, float* dots, cudaStream_t stream);
+// y[t] = sum over j < k of rows[index[t k + j]] (fp32 sums, in j's order).
+void sum_pair_rows(const bf16* rows, const std::int64_t* index, std::int64_t k, std::int64_t tokens, std::int64_t cols, bf16* y, cudaStream_t stream);
+
 }  // namespace meshwork::exec::cuda

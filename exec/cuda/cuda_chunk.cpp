@@ -39,6 +39,9 @@ CudaChunk::CudaChunk(const ChunkConfig& c, DeviceContext& ctx)
   hd_ = m_.kv_channels;
   vocab_local_ = m_.vocab_size / t_;
   vocab_begin_ = r_ * vocab_local_;
+  own_ep_ = c.ep == nullptr ? std::make_unique<LocalGroup>("ep") : nullptr;
+  ep_ = c.ep == nullptr ? own_ep_.get() : c.ep;
+  if (m_.is_moe() && m_.moe.num_moe_experts % ep_->size() != 0) throw std::invalid_argument("expert parallelism does not divide the experts");
   if (c.cp != nullptr && c.cp->size() > 1) {
     cp_ = c.cp;
     cp_size_ = cp_->size();
@@ -65,6 +68,7 @@ CudaChunk::CudaChunk(const ChunkConfig& c, DeviceContext& ctx)
   }
   std::vector<std::pair<const Entry*, Mat>> initial;
   for (auto& spec : specs) {
+    if (spec.is_expert() && expert_owner(spec.expert, m_.moe.num_moe_experts, ep_->size()) != ep_->rank()) continue;  // another EP rank's
     Mat value = shard(initial_value(spec, c.seed), spec.split, r_, t_);
     Entry e{spec, value.rows(), value.cols(), spec.is_expert() ? 1 : 0, 0};
     e.offset = flat_size_[e.flat];
@@ -352,20 +356,7 @@ void CudaChunk::run_end_op(std::string_view op, OpPhase phase, Cache& c) {
 
 }  // namespace chunk_detail
 
-std::vector<std::string> cuda_chunk_limits(const plan::ModelConfig& model) {
-  std::vector<std::string> out;
-  if (model.is_moe()) out.emplace_back("model.moe: MoE layers (the router, token permutation and grouped expert GEMMs have no CUDA kernels in meshwork yet)");
-  if (model.kv_channels % 2 != 0 && model.position_embedding_type == plan::PositionEmbedding::rope) out.emplace_back("model.kv_channels: RoPE turns dimensions in pairs");
-  return out;
-}
-
 std::unique_ptr<Chunk> make_cuda_chunk(const ChunkConfig& config, DeviceContext& context) {
-  const auto limits = cuda_chunk_limits(config.model);
-  if (!limits.empty()) {
-    std::string text = "the CUDA backend cannot run this plan yet:";
-    for (std::size_t i = 0; i < limits.size(); ++i) text += (i == 0 ? " " : "; ") + limits[i];
-    throw std::invalid_argument(text);
-  }
   return std::make_unique<chunk_detail::CudaChunk>(config, context);
 }
 

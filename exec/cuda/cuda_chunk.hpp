@@ -20,8 +20,10 @@
 // a reduce-scatter of their gradients after it) and runs the attention materialised, masked by
 // the global positions of queries and keys (exec/cuda/cuda_chunk_cp.cpp).
 //
-// Not run yet (make_cuda_chunk refuses them, naming the field): MoE layers (the router, token
-// permutation and the experts' grouped GEMMs have no CUDA kernels here).
+// MoE layers as GptChunk runs them (exec/cuda/cuda_chunk_moe.cpp): the router's GEMM on the
+// device, its softmax, top-k and the sort by expert on the host from the logits (tokens x
+// experts floats), the rows moved by index on the device, each local expert's GEMMs one after
+// the other (no grouped GEMM yet).
 
 #include <cuda_runtime_api.h>
 
@@ -41,11 +43,7 @@ struct DeviceContext {
   Gemm gemm;
 };
 
-// What keeps the CUDA chunk from running `config`'s part of a model, one entry per field
-// ("model.moe: ..."); empty when it runs.
-[[nodiscard]] std::vector<std::string> cuda_chunk_limits(const plan::ModelConfig& model);
-
-// Throws std::invalid_argument listing cuda_chunk_limits when there are any.
+// Throws std::invalid_argument when expert parallelism does not divide the experts.
 [[nodiscard]] std::unique_ptr<Chunk> make_cuda_chunk(const ChunkConfig& config, DeviceContext& context);
 
 }  // namespace meshwork::exec::cuda

@@ -89,9 +89,7 @@ class CudaChunk final : public Chunk {
   [[nodiscard]] std::span<const float> flowing(int mb) override;
   void run(std::string_view op, OpPhase phase, std::int64_t layer, int mb) override;
   void tp_collective(models::Collective c, OpPhase phase, int mb) override;
-  void ep_collective(std::string_view what, OpPhase, std::int64_t, int) override {
-    throw std::logic_error("the CUDA chunk has no MoE layers (" + std::string(what) + ")");
-  }
+  void ep_collective(std::string_view what, OpPhase phase, std::int64_t layer, int mb) override;
   void cp_collective(std::string_view what, OpPhase phase, std::int64_t layer, int mb) override;
   [[nodiscard]] double loss_sum() const override { return loss_sum_; }
   void reset_loss() override { loss_sum_ = 0; }
@@ -103,6 +101,27 @@ class CudaChunk final : public Chunk {
   void zero_grads() override;
 
  private:
+  // An MoE layer's dispatch, kept from forward to backward, as GptChunk::MoeCache: pairs are
+  // (token, choice), index token * topk + choice; the send rows are the pairs sorted by expert.
+  // The routing (softmax, top-k, the sort) is decided on the host from the router's logits.
+  struct MoeCache {
+    std::vector<float> probs;                 // host [tokens, experts]
+    std::vector<std::int64_t> expert;         // per pair
+    std::vector<float> gate;                  // per pair
+    std::vector<std::size_t> order;           // per send row: its pair
+    std::vector<std::int64_t> rows_per_expert, recv_rows;
+    std::vector<int> send_counts, recv_counts;  // floats per EP member
+    std::vector<Index> segment;
+    std::vector<std::vector<std::int64_t>> tp_recv_rows;
+    std::vector<std::vector<Index>> tp_segment;
+    Index tp_block = 0;
+    Dev<std::int64_t> send_token, pair_of_send, send_of_pair;  // per send row: its token, its pair; per pair: its send row
+    DVec gate_pairs, gate_sends;            // the gates in pair order and in send order
+    std::vector<float> dprobs;              // host: the probabilities' gradient until the router's backward
+    DMat dlogits;                           // [tokens, experts], for the router's weight gradient
+    DMat gathered, partial, send, rows, results, back, out;
+    std::vector<DMat> x, u, a, dout, du;    // per local expert
+  };
   struct LayerCache {
     DMat x, x1, y1, y2;     // the layer's input, the residual after attention, the normalised inputs of the column-parallel layers
     DVec mean1, rstd1, mean2, rstd2;
@@ -117,6 +136,7 @@ class CudaChunk final : public Chunk {
     // gathers them; dropped after use, as ring attention keeps only its own block), and the
     // K and V gradients of every member's block before they travel back.
     DMat k_all, v_all, dk_blocks, dv_blocks;
+    std::unique_ptr<MoeCache> moe;  // an MoE layer's, in place of u and a
   };
   struct Cache {
     std::vector<LayerCache> layers;
@@ -159,6 +179,14 @@ class CudaChunk final : public Chunk {
   // members' keys ([samples, cp * npos] rows); `back` the other way.
   DMat to_sequence(const DMat& member_major, I samples, I npos) const;
   DMat to_members(const DMat& sequence, I samples, I npos) const;
+  // The MoE layer (cuda_chunk_moe.cpp): GptChunk::run_moe_op and its exchanges on the device.
+  void run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, LayerCache& lc);
+  void dispatch(MoeCache& c, bool backward);
+  void combine(MoeCache& c, bool backward);
+  void moe_tp_gather(MoeCache& c, bool backward);
+  void moe_tp_reduce(MoeCache& c, bool backward);
+  // x's rows to the EP members by all_to_all_v (counts in floats), through fp32.
+  DMat exchange_rows(const DMat& x, const std::vector<int>& send_counts, const std::vector<int>& recv_counts, I recv_rows) const;
   void run_end_op(std::string_view op, OpPhase phase, Cache& c);
   void run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c);
 
@@ -177,6 +205,8 @@ class CudaChunk final : public Chunk {
   Dev<float> values_[2], grads_[2];
   Dev<bf16> copies_[2];
   Dev<double2> rope_table_;
+  std::unique_ptr<Group> own_ep_;  // a group of one when no EP group is given
+  Group* ep_ = nullptr;
   Group* cp_ = nullptr;
   int cp_size_ = 1, cp_rank_ = 0;
   Dev<std::int64_t> key_positions_;  // every member's positions, in member order (the keys' sequence)

@@ -81,5 +81,14 @@ TEST(CudaMesh, ContextParallelWithTensorAndPipelineParallel) {
                              R"({"cp": 2, "pp": 2, "zero_stage": 1, "context_parallel_load_balance": false})"));
 }
 
+TEST(CudaMesh, ExpertParallelMoe) {
+  const std::string moe = R"({"preset": "tiny-moe"})";
+  check_mesh("moe-ep2-dp2", mesh(moe, kTraining, R"({"ep": 2})"));
+  // Expert tensor parallelism (TP 2) with EP 2, ZeRO-1 over the experts' data parallelism.
+  check_mesh("moe-tp2-ep2-zero1", mesh(moe, kTraining, R"({"tp": 2, "ep": 2, "sequence_parallel": true, "zero_stage": 1})"));
+  check_mesh("moe-tp2-pp2", mesh(moe, R"({"global_batch_size": 8, "micro_batch_size": 2, "precision": "fp32", "recompute": "full"})",
+                                 R"({"tp": 2, "pp": 2, "sequence_parallel": true})"));
+}
+
 }  // namespace
 }  // namespace meshwork::exec::cuda

@@ -211,11 +211,12 @@ TEST(Validate, BackendLimitsNameTheFieldsABackendCannotRun) {
   const Diagnostics cpu = backend_diagnostics(p, Backend::cpu);
   EXPECT_FALSE(has_error(cpu, "parallelism.tensor_model_parallel_size"));  // experts split over TP
   EXPECT_TRUE(has_error(cpu, "parallelism.zero_stage", "MoE with ZeRO 0-2 only"));
+  EXPECT_TRUE(has_error(backend_diagnostics(p, Backend::cuda), "parallelism.zero_stage", "MoE with ZeRO 0-2 only"));  // the CPU's limits are the CUDA's
   p.parallelism.zero_stage = 2;
   EXPECT_FALSE(has_error(backend_diagnostics(p, Backend::cpu), "parallelism.zero_stage"));
   const Diagnostics cuda = backend_diagnostics(p, Backend::cuda);
   EXPECT_FALSE(has_error(cuda, "parallelism.expert_model_parallel_size"));  // the same Trainer as the CPU's: every mesh
-  EXPECT_TRUE(has_error(cuda, "model.moe.num_moe_experts", "dense layers only"));
+  EXPECT_TRUE(has_error(cuda, "model.add_bias_linear", "the CUDA backend's experts have no biases"));  // MoE with TP and EP, but biases
   // The CUDA backend plays the CPU backend's Trainer (issue 23): a dense TP x PP x DP mesh with
   // ZeRO, interleaved, is the CPU's and the CUDA's alike.
   Plan mesh = base_plan();
