@@ -186,11 +186,17 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
       const auto t0 = Clock::now();
       rec.loss = run->step(s, options);
       // The step's time and, at this boundary, whether any rank was asked to stop.
-      std::array<float, 2> boundary{static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count()),
-                                    options.stop_requested && options.stop_requested() ? 1.0F : 0.0F};
-      run->groups().world->all_reduce_max(boundary);
-      rec.seconds = boundary[0];
-      const bool stop = boundary[1] > 0;
+      // Host values: gathered as integers (a float span is a tensor in the backend's memory).
+      const std::array<std::uint64_t, 2> mine{std::bit_cast<std::uint64_t>(std::chrono::duration<double>(Clock::now() - t0).count()),
+                                              options.stop_requested && options.stop_requested() ? 1U : 0U};
+      std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(size));
+      run->groups().world->all_gather(mine, all);
+      rec.seconds = 0;
+      bool stop = false;
+      for (std::size_t r = 0; r < all.size(); r += 2) {
+        rec.seconds = std::max(rec.seconds, std::bit_cast<double>(all[r]));
+        stop = stop || all[r + 1] != 0;
+      }
       if (ref) {
         // The reference is no rank of the job: the faults injected into a rank are not its.
         ExecuteOptions reference_options = options;

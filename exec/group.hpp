@@ -3,6 +3,10 @@
 // group of one (every collective is the identity: the single-rank reference runs on it);
 // `MpiGroup` (mpi_group.hpp) is the CPU backend's, over Open MPI; the CUDA backend's is NCCL's.
 // Sizes and times are recorded per group with nccl-tests' conventions (bytes = the buffer).
+//
+// Float spans are tensors in the backend's memory (the host's on the CPU backend, the device's
+// under NcclGroup); integer and double spans (counts, checksums, losses, flags) are the host's
+// on every backend.
 
 #include <algorithm>
 #include <cstdint>

@@ -10,8 +10,7 @@
 
 #include "exec/cuda/cuda_backend.hpp"
 #include "exec/thread_mesh.hpp"
-#include "plan/plan_io.hpp"
-#include "plan/plan.hpp"
+#include "tests/exec/json_meshes.hpp"
 
 namespace meshwork::exec::cuda {
 namespace {
@@ -20,18 +19,6 @@ bool have_device() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
-
-// tests/data/exec's meshes, in JSON: the GPU-only build reads no YAML.
-plan::Plan mesh(const std::string& model, const std::string& training, const std::string& parallelism) {
-  const std::string text = R"({"schema_version": 1, "model": )" + model + R"(, "training": )" + training + R"(, "parallelism": )" + parallelism +
-                           R"(, "cluster": {"gpu": "cpu-host", "num_gpus": 4, "gpus_per_node": 4, "intra_node": {"kind": "shared_memory"}, "nics_per_node": 0,
-                              "topology": {"kind": "single_node"}}, "run": {"seed": 7}})";
-  auto r = plan::load_plan_text(text, plan::Format::json);
-  EXPECT_TRUE(r.ok()) << (r.diagnostics.items().empty() ? text : r.diagnostics.items().front().message);
-  return r.plan;
-}
-const std::string kTiny = R"({"preset": "tiny"})";
-const std::string kTraining = R"({"global_batch_size": 8, "micro_batch_size": 2, "precision": "fp32", "recompute": "none", "flash_attention": false})";
 
 // The plan is checked first, so that a machine without a GPU still loads it.
 void check_mesh(const char* name, const plan::Plan& p, std::int64_t steps = 2) {
@@ -48,46 +35,24 @@ void check_mesh(const char* name, const plan::Plan& p, std::int64_t steps = 2) {
   }
 }
 
-TEST(CudaMesh, TensorAndPipelineParallel) {
-  check_mesh("tp2-pp2", mesh(kTiny, kTraining, R"({"tp": 2, "pp": 2, "pipeline_schedule": "gpipe"})"));
-}
-TEST(CudaMesh, SequenceParallelRopeSwiglu) {
-  check_mesh("llama-tp2-pp2-sp", mesh(R"({"preset": "tiny", "activation": "swiglu", "normalization": "rmsnorm", "num_query_groups": 2,
-                                           "untie_embeddings_and_output_weights": true, "add_bias_linear": false, "position_embedding_type": "rope"})",
-                                       kTraining, R"({"tp": 2, "pp": 2, "sequence_parallel": true, "zero_stage": 1})"));
-}
-TEST(CudaMesh, RecomputationUnderSequenceParallelism) {
-  check_mesh("recompute-tp2-pp2-sp",
-             mesh(kTiny, R"({"global_batch_size": 8, "micro_batch_size": 2, "precision": "fp32", "recompute": "full", "recompute_method": "uniform",
-                             "recompute_num_layers": 1, "flash_attention": false})",
-                  R"({"tp": 2, "pp": 2, "sequence_parallel": true})"));
-}
-TEST(CudaMesh, ZeroThreeOverFourReplicas) {
-  check_mesh("zero3-dp4", mesh(kTiny, kTraining, R"({"zero_stage": 3})"));
-}
+using exec::test::json_mesh_named;
+
+TEST(CudaMesh, TensorAndPipelineParallel) { check_mesh("tp2-pp2", json_mesh_named("tp2-pp2")); }
+TEST(CudaMesh, SequenceParallelRopeSwiglu) { check_mesh("llama-tp2-pp2-sp", json_mesh_named("llama-tp2-pp2-sp")); }
+TEST(CudaMesh, RecomputationUnderSequenceParallelism) { check_mesh("recompute-tp2-pp2-sp", json_mesh_named("recompute-tp2-pp2-sp")); }
+TEST(CudaMesh, ZeroThreeOverFourReplicas) { check_mesh("zero3-dp4", json_mesh_named("zero3-dp4")); }
 TEST(CudaMesh, InterleavedAndZeroBubbleSchedules) {
-  check_mesh("interleaved-pp2-dp2", mesh(R"({"preset": "tiny", "num_layers": 4})", R"({"global_batch_size": 8, "micro_batch_size": 1, "precision": "fp32"})",
-                                          R"({"pp": 2, "pipeline_schedule": "interleaved", "virtual_pipeline_model_parallel_size": 2})"));
-  check_mesh("zb-pp2-dp2", mesh(kTiny, R"({"global_batch_size": 16, "micro_batch_size": 2, "precision": "fp32", "recompute": "selective"})",
-                                 R"({"pp": 2, "pipeline_schedule": "zero_bubble"})"));
+  check_mesh("interleaved-pp2-dp2", json_mesh_named("interleaved-pp2-dp2"));
+  check_mesh("zb-pp2-dp2", json_mesh_named("zb-pp2-dp2"));
 }
-
 TEST(CudaMesh, ContextParallelWithTensorAndPipelineParallel) {
-  check_mesh("cp2-tp2-sp", mesh(R"({"preset": "tiny", "activation": "swiglu", "normalization": "rmsnorm", "num_query_groups": 2,
-                                   "untie_embeddings_and_output_weights": true, "add_bias_linear": false, "position_embedding_type": "rope"})",
-                                kTraining, R"({"tp": 2, "cp": 2, "sequence_parallel": true})"));
-  // Contiguous shares (no load balancing), full recomputation, ZeRO-1, learned positions.
-  check_mesh("cp2-pp2", mesh(kTiny, R"({"global_batch_size": 8, "micro_batch_size": 2, "precision": "fp32", "recompute": "full"})",
-                             R"({"cp": 2, "pp": 2, "zero_stage": 1, "context_parallel_load_balance": false})"));
+  check_mesh("cp2-tp2-sp", json_mesh_named("cp2-tp2-sp"));
+  check_mesh("cp2-pp2", json_mesh_named("cp2-pp2"));
 }
-
 TEST(CudaMesh, ExpertParallelMoe) {
-  const std::string moe = R"({"preset": "tiny-moe"})";
-  check_mesh("moe-ep2-dp2", mesh(moe, kTraining, R"({"ep": 2})"));
-  // Expert tensor parallelism (TP 2) with EP 2, ZeRO-1 over the experts' data parallelism.
-  check_mesh("moe-tp2-ep2-zero1", mesh(moe, kTraining, R"({"tp": 2, "ep": 2, "sequence_parallel": true, "zero_stage": 1})"));
-  check_mesh("moe-tp2-pp2", mesh(moe, R"({"global_batch_size": 8, "micro_batch_size": 2, "precision": "fp32", "recompute": "full"})",
-                                 R"({"tp": 2, "pp": 2, "sequence_parallel": true})"));
+  check_mesh("moe-ep2-dp2", json_mesh_named("moe-ep2-dp2"));
+  check_mesh("moe-tp2-ep2-zero1", json_mesh_named("moe-tp2-ep2-zero1"));
+  check_mesh("moe-tp2-pp2", json_mesh_named("moe-tp2-pp2"));
 }
 
 }  // namespace

@@ -8,23 +8,18 @@
 #include <string>
 
 #include "exec/thread_mesh.hpp"
-#include "plan/plan_io.hpp"
+#include "tests/exec/json_meshes.hpp"
 
 namespace meshwork::exec {
 namespace {
 
-plan::Plan load(const std::string& name) {
-  auto r = plan::load_plan(std::string(MESHWORK_SOURCE_DIR) + "/tests/data/exec/" + name);
-  EXPECT_TRUE(r.ok()) << name;
-  return r.plan;
-}
-
 std::unique_ptr<Backend> cpu(std::int64_t) { return make_cpu_backend(); }
 
+// The meshes the GPU check runs on the CUDA backend (tests/exec/json_meshes.hpp), here on the
+// CPU's: every one verifies, so a failure there is the CUDA backend's, not the mesh's.
 TEST(ThreadMesh, EveryKindOfMeshVerifiesAgainstTheSingleRankRun) {
-  for (const char* name : {"tp2-pp2.yaml", "llama-tp2-pp2-sp.yaml", "zero3-dp4.yaml", "interleaved-pp2-dp2.yaml", "zb-pp2-dp2.yaml", "cp2-tp2-sp.yaml",
-                           "moe-ep2-dp2.yaml", "moe-tp2-ep2-zero1.yaml"}) {
-    const ThreadMeshResult r = run_mesh_in_threads(load(name), 2, cpu, false);
+  for (const auto& [name, plan] : test::json_meshes()) {
+    const ThreadMeshResult r = run_mesh_in_threads(plan, 2, cpu, false);
     ASSERT_TRUE(r.error.empty()) << name << ": " << r.error;
     ASSERT_EQ(r.steps.size(), 2u) << name;
     for (const auto& s : r.steps) {
@@ -37,8 +32,8 @@ TEST(ThreadMesh, EveryKindOfMeshVerifiesAgainstTheSingleRankRun) {
 
 // Staging through the host changes no bit on the CPU backend: the same losses, the same errors.
 TEST(ThreadMesh, StagedGroupsCarryTheSameBits) {
-  for (const char* name : {"tp2-pp2.yaml", "cp2-dp2.yaml", "moe-ep2-dp2.yaml"}) {
-    const plan::Plan p = load(name);
+  for (const char* name : {"tp2-pp2", "cp2-dp2", "moe-ep2-dp2"}) {
+    const plan::Plan p = test::json_mesh_named(name);
     const ThreadMeshResult direct = run_mesh_in_threads(p, 2, cpu, false), staged = run_mesh_in_threads(p, 2, cpu, true);
     ASSERT_TRUE(direct.error.empty() && staged.error.empty()) << name << ": " << direct.error << staged.error;
     ASSERT_EQ(direct.steps.size(), staged.steps.size());
@@ -51,7 +46,7 @@ TEST(ThreadMesh, StagedGroupsCarryTheSameBits) {
 
 // A rank whose backend cannot be made is named, and the others do not wait for it forever.
 TEST(ThreadMesh, ARankThatFailsIsNamed) {
-  const ThreadMeshResult r = run_mesh_in_threads(load("tp2-pp2.yaml"), 1, [](std::int64_t rank) -> std::unique_ptr<Backend> {
+  const ThreadMeshResult r = run_mesh_in_threads(test::json_mesh_named("tp2-pp2"), 1, [](std::int64_t rank) -> std::unique_ptr<Backend> {
     if (rank == 0) throw std::runtime_error("no device here");
     return make_cpu_backend();
   }, false, 2.0);

@@ -98,16 +98,23 @@ class GuiCoreTest : public QObject {
     QVERIFY(doc.valid());
     const std::size_t before = doc.diagnostics().items().size();
     QVERIFY(doc.diagnostic("parallelism.tensor_model_parallel_size") == nullptr);
-    doc.set_backend(plan::Backend::cuda);  // GPT-3 on 1,024 A100s: TP 8 x PP 8, beyond the CUDA backend's DP only
+    // GPT-3 on 1,024 A100s, TP 8 x PP 8 x DP 16: a dense mesh both backends run (one Trainer).
+    doc.set_backend(plan::Backend::cuda);
     QVERIFY(doc.valid());
-    const plan::Diagnostic* tp = doc.diagnostic("parallelism.tensor_model_parallel_size");
-    QVERIFY(tp != nullptr);
-    QCOMPARE(tp->severity, plan::Severity::warning);
-    QVERIFY(tp->message.starts_with("execute --backend cuda: "));
-    doc.set_backend(plan::Backend::cpu);  // a dense model: the CPU backend runs every mesh of it
     QCOMPARE(doc.diagnostics().items().size(), before);
+    // Several distributed-optimizer instances (of ZeRO-1): priced by the estimate and the
+    // simulator, run by neither backend.
+    QVERIFY2(doc.set("parallelism.zero_stage", "1", error), error.c_str());
+    QVERIFY2(doc.set("parallelism.num_distributed_optimizer_instances", "2", error), error.c_str());
+    QVERIFY(doc.valid());
+    const plan::Diagnostic* instances = doc.diagnostic("parallelism.num_distributed_optimizer_instances");
+    QVERIFY(instances != nullptr);
+    QCOMPARE(instances->severity, plan::Severity::warning);
+    QVERIFY(instances->message.starts_with("execute --backend cuda: "));
+    doc.set_backend(plan::Backend::cpu);
+    QVERIFY(doc.diagnostic("parallelism.num_distributed_optimizer_instances") != nullptr);
     doc.set_backend(std::nullopt);
-    QCOMPARE(doc.diagnostics().items().size(), before);
+    QVERIFY(doc.diagnostic("parallelism.num_distributed_optimizer_instances") == nullptr);
   }
 
   void document_save_writes_json_that_reopens() {
