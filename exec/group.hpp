@@ -70,6 +70,7 @@ class Group {
   GroupStats stats_;
 };
 
+// Its float copies are the host's: a device backend's group of one is NcclGroup or StagedGroup.
 class LocalGroup final : public Group {
  public:
   explicit LocalGroup(std::string name = "local", std::int64_t world_rank = 0) : name_(std::move(name)), world_rank_(world_rank) {}

@@ -64,6 +64,7 @@ class Trainer {
   void load_from_chunks() {
     pack(false, false, params_.span());
     pack(true, false, expert_params_.span());
+    for (auto& c : chunks_) c->values_changed();
   }
   // The Program this rank plays (its stage's list is program().classes[stage()]).
   [[nodiscard]] const models::Program& program() const { return program_; }

@@ -177,7 +177,8 @@ void CudaChunk::begin_forward(int mb, const Batch& batch, double loss_scale) {
   };
   c->ids = upload(batch.ids);
   c->targets = upload(batch.targets);
-  c->positions = upload(std::vector<std::int64_t>(c->batch.positions.begin(), c->batch.positions.end()));
+  const std::vector<std::int64_t> positions(c->batch.positions.begin(), c->batch.positions.end());
+  c->positions = upload(positions);
   c->loss_scale = loss_scale;
   MESHWORK_CUDA_CHECK(cudaStreamSynchronize(s_));  // the host vectors above are temporaries
   caches_[mb] = std::move(c);

@@ -28,6 +28,20 @@ constexpr I kAlign = 128;
 // What the materialised attention leaves free: as CudaGpt's kAutomaticReserveBytes.
 constexpr std::size_t kReserveBytes = std::size_t{2} << 30;
 
+// Bytes the device can still give: its free memory and what the stream-ordered pool holds unused.
+inline std::size_t free_device_bytes() {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  MESHWORK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  int device = 0;
+  MESHWORK_CUDA_CHECK(cudaGetDevice(&device));
+  cudaMemPool_t pool = nullptr;
+  MESHWORK_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  std::uint64_t reserved = 0, used = 0;
+  MESHWORK_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  MESHWORK_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  return free_bytes + static_cast<std::size_t>(reserved > used ? reserved - used : 0);
+}
+
 // A device tensor [rows, cols], allocated and freed in the order of `stream` (the stream-ordered
 // allocator: no device-wide synchronisation per op, as cudaMalloc would take).
 template <class T>
@@ -205,6 +219,9 @@ class CudaChunk final : public Chunk {
   Dev<float> values_[2], grads_[2];
   Dev<bf16> copies_[2];
   Dev<double2> rope_table_;
+  // The attention's path for (samples x heads) = materialised_for_: materialised (P kept) or direct.
+  bool materialised_ = false;
+  I materialised_for_ = -1;
   std::unique_ptr<Group> own_ep_;  // a group of one when no EP group is given
   Group* ep_ = nullptr;
   Group* cp_ = nullptr;

@@ -56,13 +56,18 @@ void CudaChunk::run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c) 
       rows_to_heads(lc.q.data(), lc.qh.data(), samples, seq, heads_, heads_, hd_, s_);
       rows_to_heads(lc.k.data(), lc.kh.data(), samples, seq, heads_, groups_, hd_, s_);
       rows_to_heads(lc.v.data(), lc.vh.data(), samples, seq, heads_, groups_, hd_, s_);
-      bool materialised = false;
-      if (seq >= kMaterialisedMinSeq) {
-        std::size_t free_bytes = 0, total_bytes = 0;
-        MESHWORK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-        materialised = materialised_attention_probs_bytes(bh, seq) * 2 + kReserveBytes <= free_bytes;
+      if (materialised_for_ != bh) {
+        // Once per shape, so that every layer, micro-batch and step runs the same kernels: P for
+        // each layer of the chunk and backward's scratch, as CudaGpt decides it, in the memory
+        // free now (the device's and what the stream-ordered pool keeps).
+        materialised_ = false;
+        if (seq >= kMaterialisedMinSeq) {
+          const std::size_t needed = materialised_attention_probs_bytes(bh, seq) * static_cast<std::size_t>(layers_ + 1);
+          materialised_ = needed + kReserveBytes <= free_device_bytes();
+        }
+        materialised_for_ = bh;
       }
-      if (materialised) {
+      if (materialised_) {
         lc.probs = DMat(bh * seq, seq, s_);
         materialised_attention_forward(ctx_.gemm, lc.qh.data(), lc.kh.data(), lc.vh.data(), lc.probs.data(), lc.atth.data(), bh, seq, hd_, s_,
                                        causal_row_blocks(seq));

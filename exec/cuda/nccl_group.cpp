@@ -284,7 +284,7 @@ void NcclGroup::send_recv(const void* send, std::size_t send_count, int to, void
 
 void NcclGroup::point_to_point(std::span<const Transfer> transfers, ncclDataType_t type, cudaStream_t stream) {
   for (const auto& t : transfers) {
-    if (t.peer < 0 || t.peer >= size_ || (t.send == nullptr) == (t.recv == nullptr)) {
+    if (t.peer < 0 || t.peer >= size_ || (t.count > 0 && (t.send == nullptr) == (t.recv == nullptr))) {
       throw std::invalid_argument("point-to-point in the " + name_ + " group: each transfer is a send or a receive to a member");
     }
   }
@@ -298,6 +298,7 @@ void NcclGroup::point_to_point(std::span<const Transfer> transfers, ncclDataType
   std::size_t elements = 0;
   for (const auto& t : transfers) {
     if (first_error != ncclSuccess) break;
+    if (t.count == 0) continue;  // both sides skip it: their sizes agree
     first_error = t.send != nullptr ? ncclSend(t.send, t.count, type, t.peer, comm_, stream) : ncclRecv(t.recv, t.count, type, t.peer, comm_, stream);
     elements += t.count;
   }

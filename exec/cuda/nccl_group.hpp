@@ -22,6 +22,10 @@
 // flush(), so that two neighbours exchanging cannot wait for each other. NCCL matches a
 // pair's transfers by order, not by tag: the Program lists a pair's sends in the order its
 // receiver lists them (tests/models/program_transfers_test.cpp), and the tag is not sent.
+// A receive waits for the sends posted with it, so a buffered send to one neighbour can hold a
+// receive from another until the first posts its receive: deadlock-free when every rank's
+// receives follow the Program's order, which the pipeline schedules keep; to be run on 8 GPUs
+// under the interleaved and zero-bubble schedules before it is trusted there.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>

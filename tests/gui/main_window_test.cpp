@@ -156,13 +156,19 @@ class MainWindowTest : public QObject {
     PlanEditor* editor = w.plan_editor();
     auto* backend = editor->findChild<QComboBox*>("execution_backend");
     QVERIFY(backend != nullptr);
+    // Several distributed-optimizer instances (of ZeRO-1): priced by the tiers, run by neither
+    // backend (GPT-3's TP 8 x PP 8 x DP 16 mesh itself both run: one Trainer).
+    editor->select_section("parallelism");
+    FieldTableModel* fields = editor->field_model();
+    QVERIFY(fields->setData(fields->index(fields->row_of("parallelism.zero_stage"), FieldTableModel::value_column), "1"));
+    QVERIFY(fields->setData(fields->index(fields->row_of("parallelism.num_distributed_optimizer_instances"), FieldTableModel::value_column), "2"));
     const int before = editor->diagnostics_model()->rowCount();
     backend->setCurrentIndex(backend->findData(QStringLiteral("cuda")));
     DiagnosticsModel* diags = editor->diagnostics_model();
     bool listed = false;
     for (int r = 0; r < diags->rowCount(); ++r) {
       const auto& d = diags->at(r);
-      listed = listed || (d.path == "parallelism.tensor_model_parallel_size" && d.severity == plan::Severity::warning &&
+      listed = listed || (d.path == "parallelism.num_distributed_optimizer_instances" && d.severity == plan::Severity::warning &&
                           d.message.find("execute --backend cuda") != std::string::npos);
     }
     QVERIFY(listed);
