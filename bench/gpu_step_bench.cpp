@@ -7,8 +7,9 @@
 //
 // --path model (the default) times CudaGpt, the whole model in one class; --path trainer the
 // same model as `meshwork execute --backend cuda` runs it: the one Trainer playing the plan's
-// Program on the CUDA backend's chunk (exec/cuda/cuda_chunk.hpp), each instruction waited for
-// (its timing), the optimizer on the Trainer's flat buffers. The attention flag is CudaGpt's.
+// Program on the CUDA backend's chunk (exec/cuda/cuda_chunk.hpp), untimed per instruction (the
+// device runs ahead of the host, as `execute` does not: it waits for each to time it), the
+// optimizer on the Trainer's flat buffers. The attention flag is CudaGpt's.
 //
 // Llama 2 7B (Touvron et al. 2023, arXiv:2307.09288, Table 1 and the released config.json):
 // hidden 4096, 32 heads without GQA, SwiGLU FFN 11008, RMSNorm, vocab 32000, context 4096,

@@ -71,7 +71,9 @@ class Trainer {
   [[nodiscard]] const plan::Plan& plan() const { return plan_; }
   [[nodiscard]] std::int64_t stage() const { return stage_; }
   // Seconds per instruction of this rank's stage, summed over the steps since the last reset
-  // (DP instructions, which the optimizer instruction plays, stay 0).
+  // (DP instructions, which the optimizer instruction plays, stay 0). On a device backend each
+  // instruction is waited for only when the Trainer times it (an OpSeconds, `tracing` or a
+  // delay); otherwise the device runs ahead and these are the host's enqueue times.
   [[nodiscard]] const std::vector<double>& instr_seconds() const { return instr_seconds_; }
   void reset_timing() { std::fill(instr_seconds_.begin(), instr_seconds_.end(), 0.0); }
   // With `tracing`, every instruction's run, in order (microseconds since the Trainer was made).

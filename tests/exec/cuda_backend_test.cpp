@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -235,6 +236,52 @@ TEST(CudaNccl, GroupOfOneRunsEveryCollective) {
   group.wait();
   EXPECT_EQ(y.download(), v);
   EXPECT_EQ(group.stats().calls, 7);
+}
+
+// NcclGroup as the CUDA backend's exec::Group (issue 23): float spans on the device, on the
+// bound stream; integer and double spans on the host, staged; sends buffered until the next
+// receive or flush; an empty transfer skipped. At one rank here; at N on a multi-GPU machine.
+TEST(CudaNccl, AsAnExecGroupOfOneItRunsEveryCollective) {
+  REQUIRE_DEVICE();
+  ncclUniqueId id{};
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  NcclGroupOptions options;
+  options.timeout_s = 60;
+  NcclGroup nccl("tp", id, 0, 1, options);
+  Stream stream;
+  nccl.bind(stream.get());
+  exec::Group& g = nccl;
+  const std::vector<float> v = {1, 2, 3, 4};
+  DeviceBuffer<float> x{std::span<const float>(v)}, y(4);
+  const std::span<float> xs(x.data(), 4), ys(y.data(), 4);
+  g.all_reduce_sum(xs);
+  g.all_reduce_max(xs);
+  g.all_gather(std::span<const float>(xs), ys);
+  g.reduce_scatter_sum(std::span<const float>(xs), ys);
+  const std::vector<int> counts = {4};
+  g.all_to_all_v(std::span<const float>(xs), counts, ys, counts);
+  EXPECT_EQ(y.download(), v);
+  std::array<double, 2> d = {1.5, -2.0};
+  g.all_reduce_sum(std::span<double>(d));
+  EXPECT_EQ(d[0], 1.5);
+  EXPECT_EQ(d[1], -2.0);
+  const std::vector<std::uint64_t> h = {7};
+  std::vector<std::uint64_t> gathered(1);
+  g.all_gather(std::span<const std::uint64_t>(h), gathered);
+  EXPECT_EQ(gathered[0], 7U);
+  const std::vector<std::int64_t> counts_in = {3};
+  std::vector<std::int64_t> counts_out(1);
+  g.all_to_all(counts_in, counts_out);
+  EXPECT_EQ(counts_out[0], 3);
+  DeviceBuffer<float> z(4);
+  g.send(0, 5, std::span<const float>(xs));
+  g.send(0, 6, std::span<const float>());  // empty: skipped on both sides
+  g.recv(0, 5, std::span<float>(z.data(), 4));
+  g.recv(0, 6, std::span<float>());
+  g.flush();
+  EXPECT_EQ(z.download(), v);
+  EXPECT_GT(g.stats().calls, 6);
+  EXPECT_EQ(g.world_rank(0), 0);
 }
 
 TEST(CudaNccl, AMemberThatNeverJoinsIsCaughtByTheWatchdog) {
