@@ -274,8 +274,16 @@ void Trainer::optimizer_step(std::int64_t step, const ExecuteOptions& options) {
     }
   }
   const auto dp = static_cast<std::size_t>(g_.dp->size());
-  Buffer grads = b.allocate(shard_ * dp);  // zero padding past n_
-  pack(false, true, grads.span());
+  const bool flip = options.bitflip.step == step && options.bitflip.rank == world_rank_;
+  // One data-parallel replica and nothing to keep or corrupt: AdamW updates each dense
+  // parameter where its chunk holds it, with no flat copy of the gradients or the parameters
+  // (params_ is refreshed from the chunks when a checkpoint asks for it).
+  const bool in_place = dp == 1 && !keep_reduced && !flip;
+  Buffer grads;
+  if (!in_place) {
+    grads = b.allocate(shard_ * dp);  // zero padding past n_
+    pack(false, true, grads.span());
+  }
   Buffer expert_grads = b.allocate(ne_);
   pack(true, true, expert_grads.span());
   // Experts' gradients are divided by the whole DP size too: an expert's owner already holds the
@@ -304,9 +312,22 @@ void Trainer::optimizer_step(std::int64_t step, const ExecuteOptions& options) {
       }
     }
   }
-  const bool flip = options.bitflip.step == step && options.bitflip.rank == world_rank_;
   ++adam_step_;
-  if (par.zero_stage == 0 || dp == 1) {
+  if (in_place) {
+    const auto start = Clock::now();
+    std::size_t at = 0;
+    for (auto& c : chunks_) {
+      for (const auto& slot : c->slots()) {
+        if (slot.spec->is_expert()) continue;
+        b.adamw(slot.value, slot.grad, exp_avg_.span().subspan(at, slot.size()), exp_avg_sq_.span().subspan(at, slot.size()), adam_step_, kExecutorAdamW);
+        at += slot.size();
+      }
+      c->values_changed();
+    }
+    b.synchronize();
+    if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
+    params_stale_ = true;
+  } else if (par.zero_stage == 0 || dp == 1) {
     // This rank's own gradients, kept to reduce again if the replicas disagree.
     Buffer local;
     if (dp > 1) {
@@ -410,7 +431,11 @@ bool Trainer::materialise() {
   return true;
 }
 
-RankState Trainer::state() const {
+RankState Trainer::state() {
+  if (params_stale_) {
+    pack(false, false, params_.span());
+    params_stale_ = false;
+  }
   auto host = [&](const Buffer& from) {
     std::vector<float> out(from.size());
     backend_->to_host(from.span(), out);
@@ -439,6 +464,7 @@ void Trainer::restore(const RankState& s) {
   backend_->from_host(s.expert_exp_avg, expert_exp_avg_.span());
   backend_->from_host(s.expert_exp_avg_sq, expert_exp_avg_sq_.span());
   adam_step_ = s.step;
+  params_stale_ = false;
   unpack(true, expert_params_.span());
   if (!(plan_.parallelism.zero_stage == 3 && g_.dp->size() > 1)) unpack(false, params_.span());
 }

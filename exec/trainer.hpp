@@ -50,7 +50,7 @@ class Trainer {
   [[nodiscard]] Backend& backend() { return *backend_; }
 
   // Optimizer state and parameters as a checkpoint holds them.
-  [[nodiscard]] RankState state() const;
+  [[nodiscard]] RankState state();
   void restore(const RankState& s);
 
   [[nodiscard]] const Groups& groups() const { return g_; }
@@ -63,6 +63,7 @@ class Trainer {
   // Sets the parameters (and the flat copy the optimizer updates) from the chunks' values.
   void load_from_chunks() {
     pack(false, false, params_.span());
+    params_stale_ = false;
     pack(true, false, expert_params_.span());
     for (auto& c : chunks_) c->values_changed();
   }
@@ -112,6 +113,7 @@ class Trainer {
   // The backend's buffers: the parameters whole (ZeRO 0-2) or the shard (ZeRO-3); AdamW's
   // moments whole (ZeRO 0) or the shard (ZeRO >= 1).
   Buffer params_, exp_avg_, exp_avg_sq_;
+  bool params_stale_ = false;  // AdamW updated the chunks in place (one replica): params_ is behind
   std::size_t ne_ = 0;  // expert parameters of this rank
   std::size_t expert_shard_ = 0;  // their expert-DP shard (ZeRO 1-2)
   Buffer expert_params_, expert_exp_avg_, expert_exp_avg_sq_;

@@ -7,7 +7,9 @@
 
 #include <string>
 
+#include "exec/reference_step.hpp"
 #include "exec/thread_mesh.hpp"
+#include "exec/trainer.hpp"
 #include "tests/exec/json_meshes.hpp"
 
 namespace meshwork::exec {
@@ -51,6 +53,22 @@ TEST(ThreadMesh, ARankThatFailsIsNamed) {
     return make_cpu_backend();
   }, false, 2.0);
   EXPECT_NE(r.error.find("no device here"), std::string::npos) << r.error;
+}
+
+// One replica: AdamW updates the parameters where the chunks hold them, without the flat copies
+// (what the GPU's single-rank step saves); the same bits as the flat path (--verify's, which
+// keeps the reduced gradients), step after step, checkpoints included.
+TEST(Trainer, UpdatesInPlaceAsTheFlatPathDoes) {
+  const plan::Plan p = single_rank(test::json_mesh_named("llama-tp2-pp2-sp"));
+  Trainer in_place(p, local_groups(), 0, nullptr), flat(p, local_groups(), 0, nullptr);
+  flat.keep_reduced = true;
+  for (std::int64_t s = 1; s <= 3; ++s) {
+    EXPECT_EQ(in_place.step(s, ExecuteOptions{}), flat.step(s, ExecuteOptions{})) << "step " << s;
+  }
+  const RankState a = in_place.state(), b = flat.state();
+  EXPECT_EQ(a.params, b.params);
+  EXPECT_EQ(a.exp_avg, b.exp_avg);
+  EXPECT_EQ(a.exp_avg_sq, b.exp_avg_sq);
 }
 
 }  // namespace
