@@ -3,13 +3,16 @@
 //
 //   build/dev/bench/gpu_step_bench [--steps N] [--layers L] [--seq S]
 //                                  [--attention automatic|materialised|flash_direct]
-//                                  [--path model|trainer]
+//                                  [--path model|trainer] [--precision bf16|fp8]
 //
 // --path model (the default) times CudaGpt, the whole model in one class; --path trainer the
 // same model as `meshwork execute --backend cuda` runs it: the one Trainer playing the plan's
 // Program on the CUDA backend's chunk (exec/cuda/cuda_chunk.hpp), untimed per instruction (the
 // device runs ahead of the host, as `execute` does not: it waits for each to time it), the
-// optimizer on the Trainer's flat buffers. The attention flag is CudaGpt's.
+// optimizer on the Trainer's flat buffers. The attention flag is CudaGpt's. --precision fp8
+// (the Trainer path only) runs the plan at precision fp8: the layers' linear GEMMs in e4m3
+// (CudaChunk::linear), its MFU against the H200's 1,979 TFLOP/s dense FP8 peak and its line
+// RESULT gpu_trainer_step_fp8.
 //
 // Llama 2 7B (Touvron et al. 2023, arXiv:2307.09288, Table 1 and the released config.json):
 // hidden 4096, 32 heads without GQA, SwiGLU FFN 11008, RMSNorm, vocab 32000, context 4096,
@@ -65,6 +68,7 @@ struct Options {
   std::int64_t seq = 4096;
   AttentionPath attention = AttentionPath::automatic;
   bool trainer = false;
+  bool fp8 = false;
 };
 
 class UsageError : public std::invalid_argument {
@@ -74,7 +78,7 @@ class UsageError : public std::invalid_argument {
 
 constexpr const char* kUsage =
     "usage: gpu_step_bench [--steps N] [--layers L] [--seq S] [--attention "
-    "automatic|materialised|flash_direct] [--path model|trainer]\n";
+    "automatic|materialised|flash_direct] [--path model|trainer] [--precision bf16|fp8]\n";
 
 std::int64_t positive(std::string_view flag, const std::string& text) {
   std::size_t used = 0;
@@ -112,10 +116,14 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (flag == "--path") {
       if (value != "model" && value != "trainer") throw UsageError("--path takes model or trainer, not '" + value + "'");
       o.trainer = value == "trainer";
+    } else if (flag == "--precision") {
+      if (value != "bf16" && value != "fp8") throw UsageError("--precision takes bf16 or fp8, not '" + value + "'");
+      o.fp8 = value == "fp8";
     } else {
       throw UsageError("unknown option " + std::string(flag));
     }
   }
+  if (o.fp8 && !o.trainer) throw UsageError("--precision fp8 runs on --path trainer only (CudaGpt computes in bf16)");
   return o;
 }
 
@@ -178,17 +186,22 @@ double median(std::vector<double> v) {
 
 // The same model through the Trainer and the CUDA backend, as a one-GPU plan.
 int run_trainer(const Options& o, double flops_per_step, double peak_flops_per_s) {
+  if (o.fp8) {
+    const plan::GpuPreset* h200 = plan::find_gpu_preset("h200-sxm");
+    if (h200 == nullptr) throw std::logic_error("no h200-sxm preset");
+    peak_flops_per_s = h200->spec.peak_tflops.fp8 * 1e12;
+  }
   const plan::ModelConfig m = llama2_7b_shape(o.layers, o.seq);
   char text[1024];
   std::snprintf(text, sizeof text,
                 R"({"model": {"num_layers": %lld, "hidden_size": %lld, "num_attention_heads": %lld, "num_query_groups": %lld, "kv_channels": %lld,
                     "ffn_hidden_size": %lld, "activation": "swiglu", "normalization": "rmsnorm", "position_embedding_type": "rope", "seq_length": %lld,
                     "vocab_size": %lld, "untie_embeddings_and_output_weights": true, "add_bias_linear": false},
-                    "training": {"global_batch_size": 1, "micro_batch_size": 1, "precision": "bf16"},
+                    "training": {"global_batch_size": 1, "micro_batch_size": 1, "precision": "%s"},
                     "cluster": {"gpu": "h200-sxm", "num_gpus": 1, "gpus_per_node": 1}, "run": {"seed": 1}})",
                 static_cast<long long>(m.num_layers), static_cast<long long>(m.hidden_size), static_cast<long long>(m.num_attention_heads),
                 static_cast<long long>(m.num_query_groups), static_cast<long long>(m.kv_channels), static_cast<long long>(m.ffn_hidden_size),
-                static_cast<long long>(m.seq_length), static_cast<long long>(m.vocab_size));
+                static_cast<long long>(m.seq_length), static_cast<long long>(m.vocab_size), o.fp8 ? "fp8" : "bf16");
   auto loaded = plan::load_plan_text(text, plan::Format::json);
   if (!loaded.ok()) throw std::logic_error("the benchmark's plan does not load: " + loaded.diagnostics.items().front().message);
   const auto built = std::chrono::steady_clock::now();
@@ -211,7 +224,7 @@ int run_trainer(const Options& o, double flops_per_step, double peak_flops_per_s
   const double flops_per_s = flops_per_step / (ms / 1e3);
   const double mfu = flops_per_s / peak_flops_per_s;
   std::printf("TFLOP/s %.1f, MFU %.2f %% of %.0f TFLOP/s\n", flops_per_s / 1e12, 100 * mfu, peak_flops_per_s / 1e12);
-  std::printf("RESULT gpu_trainer_step mfu=%.4f step_ms=%.3f tflops=%.2f\n", mfu, ms, flops_per_s / 1e12);
+  std::printf("RESULT gpu_trainer_step%s mfu=%.4f step_ms=%.3f tflops=%.2f\n", o.fp8 ? "_fp8" : "", mfu, ms, flops_per_s / 1e12);
   return 0;
 }
 

@@ -115,7 +115,7 @@ void add_execute_command(CLI::App& app, Io& io) {
                 "Compare the loss and every gradient, every step, with a single-rank fp32 run of the same model and seed on the CPU; exit 1 past "
                 "--tolerance");
   cmd->add_option("--steps", opt->steps, "Training steps to run")->check(CLI::Range(1, 1000000));
-  auto* tolerance = cmd->add_option("--tolerance", opt->tolerance, "--verify's bound on ||a-b||/||b|| per tensor (default 1e-5 for cpu, 5e-2 for cuda's bf16)")
+  cmd->add_option("--tolerance", opt->tolerance, "--verify's bound on ||a-b||/||b|| per tensor (default 1e-5 for cpu, 5e-2 for cuda in bf16, 0.25 for cuda with a plan of precision fp8)")
                         ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", *json, "Print the measured Report as JSON (rank 0)");
   cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace of every rank to this file");
@@ -141,14 +141,13 @@ void add_execute_command(CLI::App& app, Io& io) {
                   "numbers them) takes MS milliseconds longer");
   cmd->footer("Exit status: 0 done; 1 a failed run or bad plan; 2 bad usage; " + std::to_string(kExitPreempted) +
               " stopped by SIGTERM, SIGUSR1 or SIGUSR2 at a step boundary, with a checkpoint of that step when --checkpoint-dir is given (resume with --resume).");
-  cmd->callback([&io, file, opt, json, trace, bitflip, hang, death, save_death, signal, slowdown, tolerance] {
+  cmd->callback([&io, file, opt, json, trace, bitflip, hang, death, save_death, signal, slowdown] {
     std::string error;
     if (std::string why; opt->backend == "cuda" && !exec::have_cuda_backend(&why)) {
       io.err << "meshwork execute: --backend cuda: " << why << '\n';
       io.exit_code = 2;
       return;
     }
-    if (opt->backend == "cuda" && tolerance->count() == 0) opt->tolerance = exec::kBf16VerifyTolerance;
     if (!parse_injection(*bitflip, "--inject-bitflip", opt->bitflip, error) || !parse_injection(*hang, "--inject-hang", opt->hang, error) ||
         !parse_injection(*death, "--inject-death", opt->death, error) || !parse_injection(*save_death, "--inject-save-death", opt->save_death, error) ||
         !parse_injection(*signal, "--inject-signal", opt->signal, error)) {
@@ -237,7 +236,8 @@ void add_execute_command(CLI::App& app, Io& io) {
         std::snprintf(buf, sizeof buf, ", optimizer %.4f, other %.4f\n", b.optimizer_s, b.stalls_s);
         io.out << buf;
         if (opt->verify) {
-          io.out << "  verified: loss and every gradient within " << opt->tolerance
+          io.out << "  verified: loss and every gradient within "
+                 << (opt->tolerance >= 0 ? opt->tolerance : exec::default_verify_tolerance(opt->backend, plan->training.precision))
                  << (opt->backend == "cuda" ? " of the CPU's single-rank fp32 run\n" : " of the single-rank run\n");
         }
       }

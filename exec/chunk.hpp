@@ -53,6 +53,9 @@ struct ChunkConfig {
   Group* ep = nullptr;
   Group* cp = nullptr;
   bool cp_load_balance = true;
+  // The plan's precision is fp8: the layers' linear GEMMs run in FP8 where the backend has FP8
+  // GEMMs (CudaChunk); the CPU chunk computes in fp32 whatever the precision.
+  bool fp8_gemms = false;
 };
 
 // One parameter of the chunk: its spec (the full tensor's), this rank's shard's shape, and

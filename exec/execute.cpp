@@ -85,12 +85,21 @@ report::Report measured(const plan::Plan& plan, const std::vector<StepRecord>& s
   // neighbour's slowness); sends and everything else are the transfers.
   measured.pp_waits = g.pp->stats().recv_seconds;
   measured.pp = g.pp->stats().seconds - g.pp->stats().recv_seconds;
-  // The CUDA backend computes in bf16 whatever the plan's precision: its MFU is against the bf16 peak.
-  const plan::Precision peak_precision = cuda ? plan::Precision::bf16 : plan.training.precision;
+  // The CUDA backend computes in bf16, or with the layers' GEMMs in FP8 for a plan of precision
+  // fp8: its MFU is against the peak of that precision, as the estimate's (the attention and
+  // the head in bf16, as the estimate prices them without fp8_attention); the CPU's, fp32
+  // whatever the precision, against the plan's, so that the two tiers' figures line up.
+  const bool fp8 = plan.training.precision == plan::Precision::fp8;
+  const plan::Precision peak_precision = cuda && !fp8 ? plan::Precision::bf16 : plan.training.precision;
   report::Report r = measured_report(plan, steps, measured, plan::peak_tflops(plan.cluster.gpu, peak_precision) * 1e12);
   if (cuda) {
-    r.notes.push_back("measured on the CUDA backend (CudaChunk: bf16 GEMMs and activations, fp32 master parameters, gradients and AdamW), rank 0's view; "
-                      "each instruction timed to its end on the device, so none overlaps another; MFU against the GPU's dense bf16 peak");
+    r.notes.push_back(std::string("measured on the CUDA backend (CudaChunk: ") +
+                      (fp8 ? "the layers' linear GEMMs in FP8 e4m3 with per-tensor current scaling for the forward and the input gradient, the weight "
+                             "gradients, attention and head in bf16"
+                           : "bf16 GEMMs") +
+                      ", bf16 activations, fp32 master parameters, gradients and AdamW), rank 0's view; each instruction timed to its end on the device, "
+                      "so none overlaps another; MFU against the GPU's dense " +
+                      (fp8 ? "fp8" : "bf16") + " peak");
     r.notes.push_back(collectives);
   } else {
     r.notes.push_back("measured on the CPU backend (Eigen, Open MPI), rank 0's view; fp32 whatever the plan's precision");
@@ -251,14 +260,15 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
       }
     }
     out.verified = options.verify;
-    for (const auto& rec : out.steps) out.verified = out.verified && rec.worst_relative_error <= options.tolerance;
+    const double tolerance = options.tolerance >= 0 ? options.tolerance : default_verify_tolerance(options.backend, plan.training.precision);
+    for (const auto& rec : out.steps) out.verified = out.verified && rec.worst_relative_error <= tolerance;
     // The first step's figures were dropped when there are more than two (a preempted run may
     // have stopped before).
     const bool first_dropped = options.steps > 2 && out.steps.size() > 1;
     out.report = measured(plan, out.steps, timing, run->groups(), first_dropped ? out.steps.size() - 1 : out.steps.size(), cuda ? device.collectives : "");
     if (options.trace) out.trace_json = chrome_trace(*run, size);
     out.ok = !options.verify || out.verified;
-    if (!out.ok) out.error = "verification failed: a gradient or the loss differs from the single-rank run by more than " + std::to_string(options.tolerance);
+    if (!out.ok) out.error = "verification failed: a gradient or the loss differs from the single-rank run by more than " + std::to_string(tolerance);
   } catch (const JobWideError& e) {
     out.ok = false;
     out.error = e.what();

@@ -54,7 +54,8 @@ Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank,
   for (std::int64_t c = 0; c < chunks_per_stage_; ++c) {
     const auto [first, end] = program_.chunk_layers.at(static_cast<std::size_t>(stage_)).at(static_cast<std::size_t>(c));
     const bool head = program_.last_virtual(stage_, c);
-    const ChunkConfig config{m, first, end - first, program_.first_virtual(stage_, c), head, seed, tp, g_.ep.get(), g_.cp.get(), par.context_parallel_load_balance};
+    const ChunkConfig config{m, first, end - first, program_.first_virtual(stage_, c), head, seed, tp, g_.ep.get(), g_.cp.get(), par.context_parallel_load_balance,
+                             plan_.training.precision == plan::Precision::fp8};
     chunks_.push_back(backend_->make_chunk(config));
     head_.push_back(head);
   }

@@ -46,7 +46,27 @@ void trainer_limits(const Plan& plan, Diagnostics& d, const std::string& who) {
 // The CUDA backend (exec/cuda/: CudaChunk on cuBLASLt and kernels/cuda, NCCL) plays the same
 // Trainer as the CPU backend (issue 23) and its chunk has every op of GptChunk, so it runs
 // every plan the CPU backend runs, with the CPU's limits.
-void cuda_limits(const Plan& plan, Diagnostics& d) { trainer_limits(plan, d, "the CUDA backend"); }
+void cuda_limits(const Plan& plan, Diagnostics& d) {
+  trainer_limits(plan, d, "the CUDA backend");
+  if (plan.training.precision != Precision::fp8) return;
+  // FP8: each layer's linear GEMMs in e4m3 (exec/cuda/cuda_chunk.cpp, CudaChunk::linear), whose
+  // cuBLASLt kernels need both dimensions of every product in 16-byte steps (cuBLAS docs,
+  // cublasLtMatmul(), FP8 requirements: k a multiple of 16, n of 8; each dimension is the k of
+  // the forward or of the input gradient). A product that misses it runs in bf16.
+  const auto& m = plan.model;
+  const std::int64_t t = plan.parallelism.tensor_model_parallel_size;
+  const auto need = [&](const char* field, const char* what, std::int64_t per_rank) {
+    if (per_rank % 16 != 0) {
+      d.warning(field, std::string("the CUDA backend's FP8 GEMMs need every linear layer's dimensions per tensor-parallel rank in multiples of 16; ") + what +
+                           " is " + text(per_rank) + ": its products run in bf16");
+    }
+  };
+  need("model.hidden_size", "the hidden size", m.hidden_size);
+  need("model.kv_channels", "the query projection's columns per rank (heads / TP x kv_channels)", m.num_attention_heads / t * m.kv_channels);
+  need("model.num_query_groups", "the key and value projections' columns per rank (query groups / TP x kv_channels)", m.num_query_groups / t * m.kv_channels);
+  need("model.ffn_hidden_size", "the MLP's hidden size per rank", m.ffn_hidden_size / t);
+  if (m.is_moe()) need("model.moe.moe_ffn_hidden_size", "an expert's hidden size per rank", m.moe.moe_ffn_hidden_size / t);
+}
 
 }  // namespace
 

@@ -21,6 +21,9 @@ __device__ __forceinline__ std::int64_t thread_stride() { return static_cast<std
 __global__ void widen_kernel(const bf16* in, float* out, std::int64_t n) {
   for (std::int64_t i = thread_index(); i < n; i += thread_stride()) out[i] = __bfloat162float(in[i]);
 }
+__global__ void widen_into_kernel(const bf16* in, float* out, std::int64_t n, bool accumulate) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_stride()) out[i] = __bfloat162float(in[i]) + (accumulate ? out[i] : 0.0F);
+}
 __global__ void fill_kernel(float* x, float v, std::int64_t n) {
   for (std::int64_t i = thread_index(); i < n; i += thread_stride()) x[i] = v;
 }
@@ -236,6 +239,11 @@ void softmax_backward_rows(const bf16* probs, bf16* dprobs, std::int64_t nk, std
 void widen(const bf16* in, float* out, std::int64_t count, cudaStream_t stream) {
   if (count <= 0) return;
   widen_kernel<<<blocks_for(count), kThreads, 0, stream>>>(in, out, count);
+  check_launch();
+}
+void widen_into(const bf16* in, float* out, std::int64_t count, bool accumulate, cudaStream_t stream) {
+  if (count == 0) return;
+  widen_into_kernel<<<blocks_for(count), kThreads, 0, stream>>>(in, out, count, accumulate);
   check_launch();
 }
 void fill(float* x, float value, std::int64_t count, cudaStream_t stream) {

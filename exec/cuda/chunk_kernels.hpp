@@ -19,6 +19,8 @@ using bf16 = __nv_bfloat16;
 // out = float(in), exactly.
 void widen(const bf16* in, float* out, std::int64_t count, cudaStream_t stream);
 void fill(float* x, float value, std::int64_t count, cudaStream_t stream);
+// out = float(in) + (accumulate ? out : 0).
+void widen_into(const bf16* in, float* out, std::int64_t count, bool accumulate, cudaStream_t stream);
 
 // x[t] = (word[ids[t] - vocab_begin] if that row is this rank's, else 0)
 //        + (position ? position[positions[t % npos]] : 0).

@@ -1,6 +1,7 @@
 #include "exec/cuda/cuda_chunk_impl.hpp"
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <map>
 #include <numeric>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "exec/cuda/chunk_kernels.hpp"
+#include "exec/cuda/fp8_kernels.hpp"
 #include "exec/cuda/gpt_cuda.hpp"
 #include "exec/cuda/gpt_kernels.hpp"
 #include "exec/cuda/materialised_attention.hpp"
@@ -34,6 +36,15 @@ CudaChunk::CudaChunk(const ChunkConfig& c, DeviceContext& ctx)
   t_ = tp_.group->size();
   r_ = tp_.group->rank();
   sp_ = tp_.sequence_parallel;
+  fp8_ = c.fp8_gemms;
+  if (fp8_ && !ctx_.gemm.supports_fp8()) {
+    int device = 0, major = 0, minor = 0;
+    MESHWORK_CUDA_CHECK(cudaGetDevice(&device));
+    MESHWORK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    MESHWORK_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    throw std::invalid_argument("training.precision fp8: this GPU (compute capability " + std::to_string(major) + "." + std::to_string(minor) +
+                                ") has no FP8 GEMMs, which need 8.9 or more (Ada, Hopper, Blackwell); run the plan with training.precision bf16");
+  }
   heads_ = m_.num_attention_heads / t_;
   groups_ = m_.num_query_groups / t_;
   hd_ = m_.kv_channels;
@@ -220,6 +231,32 @@ DMat CudaChunk::matmul(const DMat& a, const bf16* w, I n, bool trans_b) const {
   DMat y(a.rows(), n, s_);
   ctx_.gemm.matmul(a.data(), w, y.data(), a.rows(), n, a.cols(), false, trans_b, 1.0F, 0.0F, s_);
   return y;
+}
+DMat CudaChunk::linear(const DMat& a, const bf16* w, I n, bool trans_b) const {
+  const I rows = a.rows(), k = a.cols();
+  // A shape cuBLASLt's e4m3 kernels do not take (gemm.hpp: k a multiple of 16, n of 8) runs in
+  // bf16; validate warns of it for the plan (plan/backend_limits.cpp).
+  if (!fp8_ || k % 16 != 0 || n % 8 != 0) return matmul(a, w, n, trans_b);
+  DMat y(rows, n, s_);
+  if (rows == 0) return y;
+  Dev<__nv_fp8_e4m3> a8(rows, k, s_), w8(n, k, s_);
+  DVec scales(2, kFp8ScaleFloats, s_);  // a's, then w's (each row 32 bytes from an aligned base)
+  float* a_scales = scales.data();
+  float* w_scales = scales.data() + kFp8ScaleFloats;
+  quantize_e4m3(a.data(), rows, k, false, a8.data(), a_scales, s_);
+  // The e4m3 GEMM takes the weight as [n, k] (gemm.hpp): as stored when transposed, else cast transposed.
+  if (trans_b) quantize_e4m3(w, n, k, false, w8.data(), w_scales, s_);
+  else quantize_e4m3(w, k, n, true, w8.data(), w_scales, s_);
+  ctx_.gemm.matmul_fp8(a8.data(), w8.data(), y.data(), rows, n, k, a_scales + kFp8DequantSlot, w_scales + kFp8DequantSlot, 1.0F, 0.0F, s_);
+  return y;
+}
+void CudaChunk::linear_into(const DMat& a, const bf16* w, float* y, I n, bool trans_b, bool accumulate) const {
+  if (!fp8_ || a.cols() % 16 != 0 || n % 8 != 0) {
+    ctx_.gemm.matmul(a.data(), w, y, a.rows(), n, a.cols(), false, trans_b, 1.0F, accumulate ? 1.0F : 0.0F, s_);
+    return;
+  }
+  const DMat product = linear(a, w, n, trans_b);
+  widen_into(product.data(), y, product.size(), accumulate, s_);
 }
 void CudaChunk::weight_grad(const DMat& in, const DMat& d, const std::string& name) const {
   ctx_.gemm.matmul(in.data(), d.data(), G(name), in.cols(), d.cols(), in.rows(), true, false, 1.0F, 1.0F, s_);

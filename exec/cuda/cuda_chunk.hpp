@@ -20,6 +20,12 @@
 // a reduce-scatter of their gradients after it) and runs the attention materialised, masked by
 // the global positions of queries and keys (exec/cuda/cuda_chunk_cp.cpp).
 //
+// With training.precision fp8, each layer's linear GEMMs (QKV, the output projection, the MLP's
+// and the experts') run in e4m3 for the forward and the input gradient, both operands cast with
+// their own amax (Transformer Engine's current scaling; exec/cuda/fp8_kernels.hpp), the weight
+// gradients, the attention, the embedding, the head and the router in bf16
+// (CudaChunk::linear explains the split). Needs compute capability 8.9 or more.
+//
 // MoE layers as GptChunk runs them (exec/cuda/cuda_chunk_moe.cpp): the router's GEMM on the
 // device, its softmax, top-k and the sort by expert on the host from the logits (tokens x
 // experts floats), the rows moved by index on the device, each local expert's GEMMs one after

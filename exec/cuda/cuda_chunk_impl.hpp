@@ -175,6 +175,17 @@ class CudaChunk final : public Chunk {
   float* G(std::string_view name) const;
   DMat clone(const DMat& x) const;
   DMat matmul(const DMat& a, const bf16* w, I n, bool trans_b) const;
+  // A transformer layer's linear product (QKV, the output projection, the MLP's, the experts'),
+  // as matmul; in FP8 when the plan's precision is fp8: both operands cast to e4m3 with their
+  // current amax (exec/cuda/fp8_kernels.hpp), the product accumulated in fp32 and stored in
+  // bf16. This is Transformer Engine's split of the work in its FP8 linear layers: the forward
+  // and the input gradient in FP8; the weight gradient (weight_grad) stays bf16 here, as TE's
+  // recipes allow (`override_linear_precision`'s wgrad), since the e4m3 GEMM writes no fp32 to
+  // accumulate into. The embedding, the head, the router and the attention's matmuls stay bf16,
+  // as they do in Megatron with Transformer Engine (fp8_dpa off).
+  DMat linear(const DMat& a, const bf16* w, I n, bool trans_b) const;
+  // The same product into fp32 `y` [rows, n], added to it when `accumulate`.
+  void linear_into(const DMat& a, const bf16* w, float* y, I n, bool trans_b, bool accumulate) const;
   void weight_grad(const DMat& in, const DMat& d, const std::string& name) const;
   void bias_grad(const DMat& d, const std::string& name) const;
   void add_bias_if(DMat& x, const std::string& name) const;
@@ -212,6 +223,7 @@ class CudaChunk final : public Chunk {
   TensorParallel tp_;
   int t_ = 1, r_ = 0;
   bool sp_ = false;
+  bool fp8_ = false;  // the layers' linear GEMMs in FP8 (linear())
   I heads_, groups_, hd_, vocab_local_, vocab_begin_;
   std::map<std::string, Entry, std::less<>> entries_;
   std::vector<std::string> order_;  // the chunk's parameter order (GptChunk's)

@@ -34,9 +34,9 @@ void CudaChunk::run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c) 
       cur = norm_forward(lc.x, p + "ln1", lc.mean1, lc.rstd1);
     } else if (op == "qkv") {
       lc.y1 = std::move(cur);
-      lc.q = matmul(lc.y1, W(p + "q.weight"), q_cols, false);
-      lc.k = matmul(lc.y1, W(p + "k.weight"), kv_cols, false);
-      lc.v = matmul(lc.y1, W(p + "v.weight"), kv_cols, false);
+      lc.q = linear(lc.y1, W(p + "q.weight"), q_cols, false);
+      lc.k = linear(lc.y1, W(p + "k.weight"), kv_cols, false);
+      lc.v = linear(lc.y1, W(p + "v.weight"), kv_cols, false);
       add_bias_if(lc.q, p + "q.bias");
       add_bias_if(lc.k, p + "k.bias");
       add_bias_if(lc.v, p + "v.bias");
@@ -81,7 +81,7 @@ void CudaChunk::run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c) 
       lc.att = DMat(rows, q_cols, s_);
       heads_to_rows(lc.atth.data(), lc.att.data(), samples, seq, heads_, heads_, hd_, s_);
     } else if (op == "attention_out") {
-      cur = matmul(lc.att, W(p + "o.weight"), H, false);
+      cur = linear(lc.att, W(p + "o.weight"), H, false);
     } else if (op == "attention_residual") {
       add_bias_if(cur, p + "o.bias");
       cur = add(res, cur);
@@ -91,7 +91,7 @@ void CudaChunk::run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c) 
       cur = norm_forward(cur, p + "ln2", lc.mean2, lc.rstd2);
     } else if (op == "mlp_fc1") {
       lc.y2 = std::move(cur);
-      lc.u = matmul(lc.y2, W(p + "fc1.weight"), ffn_in_local, false);
+      lc.u = linear(lc.y2, W(p + "fc1.weight"), ffn_in_local, false);
     } else if (op == "mlp_act") {
       lc.a = DMat(lc.u.rows(), ffn_local, s_);
       if (swiglu_) {
@@ -101,7 +101,7 @@ void CudaChunk::run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c) 
         kernels::cuda::bias_gelu_forward<bf16>(lc.u.data(), bias_ ? W(p + "fc1.bias") : nullptr, lc.a.data(), lc.u.rows(), ffn_local, s_);
       }
     } else if (op == "mlp_fc2") {
-      cur = matmul(lc.a, W(p + "fc2.weight"), H, false);
+      cur = linear(lc.a, W(p + "fc2.weight"), H, false);
     } else if (op == "mlp_residual") {
       add_bias_if(cur, p + "fc2.bias");
       cur = add(res, cur);
@@ -116,7 +116,7 @@ void CudaChunk::run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c) 
       bias_grad(cur, p + "fc2.bias");
     } else if (op == "mlp_fc2") {
       lc.dmf = std::move(cur);
-      cur = matmul(lc.dmf, W(p + "fc2.weight"), ffn_local, true);
+      cur = linear(lc.dmf, W(p + "fc2.weight"), ffn_local, true);
     } else if (op == "mlp_act") {
       DMat du(lc.u.rows(), ffn_in_local, s_);
       if (swiglu_) {
@@ -128,7 +128,7 @@ void CudaChunk::run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c) 
       bias_grad(cur, p + "fc1.bias");
     } else if (op == "mlp_fc1") {
       lc.du = std::move(cur);
-      cur = matmul(lc.du, W(p + "fc1.weight"), H, true);
+      cur = linear(lc.du, W(p + "fc1.weight"), H, true);
     } else if (op == "mlp_norm") {
       cur = add(norm_backward(cur, lc.x1, p + "ln2", lc.mean2, lc.rstd2), res);
     } else if (op == "attention_residual") {
@@ -136,7 +136,7 @@ void CudaChunk::run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c) 
       bias_grad(cur, p + "o.bias");
     } else if (op == "attention_out") {
       lc.dof = std::move(cur);
-      cur = matmul(lc.dof, W(p + "o.weight"), q_cols, true);
+      cur = linear(lc.dof, W(p + "o.weight"), q_cols, true);
     } else if (op == "attention" && cp_ != nullptr) {
       cp_attention_backward(c, lc, cur);
       cur = DMat();
@@ -172,9 +172,9 @@ void CudaChunk::run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c) 
       // dy1 = dq Wq^T + dk Wk^T + dv Wv^T, summed in fp32 and rounded once.
       const I rows = lc.dq.rows();
       DVec sum(rows, H, s_);
-      ctx_.gemm.matmul(lc.dq.data(), W(p + "q.weight"), sum.data(), rows, H, q_cols, false, true, 1.0F, 0.0F, s_);
-      ctx_.gemm.matmul(lc.dk.data(), W(p + "k.weight"), sum.data(), rows, H, kv_cols, false, true, 1.0F, 1.0F, s_);
-      ctx_.gemm.matmul(lc.dv.data(), W(p + "v.weight"), sum.data(), rows, H, kv_cols, false, true, 1.0F, 1.0F, s_);
+      linear_into(lc.dq, W(p + "q.weight"), sum.data(), H, true, false);
+      linear_into(lc.dk, W(p + "k.weight"), sum.data(), H, true, true);
+      linear_into(lc.dv, W(p + "v.weight"), sum.data(), H, true, true);
       cur = DMat(rows, H, s_);
       convert(sum.data(), cur.data(), sum.size(), s_);
     } else if (op == "input_norm") {

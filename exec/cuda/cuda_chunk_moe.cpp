@@ -160,7 +160,7 @@ void CudaChunk::run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, L
     for (I le = 0; le < local; ++le) {
       c.x.push_back(expert_rows(le, c.gathered));
       c.u.emplace_back();
-      if (c.x.back().rows() > 0) c.u.back() = matmul(c.x.back(), W(expert_name(le, "fc1.weight")), f_in_local, false);
+      if (c.x.back().rows() > 0) c.u.back() = linear(c.x.back(), W(expert_name(le, "fc1.weight")), f_in_local, false);
     }
   } else if (op == "expert_act" && forward) {
     c.a.clear();
@@ -175,7 +175,7 @@ void CudaChunk::run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, L
     // Row-parallel fc2: this TP rank's slice of each output, summed over TP by the reduce-scatter.
     c.partial = zeros(c.gathered.rows(), H, s_);
     for (I le = 0; le < local; ++le) {
-      if (rows_of(static_cast<std::size_t>(le)) > 0) put_rows(le, matmul(c.a[static_cast<std::size_t>(le)], W(expert_name(le, "fc2.weight")), H, false), c.partial);
+      if (rows_of(static_cast<std::size_t>(le)) > 0) put_rows(le, linear(c.a[static_cast<std::size_t>(le)], W(expert_name(le, "fc2.weight")), H, false), c.partial);
     }
     if (tp == 1) moe_tp_reduce(c, false);
   } else if (op == "mlp_residual" && forward) {
@@ -209,7 +209,7 @@ void CudaChunk::run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, L
       c.du.emplace_back();
       if (rows_of(static_cast<std::size_t>(le)) == 0) continue;
       c.dout.back() = expert_rows(le, c.gathered);
-      c.du.back() = matmul(c.dout.back(), W(expert_name(le, "fc2.weight")), f_local, true);  // the activation's gradient, until expert_act's
+      c.du.back() = linear(c.dout.back(), W(expert_name(le, "fc2.weight")), f_local, true);  // the activation's gradient, until expert_act's
     }
   } else if (op == "expert_act" && phase == OpPhase::backward_input) {
     for (std::size_t e = 0; e < c.du.size(); ++e) {
@@ -223,7 +223,7 @@ void CudaChunk::run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, L
     // Column-parallel fc1: this TP rank's part of each input's gradient, summed over TP.
     c.partial = zeros(c.gathered.rows(), H, s_);
     for (I le = 0; le < local; ++le) {
-      if (rows_of(static_cast<std::size_t>(le)) > 0) put_rows(le, matmul(c.du[static_cast<std::size_t>(le)], W(expert_name(le, "fc1.weight")), H, true), c.partial);
+      if (rows_of(static_cast<std::size_t>(le)) > 0) put_rows(le, linear(c.du[static_cast<std::size_t>(le)], W(expert_name(le, "fc1.weight")), H, true), c.partial);
     }
     if (tp == 1) moe_tp_reduce(c, true);
   } else if (op == "router" && phase == OpPhase::backward_input) {

@@ -13,11 +13,13 @@
 #include <random>
 #include <vector>
 
+#include "exec/cuda/fp8_kernels.hpp"
 #include "exec/cuda/gemm.hpp"
 #include "exec/cuda/nccl_group.hpp"
 #include "exec/cuda/nvtx.hpp"
 #include "exec/cuda/streams.hpp"
 #include "exec/cuda/unique_id.hpp"
+#include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 
 namespace meshwork::exec::cuda {
@@ -176,6 +178,47 @@ TEST(CudaGemm, Fp8WithScalesOrAClearError) {
   for (std::size_t i = 0; i < c.size(); ++i) ASSERT_EQ(__bfloat162float(unit[i]), __bfloat162float(__float2bfloat16(c[i]))) << i;
   // A layout the fp8 kernels do not take is refused on the host.
   EXPECT_THROW(gemm.matmul_fp8(da.data(), db.data(), dc.data(), m, n, 40, nullptr, nullptr, 1.0F, 0.0F, stream.get()), kernels::cuda::CudaError);
+}
+
+// The FP8 chunk's cast (exec/cuda/fp8_kernels.hpp): the amax of the tensor maps to 448, every
+// value is rounded to e4m3 as the host's conversion rounds it, the transposed cast holds the
+// transpose, and the dequantising scale is amax / 448. Shapes not multiples of the 32-wide tile.
+TEST(CudaFp8, CastScalesByTheAmaxAndTransposes) {
+  REQUIRE_DEVICE();
+  Stream stream;
+  const std::int64_t rows = 45, cols = 70;
+  std::mt19937 g(11);
+  std::normal_distribution<float> d(0.0F, 3.0F);
+  std::vector<__nv_bfloat16> x(static_cast<std::size_t>(rows * cols));
+  for (auto& v : x) v = __float2bfloat16(d(g));
+  x[17] = __float2bfloat16(-40.0F);  // the amax, negative
+  DeviceBuffer<__nv_bfloat16> dx{std::span<const __nv_bfloat16>(x)};
+  DeviceBuffer<__nv_fp8_e4m3> plain(x.size()), transposed(x.size());
+  DeviceBuffer<float> scales(2 * kFp8ScaleFloats);
+  quantize_e4m3(dx.data(), rows, cols, false, plain.data(), scales.data(), stream.get());
+  quantize_e4m3(dx.data(), rows, cols, true, transposed.data(), scales.data() + kFp8ScaleFloats, stream.get());
+  stream.synchronize();
+  const auto s = scales.download();
+  EXPECT_EQ(s[0], 40.0F);
+  EXPECT_EQ(s[kFp8DequantSlot], 40.0F / kE4m3Max);
+  EXPECT_EQ(s[kFp8ScaleFloats + kFp8DequantSlot], 40.0F / kE4m3Max);
+  const auto p = plain.download(), t = transposed.download();
+  const float q = kE4m3Max / 40.0F;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const float want = static_cast<float>(__nv_fp8_e4m3(__bfloat162float(x[static_cast<std::size_t>(r * cols + c)]) * q));
+      ASSERT_EQ(static_cast<float>(p[static_cast<std::size_t>(r * cols + c)]), want) << r << "," << c;
+      ASSERT_EQ(static_cast<float>(t[static_cast<std::size_t>(c * rows + r)]), want) << r << "," << c;
+    }
+  }
+  EXPECT_EQ(static_cast<float>(p[17]), -kE4m3Max);
+  // An all-zero tensor casts to zeros with a unit scale.
+  DeviceBuffer<__nv_bfloat16> zeros(64);
+  MESHWORK_CUDA_CHECK(cudaMemset(zeros.data(), 0, zeros.size() * sizeof(__nv_bfloat16)));
+  quantize_e4m3(zeros.data(), 4, 16, false, plain.data(), scales.data(), stream.get());
+  stream.synchronize();
+  EXPECT_EQ(scales.download()[kFp8DequantSlot], 1.0F);
+  EXPECT_EQ(static_cast<float>(plain.download()[5]), 0.0F);
 }
 
 TEST(CudaGemm, BadShapesAreRefusedOnTheHost) {

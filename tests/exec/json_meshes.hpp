@@ -11,9 +11,10 @@
 
 namespace meshwork::exec::test {
 
-inline plan::Plan json_mesh(const std::string& model, const std::string& training, const std::string& parallelism) {
+inline plan::Plan json_mesh(const std::string& model, const std::string& training, const std::string& parallelism,
+                             const std::string& gpu = R"("cpu-host")") {
   const std::string text = R"({"schema_version": 1, "model": )" + model + R"(, "training": )" + training + R"(, "parallelism": )" + parallelism +
-                           R"(, "cluster": {"gpu": "cpu-host", "num_gpus": 4, "gpus_per_node": 4, "intra_node": {"kind": "shared_memory"}, "nics_per_node": 0,
+                           R"(, "cluster": {"gpu": )" + gpu + R"(, "num_gpus": 4, "gpus_per_node": 4, "intra_node": {"kind": "shared_memory"}, "nics_per_node": 0,
                               "topology": {"kind": "single_node"}}, "run": {"seed": 7}})";
   auto r = plan::load_plan_text(text, plan::Format::json);
   EXPECT_TRUE(r.ok()) << (r.diagnostics.items().empty() ? text : r.diagnostics.items().front().message);
@@ -50,6 +51,21 @@ inline std::vector<NamedMesh> json_meshes() {
       // Expert tensor parallelism (TP 2) with EP 2, ZeRO-1 over the experts' data parallelism.
       {"moe-tp2-ep2-zero1", json_mesh(moe, training, R"({"tp": 2, "ep": 2, "sequence_parallel": true, "zero_stage": 1})")},
       {"moe-tp2-pp2", json_mesh(moe, full, R"({"tp": 2, "pp": 2, "sequence_parallel": true})")},
+  };
+}
+
+// Meshes of precision fp8: the CUDA backend runs their layers' GEMMs in e4m3, the CPU backend
+// in fp32 as ever. The host's "GPU" is given an FP8 peak, so that the plan validates. The tiny
+// models' dimensions per TP rank are multiples of 16 (hidden 64; 2 of 4 heads of 16; an MLP of
+// 128 per rank; experts of 128), so every layer GEMM takes the e4m3 kernels.
+inline std::vector<NamedMesh> json_fp8_meshes() {
+  const std::string gpu = R"({"preset": "cpu-host", "peak_tflops": {"fp8": 0.384}})";
+  const std::string training = R"({"global_batch_size": 8, "micro_batch_size": 2, "precision": "fp8", "recompute": "none", "flash_attention": false})";
+  const std::string llama = R"({"preset": "tiny", "activation": "swiglu", "normalization": "rmsnorm", "num_query_groups": 2,
+                                "untie_embeddings_and_output_weights": true, "add_bias_linear": false, "position_embedding_type": "rope"})";
+  return {
+      {"fp8-llama-tp2-pp2-sp", json_mesh(llama, training, R"({"tp": 2, "pp": 2, "sequence_parallel": true, "zero_stage": 1})", gpu)},
+      {"fp8-moe-tp2-ep2", json_mesh(R"({"preset": "tiny-moe"})", training, R"({"tp": 2, "ep": 2, "sequence_parallel": true})", gpu)},
   };
 }
 

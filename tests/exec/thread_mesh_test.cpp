@@ -20,7 +20,11 @@ std::unique_ptr<Backend> cpu(std::int64_t) { return make_cpu_backend(); }
 // The meshes the GPU check runs on the CUDA backend (tests/exec/json_meshes.hpp), here on the
 // CPU's: every one verifies, so a failure there is the CUDA backend's, not the mesh's.
 TEST(ThreadMesh, EveryKindOfMeshVerifiesAgainstTheSingleRankRun) {
-  for (const auto& [name, plan] : test::json_meshes()) {
+  auto meshes = test::json_meshes();
+  // Precision fp8 changes nothing on the CPU backend (fp32 whatever the plan's precision).
+  for (auto& m : test::json_fp8_meshes()) meshes.push_back(std::move(m));
+  for (const auto& [name, plan] : meshes) {
+    ASSERT_EQ(plan.cluster.num_gpus, 4) << name << " did not load";
     const ThreadMeshResult r = run_mesh_in_threads(plan, 2, cpu, false);
     ASSERT_TRUE(r.error.empty()) << name << ": " << r.error;
     ASSERT_EQ(r.steps.size(), 2u) << name;

@@ -240,6 +240,24 @@ TEST(Validate, BackendLimitsNameTheFieldsABackendCannotRun) {
   EXPECT_EQ(parse_backend("gpu"), std::nullopt);
 }
 
+// FP8 on the CUDA backend: a layer dimension per TP rank that cuBLASLt's e4m3 GEMMs cannot take
+// (not a multiple of 16) is named in a warning, and those products run in bf16; the plan is
+// still accepted, and the CPU backend (fp32 whatever the precision) says nothing.
+TEST(Validate, Fp8OnTheCudaBackendNamesTheDimensionsItsGemmsCannotTake) {
+  Plan p = base_plan();  // hidden 4096, TP 8: every dimension per rank a multiple of 16
+  p.training.precision = Precision::fp8;
+  ASSERT_FALSE(check(p).has_errors()) << dump(check(p));
+  EXPECT_TRUE(backend_diagnostics(p, Backend::cuda).items().empty()) << dump(backend_diagnostics(p, Backend::cuda));
+  p.model.ffn_hidden_size = 8 * 1000;  // 1000 per rank
+  const Diagnostics cuda = backend_diagnostics(p, Backend::cuda);
+  EXPECT_FALSE(cuda.has_errors()) << dump(cuda);
+  EXPECT_TRUE(has_warning(cuda, "model.ffn_hidden_size", "1000: its products run in bf16")) << dump(cuda);
+  EXPECT_FALSE(has_warning(cuda, "model.hidden_size"));
+  EXPECT_TRUE(backend_diagnostics(p, Backend::cpu).items().empty());
+  p.training.precision = Precision::bf16;
+  EXPECT_TRUE(backend_diagnostics(p, Backend::cuda).items().empty());
+}
+
 TEST(Validate, MoeWithTensorParallelismNeedsSequenceParallelism) {
   Plan p = moe_plan();
   p.parallelism.sequence_parallel = false;
