@@ -37,10 +37,15 @@ ComputeTimer::ComputeTimer(const plan::Plan& p)
       hbm_bytes_per_s_(p.cluster.gpu.hbm_gbytes_per_s * 1e9 * hw_.memory_efficiency),
       flash_(p.training.flash_attention) {}
 
-double ComputeTimer::operator()(OpKind kind, double flops, double bytes) const {
+double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double cast_bytes) const {
   double t = hw_.kernel_overhead_s;
   switch (kind) {
-    case OpKind::gemm: t += flops / (peak_flops_ * gemm_efficiency(hw_, flops / 2)); break;
+    case OpKind::gemm:
+      t += flops / (peak_flops_ * gemm_efficiency(hw_, flops / 2));
+      // FP8: the cast kernels run before the GEMM, memory-bound, as elementwise kernels do, each
+      // a launch of its own (models/op_table.hpp, kFp8CastBytesPerElement).
+      if (cast_bytes > 0) t += hw_.kernel_overhead_s + cast_bytes / bytes_per_s(OpKind::elementwise);
+      break;
     case OpKind::attention: {
       if (hw_.attention_max_efficiency > 0 && flops > 0) {
         // Measured on the executor's own attention kernel (`meshwork calibrate`), fitted

@@ -16,14 +16,18 @@ struct Builder {
   double sp_tokens;   // tokens of norms and elementwise ops: / tp with sequence parallelism
   double t;           // tensor-parallel size
   double e;           // bytes per element
+  bool fp8 = false;   // the layers' linear GEMMs in FP8 (training.precision fp8)
 
   // A GEMM and its backward: input gradient [m x n] x [n x k] and weight gradient [k x m] x [m x n],
-  // each with the forward's FLOPs.
-  void gemm(const std::string& name, double m, double n, double k) {
+  // each with the forward's FLOPs. A layer's linear GEMM in FP8 casts its input [m x k] in the
+  // forward and its output's gradient [m x n] in the backward (kFp8CastBytesPerElement); the
+  // router stays in bf16 (`linear` false), as Megatron with Transformer Engine runs it.
+  void gemm(const std::string& name, double m, double n, double k, bool linear = true) {
     const double flops = 2 * m * n * k;
     const double bytes = e * (m * k + k * n + m * n);
-    ops.push_back({name, OpKind::gemm, OpPhase::forward, flops, bytes, {m, n, k}});
-    ops.push_back({name, OpKind::gemm, OpPhase::backward_input, flops, bytes, {m, k, n}});
+    const double cast = fp8 && linear ? kFp8CastBytesPerElement : 0;
+    ops.push_back({name, OpKind::gemm, OpPhase::forward, flops, bytes, {m, n, k}, cast * m * k});
+    ops.push_back({name, OpKind::gemm, OpPhase::backward_input, flops, bytes, {m, k, n}, cast * m * n});
     ops.push_back({name, OpKind::gemm, OpPhase::backward_weight, flops, bytes, {k, n, m}});
   }
 
@@ -53,7 +57,7 @@ std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer, bool recomputed) 
   const auto& par = p.parallelism;
   const double cp = d(par.context_parallel_size);
   Builder b{p, {}, d(p.training.micro_batch_size) * d(m.seq_length) / cp, 0, d(par.tensor_model_parallel_size),
-            act_bytes(p)};
+            act_bytes(p), p.training.precision == plan::Precision::fp8};
   b.sp_tokens = par.sequence_parallel ? b.tokens / b.t : b.tokens;
   const double h = d(m.hidden_size);
   const double a = d(m.num_attention_heads);
@@ -111,7 +115,7 @@ std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer, bool recomputed) 
   };
   if (moe_layer) {
     const auto& moe = m.moe;
-    b.gemm("router", b.sp_tokens, d(moe.num_moe_experts), h);
+    b.gemm("router", b.sp_tokens, d(moe.num_moe_experts), h, false);
     // Each rank's experts take, on average, k tokens per token of its EP group's ranks; the
     // hottest rank takes routing_imbalance times that.
     const double routed = b.tokens * d(moe.moe_router_topk) *

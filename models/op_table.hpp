@@ -35,7 +35,20 @@ struct Op {
   double flops = 0;
   double bytes = 0;  // HBM traffic
   GemmShape shape;
+  // FP8 training (training.precision fp8): the HBM traffic of the kernels that cast this GEMM's
+  // activation or gradient operand to e4m3 (fp8_cast_bytes_per_element per element), timed at
+  // the memory-bound rate on top of the GEMM; 0 for every other op and precision.
+  double cast_bytes = 0;
 };
+
+// Bytes an FP8 GEMM's operand costs to cast, per element: Transformer Engine's fused
+// cast-transpose reads the bf16 tensor once (2 bytes) and writes it in e4m3 twice (1 byte each:
+// as it is, for this GEMM, and transposed, for the weight-gradient GEMM that reads it later),
+// computing the amax in the same pass (TE's `fp8_cast_transpose_fused`, and for the output
+// gradient `fp8_cast_transpose_bgrad_fused`, in transformer_engine/pytorch/module/linear.py).
+// The weight-gradient GEMM reads those transposed copies and casts nothing; the weights' own
+// casts, once a step with TE's FP8 weight caching (`is_first_microbatch`), are not counted.
+inline constexpr double kFp8CastBytesPerElement = 4;
 
 struct OpTableOptions {
   double routing_imbalance = 1.0;  // MoE: hottest expert rank's tokens over the mean

@@ -51,9 +51,9 @@ struct ScheduleItem {
 struct Instr {
   InstrKind kind = InstrKind::compute;
   Stream stream = Stream::compute;
+  Collective collective = Collective::none;
   OpKind op = OpKind::gemm;          // compute
   OpPhase phase = OpPhase::forward;  // compute
-  Collective collective = Collective::none;
   plan::GroupKind group = plan::GroupKind::tp;  // collectives
   std::int32_t name = 0;        // index into Program::names: "qkv", "tp_all_reduce", ...
   std::int32_t item = -1;       // index into the stage's schedule; -1 for the optimizer step
@@ -68,9 +68,12 @@ struct Instr {
   // max(start + d, end of tail_after + tail_fraction d). -1: none.
   std::int32_t tail_after = -1;
   float tail_fraction = 0;  // beside tail_after, so that an Instr stays 72 bytes
+  float cast_bytes = 0;     // compute: Op::cast_bytes (FP8 casts), in the 4 bytes the one-byte enums leave
   double flops = 0;
   double bytes = 0;             // HBM traffic (compute) or payload per rank (communication)
 };
+
+static_assert(sizeof(Instr) <= 72, "an Instr is 72 bytes: the 16K-GPU Programs hold millions");
 
 struct StageProgram {
   std::int64_t stage = 0;

@@ -269,6 +269,47 @@ TEST(OpTable, BackwardSplitsIntoInputAndWeightGradients) {
   EXPECT_DOUBLE_EQ(weight, fwd);
 }
 
+// FP8 training: a layer's linear GEMM casts its input (forward) and its output's gradient
+// (backward input) with TE's cast-transpose, 4 bytes an element; the weight gradient casts
+// nothing; the router and every op of a bf16 plan cast nothing. The timer adds the casts at the
+// elementwise rate, one launch more.
+TEST(OpTable, Fp8GemmsPayTheirOperandCasts) {
+  auto load = [](const char* precision) {
+    auto r = plan::load_plan_text(std::string("model: mixtral-8x7b\ntraining: {global_batch_size: 8, precision: ") + precision +
+                                      "}\ncluster: {gpu: h100-sxm, num_gpus: 8}\nparallelism: {tp: 8, sp: true}\n",
+                                  plan::Format::yaml);
+    EXPECT_TRUE(r.ok()) << (r.diagnostics.items().empty() ? "" : r.diagnostics.items().front().message);
+    return r.plan;
+  };
+  const plan::Plan fp8 = load("fp8"), bf16 = load("bf16");
+  const double tokens = 32768, h = 4096;  // Mixtral: micro-batch 1 x seq 32768, hidden 4096
+  ASSERT_EQ(fp8.model.seq_length * fp8.training.micro_batch_size, 32768);
+  bool saw_qkv = false, saw_router = false;
+  const ComputeTimer timer(fp8);
+  for (const auto& op : layer_ops(fp8, true)) {
+    if (op.name == "qkv" && op.phase == OpPhase::forward) {
+      saw_qkv = true;
+      EXPECT_DOUBLE_EQ(op.cast_bytes, 4 * tokens * h);  // its input, [tokens x h]
+      Op plain = op;
+      plain.cast_bytes = 0;
+      EXPECT_NEAR(timer(op) - timer(plain), timer.hardware().kernel_overhead_s + 4 * tokens * h / timer.bytes_per_s(OpKind::elementwise), 1e-15);
+    }
+    if (op.name == "qkv" && op.phase == OpPhase::backward_input) {
+      EXPECT_DOUBLE_EQ(op.cast_bytes, 4 * tokens * (32 + 2 * 8) * 128 / 8);  // its output's gradient, [tokens x (a + 2 g) d / t]
+    }
+    if (op.phase == OpPhase::backward_weight || op.kind != OpKind::gemm) {
+      EXPECT_EQ(op.cast_bytes, 0) << op.name;
+    }
+    if (op.name == "router") {
+      saw_router = true;
+      EXPECT_EQ(op.cast_bytes, 0);
+    }
+  }
+  EXPECT_TRUE(saw_qkv && saw_router);
+  for (const auto& op : layer_ops(bf16, true)) EXPECT_EQ(op.cast_bytes, 0) << op.name;
+  for (const auto& op : last_stage_ops(fp8)) EXPECT_EQ(op.cast_bytes, 0) << op.name;  // the head stays bf16
+}
+
 TEST(Estimate, OneBitCompressionCutsDataParallelTime) {
   auto r = plan::load_plan_text("model: llama3-8b\ntraining: {global_batch_size: 64}\ncluster: {gpu: h100-sxm, num_gpus: 64}\n"
                                 "parallelism: {tp: 1, zero: 0, overlap: {grad_reduce: false}}\n", plan::Format::yaml);
