@@ -17,6 +17,7 @@ struct ThreadWorld::State {
   std::string name;
   int size = 1;
   double timeout_s = 120;
+  bool hold_sends = false;
   std::mutex m;
   std::condition_variable cv;
   int arrived = 0;
@@ -91,14 +92,19 @@ class ThreadGroup final : public Group {
     }, in.size_bytes());
   }
   void send(int to, int tag, std::span<const float> data) override {
+    stats_.bytes += static_cast<double>(data.size_bytes());
+    ++stats_.calls;
+    if (s_->hold_sends) {
+      held_.push_back({to, tag, std::vector<float>(data.begin(), data.end())});
+      return;
+    }
     std::lock_guard lock(s_->m);
     s_->mailbox[{rank_, to, tag}].emplace_back(data.begin(), data.end());
     s_->cv.notify_all();
-    stats_.bytes += static_cast<double>(data.size_bytes());
-    ++stats_.calls;
   }
   void recv(int from, int tag, std::span<float> data) override {
     const auto t0 = Clock::now();
+    flush();  // held sends go out with the receive, as NCCL's group call posts them
     std::unique_lock lock(s_->m);
     auto& box = s_->mailbox[{from, rank_, tag}];
     if (!s_->cv.wait_for(lock, std::chrono::duration<double>(s_->timeout_s), [&] { return !box.empty(); })) {
@@ -115,9 +121,20 @@ class ThreadGroup final : public Group {
     stats_.bytes += static_cast<double>(data.size_bytes());
     ++stats_.calls;
   }
-  void flush() override {}
+  void flush() override {
+    if (held_.empty()) return;
+    std::lock_guard lock(s_->m);
+    for (auto& h : held_) s_->mailbox[{rank_, h.to, h.tag}].push_back(std::move(h.data));
+    held_.clear();
+    s_->cv.notify_all();
+  }
 
  private:
+  struct Held {
+    int to, tag;
+    std::vector<float> data;
+  };
+  std::vector<Held> held_;  // with hold_sends: sends not yet posted
   template <class T>
   const T* at(int member) const {
     return static_cast<const T*>(s_->in[static_cast<std::size_t>(member)]);
@@ -178,6 +195,7 @@ std::shared_ptr<ThreadWorld::State> ThreadWorld::state(const std::string& name, 
     s->name = name;
     s->size = size;
     s->timeout_s = timeout_s_;
+    s->hold_sends = hold_sends_;
     s->in.resize(static_cast<std::size_t>(size));
     s->in_size.resize(static_cast<std::size_t>(size));
     s->counts.resize(static_cast<std::size_t>(size));

@@ -13,9 +13,9 @@
 namespace meshwork::exec {
 
 ThreadMeshResult run_mesh_in_threads(const plan::Plan& plan, std::int64_t steps, const std::function<std::unique_ptr<Backend>(std::int64_t rank)>& make_backend,
-                                     bool staged, double timeout_s) {
+                                     bool staged, double timeout_s, bool hold_sends) {
   const std::int64_t world = plan::RankLayout::from_plan(plan.parallelism).world_size();
-  ThreadWorld groups(timeout_s);
+  ThreadWorld groups(timeout_s, hold_sends);
   ThreadMeshResult out;
   std::mutex m;
   auto rank_main = [&](std::int64_t rank) {

@@ -25,7 +25,9 @@ struct ThreadMeshResult {
 // `make_backend(rank)` is called on the rank's own thread (a CUDA backend selects its device
 // there). A collective that waits `timeout_s` for a member fails. With `staged`, each rank's groups carry its backend's tensors through the host
 // (StagedGroup), as a device backend needs; without, the backend's memory must be the host's.
+// With `hold_sends`, pipeline sends wait for the sender's next receive or flush, as NCCL's do
+// (ThreadWorld).
 [[nodiscard]] ThreadMeshResult run_mesh_in_threads(const plan::Plan& plan, std::int64_t steps, const std::function<std::unique_ptr<Backend>(std::int64_t rank)>& make_backend,
-                                                   bool staged, double timeout_s = 120);
+                                                   bool staged, double timeout_s = 120, bool hold_sends = false);
 
 }  // namespace meshwork::exec

@@ -27,8 +27,8 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank, OpSeconds* timing, std::unique_ptr<Backend> backend)
-    : plan_(plan), layout_(plan::RankLayout::from_plan(plan.parallelism)), g_(std::move(groups)), world_rank_(world_rank), timing_(timing),
-      backend_(backend ? std::move(backend) : make_cpu_backend()) {
+    : plan_(plan), layout_(plan::RankLayout::from_plan(plan.parallelism)), backend_(backend ? std::move(backend) : make_cpu_backend()), g_(std::move(groups)),
+      world_rank_(world_rank), timing_(timing) {
   const auto& par = plan_.parallelism;
   const auto& m = plan_.model;
   stages_ = par.pipeline_model_parallel_size;
@@ -202,6 +202,11 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
       if (in.kind != models::InstrKind::compute || in.op != models::OpKind::optimizer) {
         throw std::logic_error("a Program instruction outside the schedule items the executor does not play: " + program_.name(in));
       }
+      // Sends still buffered (NcclGroup posts a send with the next receive, or at flush) go
+      // out before the optimizer's collectives: the tied embedding's all-reduce spans the
+      // first and last stages, and the last stage's buffered gradient is what the first
+      // stage's last receive waits for; held back, each would wait for the other.
+      g_.pp->flush();
       optimizer_step(step, options);
     } else {
       const models::ScheduleItem& it = sp.schedule[static_cast<std::size_t>(in.item)];
@@ -314,6 +319,13 @@ void Trainer::optimizer_step(std::int64_t step, const ExecuteOptions& options) {
     }
   }
   ++adam_step_;
+  // A step that updated in place left params_ behind the chunks; the flat path below updates
+  // params_ and writes it back, so it must start from the chunks' values (a bit flip or
+  // --verify on a later step of a one-replica run takes it).
+  if (!in_place && params_stale_) {
+    pack(false, false, params_.span());
+    params_stale_ = false;
+  }
   if (in_place) {
     const auto start = Clock::now();
     std::size_t at = 0;

@@ -100,10 +100,12 @@ class Trainer {
 
   plan::Plan plan_;
   plan::RankLayout layout_;
+  // Before the groups, so that it outlives them: a StagedGroup holds it by reference, and an
+  // NcclGroup is bound to its stream.
+  std::unique_ptr<Backend> backend_;
   Groups g_;
   std::int64_t world_rank_;
   OpSeconds* timing_;
-  std::unique_ptr<Backend> backend_;
   std::int64_t stage_ = 0, stages_ = 1, chunks_per_stage_ = 1, microbatches_ = 1;
   models::Program program_;
   std::vector<double> instr_seconds_;

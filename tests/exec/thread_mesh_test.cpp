@@ -50,6 +50,19 @@ TEST(ThreadMesh, StagedGroupsCarryTheSameBits) {
   }
 }
 
+// NCCL's point-to-point semantics (NcclGroup holds a send until the sender's next receive or
+// flush): every mesh with a pipeline still runs. Before the fix the tied embedding's all-reduce
+// at the optimizer waited for the first stage while the first stage waited for the last
+// stage's held gradient: a deadlock on every step with PP > 1 and tied embeddings.
+TEST(ThreadMesh, SendsHeldAsNcclHoldsThemDoNotDeadlock) {
+  for (const char* name : {"tp2-pp2", "interleaved-pp2-dp2", "zb-pp2-dp2", "cp2-pp2", "moe-tp2-pp2", "llama-tp2-pp2-sp"}) {
+    const ThreadMeshResult r = run_mesh_in_threads(test::json_mesh_named(name), 2, cpu, false, 10.0, true);
+    ASSERT_TRUE(r.error.empty()) << name << ": " << r.error;
+    ASSERT_EQ(r.steps.size(), 2u) << name;
+    for (const auto& s : r.steps) EXPECT_LE(s.worst_relative_error, 1e-5) << name << " step " << s.step << ": " << s.worst_tensor;
+  }
+}
+
 // A rank whose backend cannot be made is named, and the others do not wait for it forever.
 TEST(ThreadMesh, ARankThatFailsIsNamed) {
   const ThreadMeshResult r = run_mesh_in_threads(test::json_mesh_named("tp2-pp2"), 1, [](std::int64_t rank) -> std::unique_ptr<Backend> {
@@ -73,6 +86,20 @@ TEST(Trainer, UpdatesInPlaceAsTheFlatPathDoes) {
   EXPECT_EQ(a.params, b.params);
   EXPECT_EQ(a.exp_avg, b.exp_avg);
   EXPECT_EQ(a.exp_avg_sq, b.exp_avg_sq);
+}
+
+// Switching paths between steps: steps in place, then the flat path (--verify's keep_reduced,
+// or a bit flip), which updates params_ and writes it back: it must start from the values the
+// in-place steps left in the chunks, not from params_ as it was before them.
+TEST(Trainer, TheFlatPathAfterInPlaceStepsStartsFromTheirParameters) {
+  const plan::Plan p = single_rank(test::json_mesh_named("llama-tp2-pp2-sp"));
+  Trainer switched(p, local_groups(), 0, nullptr), flat(p, local_groups(), 0, nullptr);
+  flat.keep_reduced = true;
+  for (std::int64_t s = 1; s <= 4; ++s) {
+    switched.keep_reduced = s >= 3;  // in place for steps 1 and 2, flat for 3 and 4
+    EXPECT_EQ(switched.step(s, ExecuteOptions{}), flat.step(s, ExecuteOptions{})) << "step " << s;
+  }
+  EXPECT_EQ(switched.state().params, flat.state().params);
 }
 
 }  // namespace
