@@ -169,7 +169,9 @@ void CudaChunk::run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c) 
       bias_grad(lc.dq, p + "q.bias");
       bias_grad(lc.dk, p + "k.bias");
       bias_grad(lc.dv, p + "v.bias");
-      // dy1 = dq Wq^T + dk Wk^T + dv Wv^T, summed in fp32 and rounded once.
+      // dy1 = dq Wq^T + dk Wk^T + dv Wv^T, summed in fp32 and rounded once to bf16. Under FP8
+      // each product comes out of its GEMM in bf16 first (linear_into), so there it is rounded
+      // once per product and once more for the sum.
       const I rows = lc.dq.rows();
       DVec sum(rows, H, s_);
       linear_into(lc.dq, W(p + "q.weight"), sum.data(), H, true, false);

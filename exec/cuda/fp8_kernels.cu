@@ -1,5 +1,6 @@
 #include "exec/cuda/fp8_kernels.hpp"
 
+#include <cfloat>
 #include <string>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -40,14 +41,19 @@ __global__ void amax_kernel(const __nv_bfloat16* x, std::int64_t n, float* amax)
 }
 
 // The quantising factor from the amax: 448 / amax, 1 for an all-zero tensor (any factor gives
-// zeros), NaN for a NaN amax. An infinite amax gives 0 (every finite value becomes 0, the
-// infinite ones NaN): the loss check sees that step as bad, as it would in bf16.
-__device__ __forceinline__ float quant_factor(float amax) { return amax == 0.0F ? 1.0F : kE4m3Max / amax; }
-
-__global__ void dequant_kernel(float* scales) {
-  const float amax = scales[0];
-  scales[kFp8DequantSlot] = amax == 0.0F ? 1.0F : amax / kE4m3Max;
+// zeros), NaN for a NaN amax. An amax below 448 / FLT_MAX (denormal inputs) would make the
+// factor infinite and 0 x inf a NaN: the factor is held at FLT_MAX there, so those values cast
+// to what they round to and the step stays finite. An infinite amax gives 0 (every finite value
+// becomes 0, the infinite ones NaN): the loss check sees that step as bad, as it would in bf16.
+__device__ __forceinline__ float quant_factor(float amax) {
+  if (amax == 0.0F) return 1.0F;
+  const float q = kE4m3Max / amax;
+  return isinf(q) ? FLT_MAX : q;
 }
+
+// The dequantising factor is the quantising one's inverse, so that the two always agree
+// (1 for zero, NaN for NaN, 1 / FLT_MAX where the factor was held).
+__global__ void dequant_kernel(float* scales) { scales[kFp8DequantSlot] = 1.0F / quant_factor(scales[0]); }
 
 __global__ void cast_kernel(const __nv_bfloat16* x, std::int64_t n, const float* scales, __nv_fp8_e4m3* out) {
   const float q = quant_factor(scales[0]);

@@ -214,11 +214,25 @@ TEST(CudaFp8, CastScalesByTheAmaxAndTransposes) {
   EXPECT_EQ(static_cast<float>(p[17]), -kE4m3Max);
   // An all-zero tensor casts to zeros with a unit scale.
   DeviceBuffer<__nv_bfloat16> zeros(64);
-  MESHWORK_CUDA_CHECK(cudaMemset(zeros.data(), 0, zeros.size() * sizeof(__nv_bfloat16)));
+  // On the test stream: a cudaMemset on the legacy stream is not ordered before it (non-blocking).
+  MESHWORK_CUDA_CHECK(cudaMemsetAsync(zeros.data(), 0, zeros.size() * sizeof(__nv_bfloat16), stream.get()));
   quantize_e4m3(zeros.data(), 4, 16, false, plain.data(), scales.data(), stream.get());
   stream.synchronize();
   EXPECT_EQ(scales.download()[kFp8DequantSlot], 1.0F);
   EXPECT_EQ(static_cast<float>(plain.download()[5]), 0.0F);
+  // Denormal inputs: 448 / amax would overflow to inf and 0 x inf give NaN; the factor is held
+  // at FLT_MAX instead, and every value casts to a finite number.
+  std::vector<__nv_bfloat16> tiny(64, __float2bfloat16(1e-39F));
+  tiny[3] = __float2bfloat16(0.0F);
+  DeviceBuffer<__nv_bfloat16> small(64);
+  small.upload(tiny);
+  quantize_e4m3(small.data(), 4, 16, false, plain.data(), scales.data(), stream.get());
+  stream.synchronize();
+  const float dequant = scales.download()[kFp8DequantSlot];
+  EXPECT_TRUE(std::isfinite(dequant) && dequant > 0.0F) << dequant;
+  const auto cast = plain.download();
+  for (std::size_t i = 0; i < 64; ++i) ASSERT_TRUE(std::isfinite(static_cast<float>(cast[i]))) << i;
+  EXPECT_EQ(static_cast<float>(cast[3]), 0.0F);
 }
 
 TEST(CudaGemm, BadShapesAreRefusedOnTheHost) {
