@@ -41,7 +41,7 @@ void add_topology_command(CLI::App& app, Io& io) {
       const auto path = topology::group_path(router, layout, g);
       groups[std::string(plan::to_string(g))] = {{"size", layout.group_size(g)}, {"hops", path.hops},
                                                  {"bottleneck_gbytes_per_s", path.bottleneck_gbytes_per_s},
-                                                 {"ring_share_gbytes_per_s", topology::ring_share_gbytes_per_s(t, layout, g)},
+                                                 {"ring_share_gbytes_per_s", topology::ring_share_gbytes_per_s(t, layout, g, p.cluster.topology.routing)},
                                                  {"disconnected", path.disconnected}};
     }
     if (!dot->empty()) {

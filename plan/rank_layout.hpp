@@ -83,6 +83,7 @@ class RankLayout {
 
   [[nodiscard]] std::int64_t world_size() const { return world_; }
   [[nodiscard]] const MeshShape& shape() const { return shape_; }
+  [[nodiscard]] const DimOrder& order() const { return order_; }
   [[nodiscard]] std::int64_t size(MeshDim d) const { return size_[static_cast<std::size_t>(d)]; }
   [[nodiscard]] std::int64_t stride(MeshDim d) const { return stride_[static_cast<std::size_t>(d)]; }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "topology/fabric_share.hpp"
 #include "topology/router.hpp"
 
 namespace meshwork::topology {
@@ -75,7 +76,7 @@ GroupPath group_path(Router& router, const plan::RankLayout& layout, plan::Group
   return out;
 }
 
-double ring_share_gbytes_per_s(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group) {
+double ring_share_gbytes_per_s(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group, plan::Routing routing) {
   if (layout.group_size(group) <= 1) return 0;
   Router router(t);
   std::vector<double> load(2 * boost::num_edges(t.graph), 0.0);
@@ -85,19 +86,36 @@ double ring_share_gbytes_per_s(const Topology& t, const plan::RankLayout& layout
     capacity[2 * id] = capacity[2 * id + 1] = t.graph[e].bandwidth_gbytes_per_s;
   }
   const std::int64_t per_node = std::max<std::int64_t>(t.gpus_per_node, 1);
-  for (std::int64_t g = 0; g < layout.num_groups(group); ++g) {
-    const auto members = layout.group(group, g);
-    // Members per node: those on the first member's node (members ascend).
-    std::int64_t k = 0;
-    while (static_cast<std::size_t>(k) < members.size() && members[static_cast<std::size_t>(k)] / per_node == members.front() / per_node) ++k;
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      const std::int64_t next = plan::ring_successor(members, i, k, per_node);
-      if (next != members[i]) router.spread(members[i], next, 1.0, load);
+  std::int64_t planes = 1;
+  for (auto v : boost::make_iterator_range(boost::vertices(t.graph))) planes = std::max(planes, t.graph[v].plane + 1);
+  auto add = [&](std::int64_t from, std::int64_t to) {
+    if (routing != plan::Routing::d_mod_k) {
+      router.spread(from, to, 1.0, load);
+      return;
     }
-  }
+    for (std::int64_t plane = 0; plane < planes; ++plane) {
+      for (const Hop& h : router.route_d_mod_k(from, to, planes > 1 ? plane : -1)) load[h.slot()] += 1.0 / static_cast<double>(planes);
+    }
+  };
+  // One stage at a time for the kinds the schedule staggers (topology/fabric_share.hpp).
+  const std::int64_t stages = staggered_by_stage(group) ? layout.shape().pp : 1;
   double share = std::numeric_limits<double>::infinity();
-  for (std::size_t slot = 0; slot < load.size(); ++slot) {
-    if (load[slot] > 1e-12 && capacity[slot] > 0) share = std::min(share, capacity[slot] / load[slot]);
+  for (std::int64_t stage = 0; stage < stages; ++stage) {
+    std::fill(load.begin(), load.end(), 0.0);
+    for (std::int64_t g = 0; g < layout.num_groups(group); ++g) {
+      if (stages > 1 && layout.coord(layout.group_first(group, g)).pp != stage) continue;
+      const auto members = layout.group(group, g);
+      // Members per node: those on the first member's node (members ascend).
+      std::int64_t k = 0;
+      while (static_cast<std::size_t>(k) < members.size() && members[static_cast<std::size_t>(k)] / per_node == members.front() / per_node) ++k;
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        const std::int64_t next = plan::ring_successor(members, i, k, per_node);
+        if (next != members[i]) add(members[i], next);
+      }
+    }
+    for (std::size_t slot = 0; slot < load.size(); ++slot) {
+      if (load[slot] > 1e-12 && capacity[slot] > 0) share = std::min(share, capacity[slot] / load[slot]);
+    }
   }
   return std::isfinite(share) ? share : 0;
 }

@@ -47,8 +47,13 @@ GroupPath group_path(Router& router, const plan::RankLayout& layout, plan::Group
 // once (a collective of the whole step's kind), each edge spread evenly over its equal-cost
 // paths (the steady state ECMP hashing of many flows, or adaptive routing, tends to): the
 // least over the links of capacity / edges crossing, GB/s one way. Rings as
-// plan::ring_successor lays them. An oversubscribed tier or pod shows here, not in
+// plan::ring_successor lays them; data parallelism's one pipeline stage at a time
+// (staggered_by_stage in fabric_share.hpp). An oversubscribed tier or pod shows here, not in
 // GroupPath's bottleneck (one path alone). 0 when the kind has one member per group.
-double ring_share_gbytes_per_s(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group);
+// With `routing` d_mod_k each edge takes Router::route_d_mod_k's path instead (one flow on
+// each plane of a multi-plane fabric), so destination-mod-k's collisions show; ecmp_hash and
+// adaptive spread evenly.
+double ring_share_gbytes_per_s(const Topology& t, const plan::RankLayout& layout, plan::GroupKind group,
+                               plan::Routing routing = plan::Routing::adaptive);
 
 }  // namespace meshwork::topology

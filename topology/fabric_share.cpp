@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace meshwork::topology {
@@ -113,6 +114,122 @@ std::int64_t PortGeometry::spine_up_links(std::int64_t p, std::int64_t j) const 
   const std::int64_t spines = spines_in_pod(p), total = pod_up_links(p);
   return total / spines + (j < total % spines ? 1 : 0);
 }
+std::int64_t PortGeometry::two_tier_spines() const { return std::max<std::int64_t>(1, ceil_div(leaves() * leaf.up, std::max<std::int64_t>(1, radix))); }
+std::int64_t PortGeometry::cores() const {
+  std::int64_t links = 0;
+  for (std::int64_t p = 0; p < pods(); ++p) links += pod_up_links(p);
+  return std::max<std::int64_t>(1, ceil_div(links, std::max<std::int64_t>(1, radix)));
+}
+
+DestinationModK::DestinationModK(const PortGeometry& g) : g_(g), up_(g.leaf.up) {
+  if (g.pod_ports <= 0) {
+    spines_ = g.two_tier_spines();
+    return;
+  }
+  cores_ = g.cores();
+  leaves_per_pod_ = ceil_div(g.pod_ports, g.leaf.down);
+  std::int64_t x = 0;
+  for (std::int64_t p = 0; p < g.pods(); ++p) {
+    Pod pod;
+    pod.spines = g.spines_in_pod(p);
+    pod.first_link = x;
+    bool every_spine = true;
+    for (std::int64_t j = 0; j < pod.spines; ++j) {
+      pod.spine_first.push_back(x);
+      pod.spine_links.push_back(g.spine_up_links(p, j));
+      every_spine = every_spine && pod.spine_links.back() > 0;
+      x += pod.spine_links.back();
+    }
+    pod.links = x - pod.first_link;
+    pod.every_core = pod.links >= cores_;
+    pod.regular = pod.every_core && every_spine;
+    pods_.push_back(std::move(pod));
+  }
+  pod_links_ = x;
+}
+
+std::size_t DestinationModK::leaf_slots() const { return at(2 * g_.leaves() * up_); }
+std::size_t DestinationModK::slots() const { return leaf_slots() + at(2 * pod_links_); }
+std::size_t DestinationModK::leaf_slot(std::int64_t leaf, std::int64_t u, bool down) const { return at(2 * (leaf * up_ + u) + (down ? 1 : 0)); }
+std::size_t DestinationModK::pod_slot(std::int64_t x, bool down) const { return leaf_slots() + at(2 * x + (down ? 1 : 0)); }
+
+DestinationModK::Route DestinationModK::route(std::int64_t from, std::int64_t to, std::uint64_t dst) const {
+  Route r;
+  auto link = [&](std::size_t slot) { r.slot[at(r.hops++)] = slot; };
+  const std::int64_t l = g_.leaf_of(from), m = g_.leaf_of(to);
+  if (l == m) return r;
+  const auto d = static_cast<std::int64_t>(dst % (std::uint64_t{1} << 62));
+  if (g_.pod_ports <= 0) {
+    const std::int64_t u = d % up_;
+    link(leaf_slot(l, u, false));
+    link(leaf_slot(m, down_link(u % spines_, 0, spines_, d), true));
+    return r;
+  }
+  const std::int64_t p = g_.pod_of(from), q = g_.pod_of(to);
+  const std::int64_t i = l - p * leaves_per_pod_, k = m - q * leaves_per_pod_;
+  const Pod& src = pods_[at(p)];
+  if (p == q) {
+    const std::int64_t spine = (i * up_ + d % up_) % src.spines;
+    link(leaf_slot(l, d % up_, false));
+    link(leaf_slot(m, down_link(spine, k, src.spines, d), true));
+    return r;
+  }
+  const Pod& dst_pod = pods_[at(q)];
+  std::int64_t u = 0, x = 0;
+  if (src.regular && dst_pod.every_core) {
+    u = d % up_;
+    const std::int64_t a = (i * up_ + u) % src.spines;
+    x = src.spine_first[at(a)] + d / up_ % src.spine_links[at(a)];
+  } else if (!irregular_climb(src, dst_pod, i, d, u, x)) {
+    return r;  // no core joins the two pods (the builders do not make such a fabric)
+  }
+  link(leaf_slot(l, u, false));
+  link(pod_slot(x, false));
+  // Down from core x mod cores to the destination pod: its links to that core in the order
+  // dealt, number d mod their count; then from that spine to the leaf.
+  const std::int64_t core = x % cores_, end = dst_pod.first_link + dst_pod.links;
+  const std::int64_t first = dst_pod.first_link + ((core - dst_pod.first_link) % cores_ + cores_) % cores_;
+  if (first >= end) return r;
+  const std::int64_t down = first + d % ((end - 1 - first) / cores_ + 1) * cores_;
+  const auto owner = std::upper_bound(dst_pod.spine_first.begin(), dst_pod.spine_first.end(), down) - dst_pod.spine_first.begin() - 1;
+  link(pod_slot(down, true));
+  link(leaf_slot(m, down_link(owner, k, dst_pod.spines, d), true));
+  return r;
+}
+
+std::int64_t DestinationModK::down_link(std::int64_t spine, std::int64_t k, std::int64_t spines, std::int64_t d) const {
+  const std::int64_t first = ((spine - k * up_) % spines + spines) % spines;
+  return first + d % ((up_ - 1 - first) / spines + 1) * spines;
+}
+
+bool DestinationModK::reaches(const Pod& pod, std::int64_t core) const {
+  if (pod.every_core) return true;
+  return ((core - pod.first_link) % cores_ + cores_) % cores_ < pod.links;
+}
+
+bool DestinationModK::irregular_climb(const Pod& src, const Pod& dst, std::int64_t i, std::int64_t d, std::int64_t& u, std::int64_t& x) const {
+  auto spine_leads = [&](std::int64_t a) {
+    for (std::int64_t n = 0; n < src.spine_links[at(a)]; ++n) {
+      if (reaches(dst, (src.spine_first[at(a)] + n) % cores_)) return true;
+    }
+    return false;
+  };
+  std::vector<std::int64_t> choices;
+  for (std::int64_t v = 0; v < up_; ++v) {
+    if (spine_leads((i * up_ + v) % src.spines)) choices.push_back(v);
+  }
+  if (choices.empty()) return false;
+  const auto w = static_cast<std::int64_t>(choices.size());
+  u = choices[at(d % w)];
+  const std::int64_t a = (i * up_ + u) % src.spines;
+  std::vector<std::int64_t> links;
+  for (std::int64_t n = 0; n < src.spine_links[at(a)]; ++n) {
+    const std::int64_t link = src.spine_first[at(a)] + n;
+    if (reaches(dst, link % cores_)) links.push_back(link);
+  }
+  x = links[at(d / w % static_cast<std::int64_t>(links.size()))];
+  return true;
+}
 
 std::optional<PortGeometry> port_geometry(const plan::ClusterConfig& c) {
   const auto& t = c.topology;
@@ -124,6 +241,7 @@ std::optional<PortGeometry> port_geometry(const plan::ClusterConfig& c) {
   g.gpus_per_node = c.gpus_per_node;
   g.nics_per_node = c.nics_per_node;
   g.leaf = split_ports(t.switch_radix, t.oversubscription);
+  g.radix = t.switch_radix;
   g.ports = nodes * c.nics_per_node;
   if (t.kind == plan::TopologyKind::rail_optimized) {
     // Each rail padded to whole leaves, so that a leaf holds one rail (topology/builders.cpp).
@@ -153,15 +271,46 @@ double TierShares::above_nic_fraction() const {
   return std::min(1.0, above / nic_gbytes_per_s);
 }
 
-TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& layout, plan::GroupKind kind, Pattern pattern, bool per_edge) {
+namespace {
+
+}  // namespace
+
+bool staggered_by_stage(plan::GroupKind kind) {
+  switch (kind) {
+    case plan::GroupKind::dp:
+    case plan::GroupKind::expert_dp:
+    case plan::GroupKind::dp_cp:
+    case plan::GroupKind::dp_shard:
+    case plan::GroupKind::dp_replica:
+    case plan::GroupKind::expert_dp_shard:
+    case plan::GroupKind::expert_dp_replica: return true;
+    case plan::GroupKind::tp:
+    case plan::GroupKind::cp:
+    case plan::GroupKind::ep:
+    case plan::GroupKind::pp: return false;
+  }
+  return false;
+}
+
+namespace {
+
+TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& layout, plan::GroupKind kind, Pattern pattern, bool per_edge) {
   TierShares s{kInf, kInf, kInf, {}};
   const auto geometry = port_geometry(c);
   if (!geometry || layout.group_size(kind) <= 1) return s;
   const PortGeometry& g = *geometry;
   const std::int64_t per_node = g.gpus_per_node;
-  // A ring's edges, group by group: (position, from port, to port) of those between nodes.
-  auto for_each_edge = [&](auto&& edge) {
-    for (std::int64_t index = 0; index < layout.num_groups(kind); ++index) {
+  const bool by_stage = staggered_by_stage(kind) && layout.shape().pp > 1;
+  // The groups of the kind, stage by stage where they are staggered (all in stage 0 otherwise).
+  const std::int64_t stages = by_stage ? layout.shape().pp : 1;
+  std::vector<std::vector<std::int64_t>> groups_of_stage(at(stages));
+  for (std::int64_t index = 0; index < layout.num_groups(kind); ++index) {
+    groups_of_stage[at(by_stage ? layout.coord(layout.group_first(kind, index)).pp : 0)].push_back(index);
+  }
+  // A ring's edges, group by group: (position, from port, to port, destination GPU) of those
+  // between nodes.
+  auto for_each_edge = [&](const std::vector<std::int64_t>& groups, auto&& edge) {
+    for (const std::int64_t index : groups) {
       const auto members = layout.group(kind, index);
       // Members on the first member's node (members ascend), as ring_successor takes them.
       std::int64_t k = 0;
@@ -169,7 +318,7 @@ TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& lay
       for (std::size_t i = 0; i < members.size(); ++i) {
         const std::int64_t next =
             pattern == Pattern::pipeline ? members[(i + 1) % members.size()] : plan::ring_successor(members, i, k, per_node);
-        if (members[i] / per_node != next / per_node) edge(i, g.port_of_gpu(members[i]), g.port_of_gpu(next));
+        if (members[i] / per_node != next / per_node) edge(i, g.port_of_gpu(members[i]), g.port_of_gpu(next), next);
       }
     }
   };
@@ -178,67 +327,108 @@ TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& lay
   const auto& topo = c.topology;
   const std::int64_t planes = topo.kind == plan::TopologyKind::multi_plane ? std::max<std::int64_t>(1, topo.planes) : 1;
   const auto flows_per_stream = static_cast<double>(std::max({std::int64_t{1}, topo.flows_per_peer, planes}));
-  Loads loads(g);
-  if (pattern != Pattern::all_to_all) {
-    for_each_edge([&](std::size_t, std::int64_t from, std::int64_t to) {
-      loads.port_out[at(from)] += 1;
-      loads.port_in[at(to)] += 1;
-      loads.add(g, from, to, 1, flows_per_stream);
-    });
-  } else {
-    // All-to-all: a member's stream to the other nodes, split evenly over their members.
-    for (std::int64_t index = 0; index < layout.num_groups(kind); ++index) {
-      const auto members = layout.group(kind, index);
-      for (const std::int64_t a : members) {
-        std::int64_t off_node = 0;
-        for (const std::int64_t b : members) off_node += b / per_node != a / per_node;
-        if (off_node == 0) continue;
-        const std::int64_t from = g.port_of_gpu(a);
-        loads.port_out[at(from)] += 1;
-        for (const std::int64_t b : members) {
-          if (b / per_node == a / per_node) continue;
-          const std::int64_t to = g.port_of_gpu(b);
-          loads.port_in[at(to)] += 1.0 / static_cast<double>(off_node);
-          loads.add(g, from, to, 1.0 / static_cast<double>(off_node), flows_per_stream);
-        }
-      }
-    }
-  }
+  // Destination-mod-k: each stream's load on each link above the leaves, its route known.
+  std::optional<DestinationModK> d_mod_k;
+  if (topo.routing == plan::Routing::d_mod_k && g.leaves() > 1) d_mod_k.emplace(g);
   // Every port (of each plane) runs at the NIC's rate over its planes, so the planes cancel:
   // each tier's capacity is counted in NICs.
   const double nic_gbytes = c.nic_bandwidth_gbps / 8;
   auto leaf_capacity = [&](std::int64_t) { return static_cast<double>(g.leaf.up) * nic_gbytes; };
   auto pod_capacity = [&](std::int64_t p) { return static_cast<double>(g.pod_up_links(p)) * nic_gbytes; };
-  s.nic_gbytes_per_s = least_share(loads.port_out, loads.port_in, [&](std::int64_t) { return nic_gbytes; });
-  s.leaf_gbytes_per_s = least_share(loads.leaf_out, loads.leaf_in, leaf_capacity);
-  if (g.pod_ports > 0) s.pod_gbytes_per_s = least_share(loads.pod_out, loads.pod_in, pod_capacity);
-  // ECMP hashing: each flow on a path of its own choosing, so a tier's busiest link carries
-  // more than the mean, and a stream goes at the pace of its flow there (the simulator holds an
-  // edge's flows to one pace): the tier's share times mean / busiest, the busiest taken over
-  // all the tier's links (both ways, every plane) at the most loaded leaf's (pod's) mean.
+  std::vector<double> link_load;
   double leaf_collisions = 1, pod_collisions = 1;
-  if (topo.routing == plan::Routing::ecmp_hash) {
-    auto collisions = [&](const std::vector<double>& out, const std::vector<double>& in, auto links_of) {
-      double worst = 0;
-      std::int64_t total_links = 0;
-      for (std::size_t i = 0; i < out.size(); ++i) {
-        const std::int64_t links = links_of(static_cast<std::int64_t>(i)) * planes;
-        total_links += 2 * links;
-        worst = std::max(worst, std::max(out[i], in[i]) / static_cast<double>(links));
-      }
-      return worst > 0 ? worst / busiest_link_flows(worst, static_cast<double>(total_links)) : 1.0;
+
+  for (std::int64_t stage = 0; stage < stages; ++stage) {
+    const auto& groups = groups_of_stage[at(stage)];
+    Loads loads(g);
+    if (d_mod_k) link_load.assign(d_mod_k->slots(), 0.0);
+    auto route = [&](std::int64_t from, std::int64_t to, std::int64_t dst, double amount) {
+      if (!d_mod_k) return;
+      const auto r = d_mod_k->route(from, to, static_cast<std::uint64_t>(dst));
+      for (int h = 0; h < r.hops; ++h) link_load[r.slot[at(h)]] += amount;
     };
-    leaf_collisions = collisions(loads.leaf_flows_out, loads.leaf_flows_in, [&](std::int64_t) { return g.leaf.up; });
-    if (std::isfinite(s.leaf_gbytes_per_s)) s.leaf_gbytes_per_s *= leaf_collisions;
-    if (g.pod_ports > 0) {
-      pod_collisions = collisions(loads.pod_flows_out, loads.pod_flows_in, [&](std::int64_t p) { return g.pod_up_links(p); });
-      if (std::isfinite(s.pod_gbytes_per_s)) s.pod_gbytes_per_s *= pod_collisions;
+    if (pattern != Pattern::all_to_all) {
+      for_each_edge(groups, [&](std::size_t, std::int64_t from, std::int64_t to, std::int64_t dst) {
+        loads.port_out[at(from)] += 1;
+        loads.port_in[at(to)] += 1;
+        loads.add(g, from, to, 1, flows_per_stream);
+        route(from, to, dst, 1);
+      });
+    } else {
+      // All-to-all: a member's stream to the other nodes, split evenly over their members.
+      for (const std::int64_t index : groups) {
+        const auto members = layout.group(kind, index);
+        for (const std::int64_t a : members) {
+          std::int64_t off_node = 0;
+          for (const std::int64_t b : members) off_node += b / per_node != a / per_node;
+          if (off_node == 0) continue;
+          const std::int64_t from = g.port_of_gpu(a);
+          loads.port_out[at(from)] += 1;
+          for (const std::int64_t b : members) {
+            if (b / per_node == a / per_node) continue;
+            const std::int64_t to = g.port_of_gpu(b);
+            loads.port_in[at(to)] += 1.0 / static_cast<double>(off_node);
+            loads.add(g, from, to, 1.0 / static_cast<double>(off_node), flows_per_stream);
+            route(from, to, b, 1.0 / static_cast<double>(off_node));
+          }
+        }
+      }
     }
-  }
-  if (per_edge && pattern != Pattern::all_to_all && std::isfinite(s.nic_gbytes_per_s)) {
+    TierShares here{kInf, kInf, kInf, {}};
+    here.nic_gbytes_per_s = least_share(loads.port_out, loads.port_in, [&](std::int64_t) { return nic_gbytes; });
+    here.leaf_gbytes_per_s = least_share(loads.leaf_out, loads.leaf_in, leaf_capacity);
+    if (g.pod_ports > 0) here.pod_gbytes_per_s = least_share(loads.pod_out, loads.pod_in, pod_capacity);
+    // ECMP hashing: each flow on a path of its own choosing, so a tier's busiest link carries
+    // more than the mean, and a stream goes at the pace of its flow there (the simulator holds
+    // an edge's flows to one pace): the tier's share times mean / busiest, the busiest taken
+    // over all the tier's links (both ways, every plane) at the most loaded leaf's (pod's) mean.
+    if (topo.routing == plan::Routing::ecmp_hash) {
+      auto collisions = [&](const std::vector<double>& out, const std::vector<double>& in, auto links_of) {
+        double worst = 0;
+        std::int64_t total_links = 0;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+          const std::int64_t links = links_of(static_cast<std::int64_t>(i)) * planes;
+          total_links += 2 * links;
+          worst = std::max(worst, std::max(out[i], in[i]) / static_cast<double>(links));
+        }
+        return worst > 0 ? worst / busiest_link_flows(worst, static_cast<double>(total_links)) : 1.0;
+      };
+      leaf_collisions = collisions(loads.leaf_flows_out, loads.leaf_flows_in, [&](std::int64_t) { return g.leaf.up; });
+      if (std::isfinite(here.leaf_gbytes_per_s)) here.leaf_gbytes_per_s *= leaf_collisions;
+      if (g.pod_ports > 0) {
+        pod_collisions = collisions(loads.pod_flows_out, loads.pod_flows_in, [&](std::int64_t p) { return g.pod_up_links(p); });
+        if (std::isfinite(here.pod_gbytes_per_s)) here.pod_gbytes_per_s *= pod_collisions;
+      }
+    }
+    // Destination-mod-k: each tier's busiest link, both ways, holds its streams to the NIC's
+    // rate over their number (a link is one port of one plane; each stream has one flow on
+    // each plane, so the planes cancel as above).
+    if (d_mod_k) {
+      auto busiest = [&](std::size_t begin, std::size_t end) {
+        double most = 0;
+        for (std::size_t slot = begin; slot < end; ++slot) most = std::max(most, link_load[slot]);
+        return most > 1e-12 ? nic_gbytes / most : kInf;
+      };
+      here.leaf_gbytes_per_s = busiest(0, d_mod_k->leaf_slots());
+      here.pod_gbytes_per_s = busiest(d_mod_k->leaf_slots(), d_mod_k->slots());
+    }
+    s.nic_gbytes_per_s = std::min(s.nic_gbytes_per_s, here.nic_gbytes_per_s);
+    s.leaf_gbytes_per_s = std::min(s.leaf_gbytes_per_s, here.leaf_gbytes_per_s);
+    s.pod_gbytes_per_s = std::min(s.pod_gbytes_per_s, here.pod_gbytes_per_s);
+    if (by_stage || !per_edge || pattern == Pattern::all_to_all || !std::isfinite(here.nic_gbytes_per_s)) continue;
+
+    // Per edge (one stage: the kinds counted stage by stage have no per-edge figures).
     s.edge_above_nic_fraction.assign(at(layout.group_size(kind)), 1.0);
     auto share = [](double capacity, double out, double in) { return capacity / std::max({out, in, 1e-12}); };
-    for_each_edge([&](std::size_t i, std::int64_t from, std::int64_t to) {
+    for_each_edge(groups, [&](std::size_t i, std::int64_t from, std::int64_t to, std::int64_t dst) {
+      double& f = s.edge_above_nic_fraction[i];
+      if (d_mod_k) {
+        double most = 0;
+        const auto r = d_mod_k->route(from, to, static_cast<std::uint64_t>(dst));
+        for (int h = 0; h < r.hops; ++h) most = std::max(most, link_load[r.slot[at(h)]]);
+        if (most > 1e-12) f = std::min(f, nic_gbytes / most / here.nic_gbytes_per_s);
+        return;
+      }
       double above = kInf;
       for (const std::int64_t leaf : {g.leaf_of(from), g.leaf_of(to)}) {
         if (g.leaf_of(from) != g.leaf_of(to)) {
@@ -250,15 +440,55 @@ TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& lay
           above = std::min(above, pod_collisions * share(pod_capacity(pod), loads.pod_out[at(pod)], loads.pod_in[at(pod)]));
         }
       }
-      double& f = s.edge_above_nic_fraction[i];
-      f = std::min(f, above / s.nic_gbytes_per_s);
+      f = std::min(f, above / here.nic_gbytes_per_s);
     });
   }
   return s;
 }
 
+// What tier_shares answers depends on these alone.
+struct SharesKey {
+  plan::ClusterConfig cluster;
+  plan::MeshShape shape;
+  plan::DimOrder order;
+  plan::GroupKind kind;
+  Pattern pattern;
+  bool per_edge;
+  bool operator==(const SharesKey& o) const {
+    const auto& a = cluster.topology;
+    const auto& b = o.cluster.topology;
+    return cluster.num_gpus == o.cluster.num_gpus && cluster.gpus_per_node == o.cluster.gpus_per_node &&
+           cluster.nics_per_node == o.cluster.nics_per_node && cluster.nic_bandwidth_gbps == o.cluster.nic_bandwidth_gbps && a.kind == b.kind &&
+           a.tiers == b.tiers && a.switch_radix == b.switch_radix && a.oversubscription == b.oversubscription && a.pod_gpus == b.pod_gpus &&
+           a.pod_oversubscription == b.pod_oversubscription && a.planes == b.planes && a.routing == b.routing &&
+           a.flows_per_peer == b.flows_per_peer && shape.tp == o.shape.tp && shape.cp == o.shape.cp && shape.ep == o.shape.ep &&
+           shape.dp == o.shape.dp && shape.pp == o.shape.pp && shape.instances == o.shape.instances && order == o.order && kind == o.kind &&
+           pattern == o.pattern && per_edge == o.per_edge;
+  }
+};
+
+}  // namespace
+
+TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& layout, plan::GroupKind kind, Pattern pattern, bool per_edge) {
+  // The count walks every edge of the kind (a few microseconds per thousand GPUs): the last
+  // few answers are kept per thread, for an estimate's repeated groups and a sweep's repeated
+  // meshes on one cluster.
+  constexpr std::size_t kKept = 16;
+  thread_local std::vector<std::pair<SharesKey, TierShares>> kept;
+  SharesKey key{c, layout.shape(), layout.order(), kind, pattern, per_edge};
+  for (const auto& [k, shares] : kept) {
+    if (k == key) return shares;
+  }
+  TierShares s = count_tier_shares(c, layout, kind, pattern, per_edge);
+  if (kept.size() >= kKept) kept.erase(kept.begin());
+  kept.emplace_back(std::move(key), s);
+  return s;
+}
+
 bool tiers_can_slow(const plan::ClusterConfig& c) {
-  return has_oversubscribed_tier(c) || (port_geometry(c) && c.topology.routing == plan::Routing::ecmp_hash);
+  if (has_oversubscribed_tier(c)) return true;
+  const auto g = port_geometry(c);
+  return g && (c.topology.routing == plan::Routing::ecmp_hash || (c.topology.routing == plan::Routing::d_mod_k && g->leaves() > 1));
 }
 
 bool has_oversubscribed_tier(const plan::ClusterConfig& c) {

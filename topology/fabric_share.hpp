@@ -7,6 +7,8 @@
 // flows tends to. topology::ring_share_gbytes_per_s finds the same figure link by link on the
 // built graph, and a test holds the two equal; the builders take their port counts from here.
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -41,6 +43,7 @@ struct PortGeometry {
   // The pod's links to the core are its leaf-spine links over pod_oversubscription.
   bool pod_mesh = false;
   double pod_oversubscription = 1;
+  std::int64_t radix = 0;       // the switches' ports (a 2-tier tree's spine count, the core's)
 
   // The slot of the NIC port a GPU sends through (GPU g of a node uses NIC g * nics / gpus).
   [[nodiscard]] std::int64_t port_of_gpu(std::int64_t gpu) const;
@@ -56,10 +59,65 @@ struct PortGeometry {
   // more when they do not divide).
   [[nodiscard]] std::int64_t pod_up_links(std::int64_t p) const;
   [[nodiscard]] std::int64_t spine_up_links(std::int64_t p, std::int64_t j) const;
+  // Two tiers: the spines, as few as hold every leaf's up-links (leaf up-link u goes to spine
+  // u mod spines). Three tiers: the core switches, as few as hold every pod's links to the core
+  // (the pods' links dealt round-robin over them, pod by pod).
+  [[nodiscard]] std::int64_t two_tier_spines() const;
+  [[nodiscard]] std::int64_t cores() const;
 };
 
 // nullopt for one node or a node without NICs (nothing above the NVLink domain).
 std::optional<PortGeometry> port_geometry(const plan::ClusterConfig& c);
+
+// Destination-mod-k routes in closed form: the links above its leaf a flow takes, as
+// Router::route_d_mod_k picks them on the fabric topology/builders wires (a test holds the two
+// equal flow by flow on every fabric kind). Climbing, at each tier the flow takes up-link number
+// (dst / w_1 ... w_(l-1)) mod w_l of the w_l that lead to a turning switch (Zahavi et al. 2010;
+// OpenSM's ftree); descending, among parallel links to the switch below, number dst mod their
+// count. The wiring mirrored: a leaf's up-link u goes to spine u mod spines (two tiers) or to its
+// pod's spine (i * up + u) mod spines (leaf i of the pod, three tiers), and the pods' links to
+// the core are dealt round-robin over the cores, pod by pod, spine by spine. One plane: every
+// plane of a multi-plane fabric routes alike.
+class DestinationModK {
+ public:
+  explicit DestinationModK(const PortGeometry& g);  // keeps a reference to g
+
+  // Link slots: each leaf up-link u, both ways, at 2 (leaf * leaf.up + u) + (down ? 1 : 0);
+  // then, from leaf_slots() on, each pod-to-core link x (numbered in the order dealt) at
+  // leaf_slots() + 2 x + (down ? 1 : 0).
+  [[nodiscard]] std::size_t leaf_slots() const;
+  [[nodiscard]] std::size_t slots() const;
+  struct Route {
+    std::array<std::size_t, 4> slot{};
+    int hops = 0;
+  };
+  // The flow from NIC port `from` to port `to`, destined for GPU `dst` (none within a leaf).
+  [[nodiscard]] Route route(std::int64_t from, std::int64_t to, std::uint64_t dst) const;
+
+ private:
+  struct Pod {
+    std::int64_t spines = 0, first_link = 0, links = 0;
+    std::vector<std::int64_t> spine_first, spine_links;  // each spine's links to the core
+    bool every_core = false;  // its links reach every core
+    bool regular = false;     // and every spine has a link to the core
+  };
+  [[nodiscard]] std::size_t leaf_slot(std::int64_t leaf, std::int64_t u, bool down) const;
+  [[nodiscard]] std::size_t pod_slot(std::int64_t x, bool down) const;
+  // The up-link number of leaf `k` of its pod (0 on two tiers) by which spine `spine` of
+  // `spines` comes down to it: the spine's links to the leaf are u = first + n * spines, and a
+  // flow takes number d mod their count.
+  [[nodiscard]] std::int64_t down_link(std::int64_t spine, std::int64_t k, std::int64_t spines, std::int64_t d) const;
+  [[nodiscard]] bool reaches(const Pod& pod, std::int64_t core) const;
+  // Small or partly filled fabrics, where a pod does not reach every core or a spine has no link
+  // to the core: the choices are only the links that lead to a core both pods reach.
+  bool irregular_climb(const Pod& src, const Pod& dst, std::int64_t i, std::int64_t d, std::int64_t& u, std::int64_t& x) const;
+
+  const PortGeometry& g_;
+  std::int64_t up_;
+  std::int64_t spines_ = 1;  // two tiers
+  std::int64_t cores_ = 1, leaves_per_pod_ = 1, pod_links_ = 0;
+  std::vector<Pod> pods_;
+};
 
 // What one stream of a group's traffic moves: a ring edge to plan::ring_successor's member; a
 // pipeline's send from member i to member i + 1 (stage to stage, the last to the first as the
@@ -74,8 +132,12 @@ enum class Pattern { ring, pipeline, all_to_all };
 // NVSwitch's). A stream of the all-to-all is a member's traffic to the other nodes. With
 // `routing: ecmp_hash` each tier's share is further cut by its collisions: a stream's
 // flows_per_peer flows (one per plane at least) are each hashed onto a link of the tier, and
-// the stream goes at the pace of the busiest (mean / busiest-link flows; d_mod_k and adaptive
-// routing spread a step's regular patterns evenly, as the closed form assumes).
+// the stream goes at the pace of the busiest (mean / busiest-link flows). With `routing:
+// d_mod_k` each flow's route is known: the links are those Router::route_d_mod_k takes on the
+// fabric topology/builders wires, worked out here without the graph, and each tier's share is
+// the NIC's rate over the busiest link's streams (destination-mod-k keeps a shift pattern
+// apart on a full tree, but not every ring of a step, nor an oversubscribed or uneven one).
+// Adaptive routing spreads evenly, as the plain closed form assumes.
 struct TierShares {
   double nic_gbytes_per_s;
   double leaf_gbytes_per_s;
@@ -92,13 +154,20 @@ struct TierShares {
   // What the leaf and pod tiers leave of the NIC's rate, in (0, 1]; 1 when nothing crosses.
   [[nodiscard]] double above_nic_fraction() const;
 };
+// Whether the kind's rings are counted one pipeline stage at a time: the gradient collectives
+// of data parallelism run when a stage's backward ends, which the schedule staggers stage by
+// stage (1F1B: a micro-batch apart, the last stage first), so rings of different stages seldom
+// run at once (the simulator's stages overlap in part: bench/RESULTS.md); every other kind's
+// traffic runs on every stage at once in the steady state, a micro-batch on each. Such a kind's
+// shares are its worst stage's, and it has no per-edge figures.
+bool staggered_by_stage(plan::GroupKind kind);
 TierShares tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& layout, plan::GroupKind kind, Pattern pattern,
                        bool per_edge = false);
 
 // Whether a leaf or a pod has fewer up-links than ports below it.
 bool has_oversubscribed_tier(const plan::ClusterConfig& c);
 // Whether any tier above the NICs can hold a stream below its NIC's rate: an oversubscribed
-// leaf or pod, or ECMP hashing's collisions. When not, tier_shares' above_nic_fraction() is 1
+// leaf or pod, ECMP hashing's collisions, or destination-mod-k's above a leaf. When not, tier_shares' above_nic_fraction() is 1
 // for every kind, and callers in a hurry (the estimate) skip the count.
 bool tiers_can_slow(const plan::ClusterConfig& c);
 
