@@ -297,7 +297,9 @@ namespace {
 TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& layout, plan::GroupKind kind, Pattern pattern, bool per_edge) {
   TierShares s{kInf, kInf, kInf, {}};
   const auto geometry = port_geometry(c);
-  if (!geometry || layout.group_size(kind) <= 1) return s;
+  // A mesh larger than the cluster (a plan validate refuses, which an estimate may still be
+  // asked for) has ranks on no port: nothing to count.
+  if (!geometry || layout.group_size(kind) <= 1 || layout.world_size() > c.num_gpus) return s;
   const PortGeometry& g = *geometry;
   const std::int64_t per_node = g.gpus_per_node;
   const bool by_stage = staggered_by_stage(kind) && layout.shape().pp > 1;

@@ -416,12 +416,13 @@ TEST(Tiers, CollectivesTakeTheirSmsFromTheComputeBesideThem) {
   EXPECT_DOUBLE_EQ(est.breakdown.compute_s, est_free.breakdown.compute_s);
 }
 
-// nar21-t2-530b-zero3-2240 is outside 3% (tests/models/tiers_agreement_test.cpp): its
-// simulated DP is 5.96 s against the estimate's 3.48 s. The cause is destination-mod-k
-// routing on the 3-tier fat tree, whose 20-port leaves split the 8-NIC nodes: two DP ring
-// flows meet on spine102->leaf100 and spine56->leaf40 (twice the bytes of any other link,
-// `simulate --explain`), which the closed form, pricing each flow at its steady-state share,
-// does not see. The same plan with adaptive routing spreads them, and the tiers agree.
+// nar21-t2-530b-zero3-2240's DP is slowed by destination-mod-k routing on the 3-tier fat
+// tree, whose 20-port leaves split the 8-NIC nodes: two DP ring flows meet on spine102->leaf100
+// and spine56->leaf40 (twice the bytes of any other link, `simulate --explain`). Until the
+// closed form counted destination-mod-k's routes (topology::DestinationModK) the estimate
+// missed them (DP 3.48 s against 5.96 s simulated, -5.0%); now it prices them (6.57 s, the
+// step +1.2%, tests/models/tiers_agreement_test.cpp). With adaptive routing the flows spread,
+// and the tiers agree without them.
 TEST(Tiers, ZeroThreeOn2240GpusDiffersOnlyByDestinationModKCollisions) {
   std::ifstream in(std::string(MESHWORK_SOURCE_DIR) + "/scenarios/published/nar21-t2-530b-zero3-2240.yaml");
   std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
