@@ -8,6 +8,33 @@
 
 namespace meshwork::models {
 
+namespace {
+
+// Per position i of the pipeline group, whether the boundary from member i to the next (the
+// last to the first) leaves its node in some group. The members of a group step by one
+// stride; where the node size divides it or is divided by it, every group falls on nodes
+// alike and group 0 says it, otherwise the first 64 groups, whose offsets within a node repeat
+// (RankLayout::node_span takes the same view).
+std::vector<char> boundaries_crossing_nodes(const plan::RankLayout& layout, std::int64_t gpus_per_node) {
+  const std::int64_t n = layout.group_size(plan::GroupKind::pp);
+  std::vector<char> crosses(static_cast<std::size_t>(n), 0);
+  if (n <= 1 || gpus_per_node <= 0) return crosses;
+  auto node = [&](std::int64_t rank) { return rank / gpus_per_node; };
+  std::vector<std::int64_t> members = layout.group(plan::GroupKind::pp, 0);
+  const std::int64_t stride = members[1] - members[0];
+  const bool alike = stride % gpus_per_node == 0 || gpus_per_node % stride == 0;
+  const std::int64_t groups = alike ? 1 : std::min<std::int64_t>(layout.num_groups(plan::GroupKind::pp), 64);
+  for (std::int64_t index = 0; index < groups; ++index) {
+    if (index > 0) members = layout.group(plan::GroupKind::pp, index);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (node(members[i]) != node(members[(i + 1) % members.size()])) crosses[i] = 1;
+    }
+  }
+  return crosses;
+}
+
+}  // namespace
+
 GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan::GroupKind group) {
   GroupNetwork g;
   g.algorithm = p.cluster.collective_algorithm;
@@ -33,6 +60,7 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan:
   g.nic_bytes_per_s = static_cast<double>(c.nics_per_node) * c.nic_bandwidth_gbps * 1e9 / 8 /
                       static_cast<double>(std::max<std::int64_t>(1, c.gpus_per_node)) * hw.nic_efficiency;
   g.all_to_all_nic_bytes_per_s = g.nic_alone_bytes_per_s = g.nic_bytes_per_s;
+  if (g.crosses_nodes && group == plan::GroupKind::pp) g.edge_crosses_nodes = boundaries_crossing_nodes(layout, c.gpus_per_node);
   if (g.crosses_nodes && topology::tiers_can_slow(c)) {
     // A pipeline's boundaries each at their own share: only some cross a pod (Llama 3's stages
     // of 1,024 GPUs, three to a pod of 3,072).
@@ -207,10 +235,10 @@ double p2p_s(const GroupNetwork& g, double bytes) {
 }
 
 double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary) {
-  if (g.edge_fractions.empty() || !g.crosses_nodes || boundary < 0 || boundary >= static_cast<std::int64_t>(g.edge_fractions.size())) {
-    return p2p_s(g, bytes);
-  }
   if (g.size <= 1 || bytes <= 0) return 0;
+  const auto b = static_cast<std::size_t>(boundary);
+  if (boundary >= 0 && b < g.edge_crosses_nodes.size() && g.edge_crosses_nodes[b] == 0) return bytes / g.nvlink_bytes_per_s + g.nvlink_latency_s;
+  if (g.edge_fractions.empty() || !g.crosses_nodes || boundary < 0 || b >= g.edge_fractions.size()) return p2p_s(g, bytes);
   const double rate = std::min(g.nvlink_bytes_per_s, g.nic_alone_bytes_per_s * g.edge_fractions[static_cast<std::size_t>(boundary)]);
   return bytes / rate + g.latency_s;
 }

@@ -40,6 +40,10 @@ struct GroupNetwork {
   // The pipeline group: per position i, what they leave the edge from member i to the next
   // (a pipeline boundary); empty when every edge has fabric_fraction.
   std::vector<double> edge_fractions;
+  // The pipeline group: per position i, whether the boundary from member i to the next leaves
+  // its node in some group (empty when the group stays on one node). A boundary inside a node
+  // runs on NVLink, as the simulator routes it, though the group crosses nodes elsewhere.
+  std::vector<char> edge_crosses_nodes;
   double nic_alone_bytes_per_s = 0;  // the NIC's share before those tiers
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::automatic;  // the plan's choice
 };
@@ -61,7 +65,8 @@ double reduce_scatter_s(const GroupNetwork& g, double bytes);
 double all_gather_s(const GroupNetwork& g, double bytes);
 double all_to_all_s(const GroupNetwork& g, double bytes);
 // One point-to-point transfer of `bytes` between pipeline neighbours; with `boundary`, across
-// that boundary (stage boundary to the next) at its own share of the fabric.
+// that boundary (stage boundary to the next): on NVLink inside a node, otherwise at its own
+// share of the fabric.
 double p2p_s(const GroupNetwork& g, double bytes);
 double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary);
 

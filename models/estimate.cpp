@@ -384,7 +384,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   if (par.pipeline_model_parallel_size > 1) {
     const double transfer_bytes = tokens_mb * d(m.hidden_size) * e / t;  // scattered over TP (NAR21 §4.1)
     pipe.transfer_s = p2p_s(pp_net, transfer_bytes);
-    for (std::size_t boundary = 0; boundary < pp_net.edge_fractions.size(); ++boundary) {
+    for (std::size_t boundary = 0; boundary < std::max(pp_net.edge_fractions.size(), pp_net.edge_crosses_nodes.size()); ++boundary) {
       pipe.boundary_transfer_s.push_back(p2p_s(pp_net, transfer_bytes, static_cast<std::int64_t>(boundary)));
     }
     const auto [with_comm, compute_only] = pipeline_times(pipe, pipe_compute);

@@ -1,7 +1,9 @@
 // The two tiers on every shipped scenario (issue 18): the closed form is the simulator without
-// its dynamic effects, so their steps agree within 3% unless the plan has contention or
-// scheduling the closed form cannot see, and then this test names the plan and why. It reads
-// the goldens both tiers wrote for each scenario (tests/golden/scenarios/**, which the
+// its dynamic effects, so their steps agree within 3%, and each term of the step's breakdown
+// larger than 2% of it within 5%, unless the plan has contention or scheduling the closed form
+// cannot see, and then this test names the plan (the term) and why. A plan outside 3% because
+// its fabric blocks has a copy on a non-blocking fabric among the scenarios, where the 3% holds.
+// It reads the goldens both tiers wrote for each scenario (tests/golden/scenarios/**, which the
 // determinism tests hold to what this build prints), so it costs no simulation.
 #include <cmath>
 #include <filesystem>
@@ -10,15 +12,20 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "plan/plan_io.hpp"
 
 namespace meshwork::models {
 namespace {
 
 namespace fs = std::filesystem;
 const fs::path kGolden = fs::path(MESHWORK_SOURCE_DIR) / "tests/golden/scenarios";
+const fs::path kScenarios = fs::path(MESHWORK_SOURCE_DIR) / "scenarios";
 
 // A golden is "exit N" and then, for exit 0, the command's JSON.
 std::optional<nlohmann::json> report_of(const fs::path& file) {
@@ -34,6 +41,8 @@ std::optional<nlohmann::json> report_of(const fs::path& file) {
 struct Known {
   double band;      // |estimate / simulate - 1| allowed
   const char* why;  // what the closed form cannot see
+  // A fabric that blocks: the scenario of the same plan on a non-blocking copy of its fabric.
+  const char* nonblocking_copy = nullptr;
 };
 
 // The plans outside 3%, each with its reason. A plan that comes back within 3% fails the test
@@ -45,27 +54,96 @@ const std::map<std::string, Known>& known_differences() {
               "interleaved wrap too): the closed form prices each boundary and each kind at its steady-state share alone, "
               "destination-mod-k's collisions included (topology/fabric_share); in the simulator the pipeline's sends bunch "
               "and meet DP flows of other stages on the same links (PP 0.69 s and DP 1.45 s simulated, 0.61 s and 1.28 s "
-              "estimated)"}},
+              "estimated)",
+        "bench/llama3-405b-h100-16384-nonblocking"}},
+      // Not a blocking fabric alone: its failures (a straggler, a degraded link) are the
+      // simulator's, and the closed form prices the healthy plan, on any fabric.
       {"bench/llama3-405b-h100-16384-degraded",
        {0.05, "1:7 oversubscribed pods, and the simulator's stragglers (0.50 s of stalls the closed form has no model of)"}},
   };
   return k;
 }
 
+// The breakdown terms outside 5% on plans whose steps agree or are listed above, by scenario
+// and term, each with its reason; as above, a term that comes back within 5% fails the test
+// until it is taken off. Five reasons cover them:
+// - kStaggered: destination-mod-k's collisions above the leaves (topology/fabric_share)
+//   counted one pipeline stage's DP rings at a time, as the schedule staggers their
+//   reductions; in the simulator the stages' reductions overlap in part, and the flows that
+//   meet on a link end at different times, so the survivors take the bandwidth freed: the
+//   simulated DP lies either side of the count.
+// - kNicShared: the pipeline's sends share their NICs with the same ranks' DP reductions
+//   (ZeRO-2 reduce-scatters every micro-batch) and cross the 1:7 pods' links with other
+//   stages' DP flows in the simulator; the closed form prices each kind at its own steady
+//   share.
+// - kLateNeighbours: a stage's own overlapped DP collectives take SMs from its compute
+//   (models/sm_share), so it is late for its neighbours, who wait: exposed pipeline
+//   communication in the simulator; the closed form replays DP on the reported stage alone,
+//   its neighbours never late. With overlap.grad_reduce and param_gather off the two tiers'
+//   pipeline terms agree within 3% on these plans.
+// - kBusiestLink: destination-mod-k's collisions above the leaves hold a ring to the share of
+//   its busiest link in the closed form; in the simulator's max-min sharing the flows on that
+//   link also take what flows held back on busier links elsewhere leave them.
+// - kAllAtOnce: the closed form prices every pipeline's transfers at the share of the NICs
+//   they get all at once (Jean Zay's 4 NICs for 8 GPUs: 4.2 GB/s of a GPU's 6.25), the
+//   simulated ones meet fewer at a time.
+constexpr const char* kStaggered = "DP rings under destination-mod-k counted stage by stage";
+constexpr const char* kNicShared = "pipeline sends sharing NICs and pod links with DP flows";
+constexpr const char* kLateNeighbours = "neighbours late for their own DP collectives' SMs";
+constexpr const char* kBusiestLink = "a ring held to its busiest link's share under destination-mod-k";
+constexpr const char* kAllAtOnce = "every pipeline's transfers priced at once";
+
+const std::map<std::pair<std::string, std::string>, Known>& known_term_differences() {
+  static const std::map<std::pair<std::string, std::string>, Known> k = {
+      {{"bench/llama3-405b-h100-131072", "dp_s"}, {0.15, kStaggered}},
+      {{"bench/llama3-405b-h100-131072", "pp_s"}, {0.15, kNicShared}},
+      {{"bench/llama3-405b-h100-16384-degraded", "pp_s"}, {0.60, "the straggler's and the degraded link's waits, which the closed form does not model"}},
+      {{"bench/llama3-405b-h100-16384-degraded", "stalls_s"}, {1.0, "the straggler's stalls, which the closed form does not model"}},
+      {{"bench/llama3-405b-h100-16384-nonblocking", "pp_s"}, {0.45, kNicShared}},
+      {{"gpt3-175b-a100-1024", "dp_s"}, {0.40, kStaggered}},
+      {{"heldout/bloom-176b-a100-384", "pp_s"}, {0.15, kAllAtOnce}},
+      {{"heldout/llama3-405b-h100-16384", "dp_s"}, {0.15, kStaggered}},
+      {{"heldout/llama3-405b-h100-16384", "pp_s"}, {0.15, kNicShared}},
+      {{"heldout/llama3-405b-h100-8192", "pp_s"}, {0.35, kNicShared}},
+      {{"published/nar21-145.6b", "dp_s"}, {0.50, kStaggered}},
+      {{"published/nar21-310.1b", "dp_s"}, {1.10, kStaggered}},
+      {{"published/nar21-t2-175b-ptdp-1536", "dp_s"}, {0.50, kStaggered}},
+      {{"published/nar21-t2-175b-zero3-1536", "dp_s"}, {0.10, kBusiestLink}},
+      {{"published/nar21-t2-530b-zero3-2240", "dp_s"}, {0.15, kStaggered}},
+      {{"published/nemo2407-llama2-70b-64", "pp_s"}, {0.55, kLateNeighbours}},
+      {{"published/nemo2407-nemotron-22b-64", "pp_s"}, {0.50, kLateNeighbours}},
+  };
+  return k;
+}
+
+constexpr const char* kTerms[] = {"compute_s", "recompute_s", "tp_s", "cp_s", "ep_s", "dp_s", "pp_s", "bubble_s", "optimizer_s", "stalls_s"};
+
+// Both tiers' Reports of a shipped scenario, by its path under scenarios/ without ".yaml".
+struct Compared {
+  std::string key;
+  nlohmann::json estimated, simulated;
+};
+// Every scenario both tiers have a Report of (a plan that does not fit is simulated by neither).
+std::vector<Compared> compared_scenarios() {
+  std::vector<Compared> out;
+  const std::string suffix = ".simulate.json";
+  for (const auto& entry : fs::recursive_directory_iterator(kGolden)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string stem = name.substr(0, name.size() - suffix.size());
+    auto simulated = report_of(entry.path());
+    auto estimated = report_of(entry.path().parent_path() / (stem + ".estimate.json"));
+    if (!simulated || !estimated) continue;
+    out.push_back({fs::relative(entry.path().parent_path() / stem, kGolden).generic_string(), std::move(*estimated), std::move(*simulated)});
+  }
+  return out;
+}
+
 TEST(Tiers, EveryShippedScenarioAgreesWithinThreePercentOrSaysWhy) {
   int compared = 0;
   std::map<std::string, bool> seen;
-  for (const auto& entry : fs::recursive_directory_iterator(kGolden)) {
-    const std::string name = entry.path().filename().string();
-    const std::string suffix = ".simulate.json";
-    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
-    const fs::path estimate_file = entry.path().parent_path() / (name.substr(0, name.size() - suffix.size()) + ".estimate.json");
-    const auto simulated = report_of(entry.path());
-    const auto estimated = report_of(estimate_file);
-    if (!simulated || !estimated) continue;  // a plan that does not fit is simulated by neither
-    const std::string scenario = fs::relative(estimate_file, kGolden).generic_string();
-    const std::string key = scenario.substr(0, scenario.size() - std::string(".estimate.json").size());
-    const double e = estimated->at("step_time_s").get<double>(), s = simulated->at("step_time_s").get<double>();
+  for (const auto& [key, estimated, simulated] : compared_scenarios()) {
+    const double e = estimated.at("step_time_s").get<double>(), s = simulated.at("step_time_s").get<double>();
     ASSERT_GT(s, 0) << key;
     const double diff = e / s - 1;
     ++compared;
@@ -78,8 +156,65 @@ TEST(Tiers, EveryShippedScenarioAgreesWithinThreePercentOrSaysWhy) {
       EXPECT_LE(std::abs(diff), it->second.band) << key << ": " << it->second.why;
     }
   }
-  EXPECT_GE(compared, 39) << "every shipped scenario that fits has both tiers' goldens";
+  EXPECT_GE(compared, 40) << "every shipped scenario that fits has both tiers' goldens";
   for (const auto& [key, known] : known_differences()) EXPECT_TRUE(seen.count(key)) << key << " is listed but has no goldens";
+}
+
+// A plan listed for its blocking fabric agrees within 3% on its non-blocking copy, which is
+// the same plan but for the fabric's oversubscription.
+TEST(Tiers, BlockingFabricPlansAgreeOnTheirNonBlockingCopy) {
+  int copies = 0;
+  for (const auto& [key, known] : known_differences()) {
+    if (known.nonblocking_copy == nullptr) continue;
+    ++copies;
+    const std::string copy = known.nonblocking_copy;
+    const auto estimated = report_of(kGolden / (copy + ".estimate.json"));
+    const auto simulated = report_of(kGolden / (copy + ".simulate.json"));
+    ASSERT_TRUE(estimated && simulated) << copy << ": no goldens";
+    // The same plan but for its name, description and the oversubscription above the pods.
+    const auto original = plan::load_plan(kScenarios / (key + ".yaml")), nonblocking = plan::load_plan(kScenarios / (copy + ".yaml"));
+    ASSERT_TRUE(original.ok() && nonblocking.ok()) << key << ", " << copy;
+    EXPECT_GT(original.plan.cluster.topology.pod_oversubscription, 1) << key;
+    EXPECT_EQ(nonblocking.plan.cluster.topology.pod_oversubscription, 1) << copy;
+    nlohmann::json a = plan::to_json(original.plan), b = plan::to_json(nonblocking.plan);
+    for (nlohmann::json* j : {&a, &b}) {
+      j->erase("name");
+      j->erase("description");
+      j->at("cluster").at("topology").erase("pod_oversubscription");
+    }
+    EXPECT_EQ(a, b) << copy << " is not " << key << " on another fabric";
+    const double e = estimated->at("step_time_s").get<double>(), s = simulated->at("step_time_s").get<double>();
+    EXPECT_LE(std::abs(e / s - 1), 0.03) << copy << ": estimate " << e << " s against simulate " << s << " s";
+  }
+  EXPECT_GE(copies, 1);
+}
+
+// Each term of the breakdown larger than 2% of the simulated step agrees within 5%, or is
+// listed with its reason (known_term_differences).
+TEST(Tiers, EveryBreakdownTermAgreesWithinFivePercentOrSaysWhy) {
+  std::map<std::pair<std::string, std::string>, bool> seen;
+  int terms = 0;
+  for (const auto& [key, estimated, simulated] : compared_scenarios()) {
+    const double step = simulated.at("step_time_s").get<double>();
+    for (const char* term : kTerms) {
+      const double e = estimated.at("breakdown").value(term, 0.0), s = simulated.at("breakdown").value(term, 0.0);
+      if (std::max(e, s) <= 0.02 * step) continue;
+      ++terms;
+      const double diff = s > 0 ? e / s - 1 : 1;
+      const auto it = known_term_differences().find({key, term});
+      if (it == known_term_differences().end()) {
+        EXPECT_LE(std::abs(diff), 0.05) << key << " " << term << ": estimate " << e << " s against simulate " << s << " s";
+      } else {
+        seen[{key, term}] = true;
+        EXPECT_GT(std::abs(diff), 0.05) << key << " " << term << " now agrees within 5%: take it off the list (" << it->second.why << ")";
+        EXPECT_LE(std::abs(diff), it->second.band) << key << " " << term << ": " << it->second.why;
+      }
+    }
+  }
+  EXPECT_GE(terms, 150) << "the shipped scenarios' terms over 2% of their steps";
+  for (const auto& [key, known] : known_term_differences()) {
+    EXPECT_TRUE(seen.count(key)) << key.first << " " << key.second << " is listed but no longer over 2% of its step";
+  }
 }
 
 }  // namespace

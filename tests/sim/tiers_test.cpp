@@ -158,6 +158,38 @@ TEST(Tiers, OverlappedPipelineTransfersMoveBothTiersAlike) {
   EXPECT_NEAR(ahead.simulated_s, ahead.estimated_s, 0.03 * ahead.estimated_s);
 }
 
+// A pipeline whose group crosses nodes keeps the boundaries inside a node on NVLink: four
+// 1-GPU stages on two nodes of two GPUs, 25 Gb/s NICs. Boundaries 0-1 and 2-3 stay in their
+// node, 1-2 leaves it. The estimate priced every boundary at the NIC once the group crossed
+// nodes (0.069 s of exposed transfers, as with a node per GPU), the simulator routes the
+// in-node ones on NVLink (0.023 s); by hand a transfer of one micro-batch's activation (4K x
+// 4096 x 2 bytes) takes bytes / rate + latency on each.
+TEST(Tiers, PipelineBoundariesInsideANodeRunOnNvlink) {
+  auto plan = [](int gpus_per_node) {
+    return load("model: {preset: llama3-8b, seq_length: 4096}\n"
+                "training: {global_batch_size: 64, micro_batch_size: 1, precision: bf16}\n"
+                "parallelism: {pp: 4}\n"
+                "cluster: {gpu: h100-sxm, num_gpus: 4, gpus_per_node: " + std::to_string(gpus_per_node) +
+                ", nics_per_node: " + std::to_string(gpus_per_node) + ", nic_bandwidth_gbps: 25}\n");
+  };
+  const plan::Plan paired = plan(2), apart = plan(1);
+  const auto hw = models::hardware_profile(paired.cluster.gpu);
+  const auto net = models::group_network(paired, hw, plan::GroupKind::pp);
+  const double bytes = 4096.0 * 4096 * 2;
+  const double nvlink = bytes / net.nvlink_bytes_per_s + net.nvlink_latency_s, nic = bytes / net.nic_bytes_per_s + net.latency_s;
+  EXPECT_DOUBLE_EQ(models::p2p_s(net, bytes, 0), nvlink);
+  EXPECT_DOUBLE_EQ(models::p2p_s(net, bytes, 1), nic);
+  EXPECT_DOUBLE_EQ(models::p2p_s(net, bytes, 2), nvlink);
+  EXPECT_GT(nic, 10 * nvlink);
+
+  const auto est = models::estimate(paired), est_apart = models::estimate(apart);
+  const auto sim = simulate(paired);
+  ASSERT_TRUE(sim.report) << sim.error;
+  EXPECT_LT(est.breakdown.pp_s, 0.5 * est_apart.breakdown.pp_s);
+  EXPECT_NEAR(est.breakdown.pp_s, sim.report->breakdown.pp_s, 0.05 * sim.report->breakdown.pp_s);
+  EXPECT_NEAR(est.step_time_s, sim.report->step_time_s, 0.01 * sim.report->step_time_s);
+}
+
 // ZeRO-1's gather of the updated parameters (Megatron's distributed optimizer). Blocking, all
 // of it follows the optimizer step. With overlap.param_gather it runs under the next forward in
 // the gradient buckets, all dispatched at the start of the step and each waited for where the
