@@ -1,5 +1,6 @@
 #include "exec/thread_group.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -12,6 +13,17 @@
 namespace meshwork::exec {
 
 using Clock = std::chrono::steady_clock;
+
+// The first failure of any rank of the world, which every group's waits check.
+struct ThreadWorld::Failure {
+  std::mutex m;
+  std::atomic<bool> failed{false};
+  std::string why;  // "rank R failed: ...", set once, before `failed`
+  [[nodiscard]] std::string message() {
+    std::lock_guard lock(m);
+    return why;
+  }
+};
 
 struct ThreadWorld::State {
   std::string name;
@@ -27,9 +39,14 @@ struct ThreadWorld::State {
   std::vector<std::size_t> in_size;
   std::vector<const int*> counts;
   std::map<std::tuple<int, int, int>, std::deque<std::vector<float>>> mailbox;  // (from, to, tag)
+  std::shared_ptr<ThreadWorld::Failure> failure;
+
+  [[nodiscard]] bool failed() const { return failure->failed.load(); }
+  [[noreturn]] void throw_failed() const { throw CollectiveError("thread group " + name + ": " + failure->message()); }
 
   // Every member arrives before any leaves.
   void barrier(std::unique_lock<std::mutex>& lock) {
+    if (failed()) throw_failed();
     const std::uint64_t gen = generation;
     if (++arrived == size) {
       arrived = 0;
@@ -37,11 +54,29 @@ struct ThreadWorld::State {
       cv.notify_all();
       return;
     }
-    if (!cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return generation != gen; })) {
+    if (!cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return generation != gen || failed(); })) {
       throw CollectiveError("thread group " + name + ": a member waited " + std::to_string(timeout_s) + " s for the others (one failed or hung)");
     }
+    if (generation == gen) throw_failed();
   }
 };
+
+ThreadWorld::ThreadWorld(double timeout_s, bool hold_sends)
+    : timeout_s_(timeout_s), hold_sends_(hold_sends), failure_(std::make_shared<Failure>()) {}
+
+void ThreadWorld::fail(std::int64_t rank, const std::string& why) {
+  {
+    std::lock_guard lock(failure_->m);
+    if (failure_->failed.load()) return;  // the first failure is the cause; the rest follow from it
+    failure_->why = "rank " + std::to_string(rank) + " failed: " + why;
+    failure_->failed.store(true);
+  }
+  std::lock_guard lock(m_);
+  for (auto& [key, s] : states_) {
+    std::lock_guard group_lock(s->m);  // a waiter checks the flag under this lock: none misses the notice
+    s->cv.notify_all();
+  }
+}
 
 namespace {
 
@@ -107,10 +142,11 @@ class ThreadGroup final : public Group {
     flush();  // held sends go out with the receive, as NCCL's group call posts them
     std::unique_lock lock(s_->m);
     auto& box = s_->mailbox[{from, rank_, tag}];
-    if (!s_->cv.wait_for(lock, std::chrono::duration<double>(s_->timeout_s), [&] { return !box.empty(); })) {
+    if (!s_->cv.wait_for(lock, std::chrono::duration<double>(s_->timeout_s), [&] { return !box.empty() || s_->failed(); })) {
       throw CollectiveError("thread group " + name() + ": member " + std::to_string(rank_) + " waited " + std::to_string(s_->timeout_s) + " s for a message from " +
                             std::to_string(from) + " (tag " + std::to_string(tag) + ")");
     }
+    if (box.empty()) s_->throw_failed();
     std::vector<float> m = std::move(box.front());
     box.pop_front();
     if (m.size() != data.size()) throw CollectiveError("thread group " + name() + ": a message of " + std::to_string(m.size()) + " floats for a receive of " + std::to_string(data.size()));
@@ -196,6 +232,7 @@ std::shared_ptr<ThreadWorld::State> ThreadWorld::state(const std::string& name, 
     s->size = size;
     s->timeout_s = timeout_s_;
     s->hold_sends = hold_sends_;
+    s->failure = failure_;
     s->in.resize(static_cast<std::size_t>(size));
     s->in_size.resize(static_cast<std::size_t>(size));
     s->counts.resize(static_cast<std::size_t>(size));

@@ -26,17 +26,23 @@ class ThreadWorld {
   // With `hold_sends`, a member's point-to-point sends are held back as NcclGroup holds them
   // (exec/cuda/nccl_group.hpp: posted together with the member's next receive, or at flush()),
   // so that a schedule that would deadlock on NCCL deadlocks here too.
-  explicit ThreadWorld(double timeout_s = 120, bool hold_sends = false) : timeout_s_(timeout_s), hold_sends_(hold_sends) {}
+  explicit ThreadWorld(double timeout_s = 120, bool hold_sends = false);
   // The group maker of world rank `rank` (exec/rank_groups.hpp); every rank's thread calls it
   // for the same groups, in any order.
   [[nodiscard]] GroupMaker maker(std::int64_t rank);
+  // World rank `rank` failed (`why`): every member waiting in any group, now or later, stops
+  // with a CollectiveError that names it, instead of waiting out the timeout for a rank that
+  // will not come (as a process group is aborted when one of its ranks dies).
+  void fail(std::int64_t rank, const std::string& why);
 
   struct State;
+  struct Failure;
 
  private:
   std::shared_ptr<State> state(const std::string& name, int colour, int size);
   double timeout_s_;
   bool hold_sends_;
+  std::shared_ptr<Failure> failure_;
   std::mutex m_;
   std::map<std::pair<std::string, int>, std::shared_ptr<State>> states_;
 };

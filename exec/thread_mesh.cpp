@@ -43,8 +43,12 @@ ThreadMeshResult run_mesh_in_threads(const plan::Plan& plan, std::int64_t steps,
         }
       }
     } catch (const std::exception& e) {
-      std::lock_guard lock(m);
-      if (out.error.empty()) out.error = "rank " + std::to_string(rank) + ": " + e.what();
+      {
+        std::lock_guard lock(m);
+        if (out.error.empty()) out.error = "rank " + std::to_string(rank) + ": " + e.what();
+        out.rank_errors.push_back("rank " + std::to_string(rank) + ": " + e.what());
+      }
+      groups.fail(rank, e.what());  // the others stop now rather than at their timeouts
     }
   };
   std::vector<std::thread> threads;

@@ -20,10 +20,12 @@ namespace meshwork::exec {
 struct ThreadMeshResult {
   std::vector<StepRecord> steps;  // the verified steps (rank 0's view: loss, reference, worst error)
   std::string error;              // the first rank's failure, empty when every rank ran every step
+  std::vector<std::string> rank_errors;  // every failed rank's, in the order they failed
 };
 
 // `make_backend(rank)` is called on the rank's own thread (a CUDA backend selects its device
-// there). A collective that waits `timeout_s` for a member fails. With `staged`, each rank's groups carry its backend's tensors through the host
+// there). A collective that waits `timeout_s` for a member fails; a rank that fails stops the
+// others at once (ThreadWorld::fail), their errors naming it. With `staged`, each rank's groups carry its backend's tensors through the host
 // (StagedGroup), as a device backend needs; without, the backend's memory must be the host's.
 // With `hold_sends`, pipeline sends wait for the sender's next receive or flush, as NCCL's do
 // (ThreadWorld).

@@ -5,9 +5,13 @@
 // runs these meshes with the CUDA backend, tests/exec/cuda_mesh_test.cpp).
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "exec/reference_step.hpp"
+#include "exec/thread_group.hpp"
 #include "exec/thread_mesh.hpp"
 #include "exec/trainer.hpp"
 #include "tests/exec/json_meshes.hpp"
@@ -63,13 +67,56 @@ TEST(ThreadMesh, SendsHeldAsNcclHoldsThemDoNotDeadlock) {
   }
 }
 
-// A rank whose backend cannot be made is named, and the others do not wait for it forever.
+// A rank whose backend cannot be made is named, and the others stop at once with errors that
+// name it, not at their timeout (before, each waited it out: 120 s by default, and said only
+// that "a member waited"). The timeout here is long enough that a wait would fail the test.
 TEST(ThreadMesh, ARankThatFailsIsNamed) {
-  const ThreadMeshResult r = run_mesh_in_threads(test::json_mesh_named("tp2-pp2"), 1, [](std::int64_t rank) -> std::unique_ptr<Backend> {
-    if (rank == 0) throw std::runtime_error("no device here");
-    return make_cpu_backend();
-  }, false, 2.0);
-  EXPECT_NE(r.error.find("no device here"), std::string::npos) << r.error;
+  for (const bool held : {false, true}) {
+    const ThreadMeshResult r = run_mesh_in_threads(test::json_mesh_named("tp2-pp2"), 1, [](std::int64_t rank) -> std::unique_ptr<Backend> {
+      if (rank == 0) throw std::runtime_error("no device here");
+      return make_cpu_backend();
+    }, false, 600.0, held);
+    EXPECT_EQ(r.error, "rank 0: no device here");
+    ASSERT_EQ(r.rank_errors.size(), 4u) << r.error;
+    for (std::size_t i = 1; i < r.rank_errors.size(); ++i) {
+      EXPECT_NE(r.rank_errors[i].find("rank 0 failed: no device here"), std::string::npos) << r.rank_errors[i];
+    }
+  }
+}
+
+// A rank that fails in the middle of a step (here: its first pipeline receive is of the wrong
+// size) stops the others in whatever they wait for: a collective, a receive.
+TEST(ThreadWorld, AFailureReachesEveryWaitingMember) {
+  ThreadWorld world(600.0);
+  const std::vector<std::int64_t> pair{0, 1};
+  auto a = world.maker(0)("pp", pair, 0), b = world.maker(1)("pp", pair, 0);
+  std::string receive_error, reduce_error;
+  std::thread receiver([&] {
+    std::vector<float> x(4);
+    try {
+      a->recv(1, 7, x);
+    } catch (const CollectiveError& e) {
+      receive_error = e.what();
+    }
+  });
+  auto c = world.maker(0)("dp", pair, 0);
+  std::thread reducer([&] {
+    std::vector<float> x(4, 1.0f);
+    try {
+      c->all_reduce_sum(std::span<float>(x));
+    } catch (const CollectiveError& e) {
+      reduce_error = e.what();
+    }
+  });
+  world.fail(1, "out of memory");
+  receiver.join();
+  reducer.join();
+  EXPECT_EQ(receive_error, "thread group pp: rank 1 failed: out of memory");
+  EXPECT_EQ(reduce_error, "thread group dp: rank 1 failed: out of memory");
+  // A group made after the failure stops at its first wait too.
+  auto late = world.maker(0)("tp", pair, 0);
+  std::vector<float> x(2);
+  EXPECT_THROW(late->all_reduce_sum(std::span<float>(x)), CollectiveError);
 }
 
 // One replica: AdamW updates the parameters where the chunks hold them, without the flat copies
