@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
@@ -44,9 +45,12 @@ struct ThreadWorld::State {
   [[nodiscard]] bool failed() const { return failure->failed.load(); }
   [[noreturn]] void throw_failed() const { throw CollectiveError("thread group " + name + ": " + failure->message()); }
 
-  // Every member arrives before any leaves.
-  void barrier(std::unique_lock<std::mutex>& lock) {
-    if (failed()) throw_failed();
+  // Every member arrives before any leaves. With `stop_on_failure`, a failure anywhere in the
+  // world ends the wait (the entry to a collective: a member that never comes); without it
+  // only the timeout does (the exit, which keeps every member's input alive until all have
+  // read it: past the entry every member comes, since the work between never waits).
+  void barrier(std::unique_lock<std::mutex>& lock, bool stop_on_failure) {
+    if (stop_on_failure && failed()) throw_failed();
     const std::uint64_t gen = generation;
     if (++arrived == size) {
       arrived = 0;
@@ -54,7 +58,7 @@ struct ThreadWorld::State {
       cv.notify_all();
       return;
     }
-    if (!cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return generation != gen || failed(); })) {
+    if (!cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return generation != gen || (stop_on_failure && failed()); })) {
       throw CollectiveError("thread group " + name + ": a member waited " + std::to_string(timeout_s) + " s for the others (one failed or hung)");
     }
     if (generation == gen) throw_failed();
@@ -184,11 +188,19 @@ class ThreadGroup final : public Group {
     s_->in[static_cast<std::size_t>(rank_)] = in;
     s_->in_size[static_cast<std::size_t>(rank_)] = size;
     s_->counts[static_cast<std::size_t>(rank_)] = counts;
-    s_->barrier(lock);
+    s_->barrier(lock, true);
     lock.unlock();
-    mine();
+    // A member whose own part fails still reaches the exit, so that the others' reads of its
+    // input end before it unwinds; then it throws.
+    std::exception_ptr error;
+    try {
+      mine();
+    } catch (...) {
+      error = std::current_exception();
+    }
     lock.lock();
-    s_->barrier(lock);
+    s_->barrier(lock, false);
+    if (error) std::rethrow_exception(error);
     stats_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     stats_.bytes += static_cast<double>(bytes);
     ++stats_.calls;

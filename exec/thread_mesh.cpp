@@ -43,11 +43,10 @@ ThreadMeshResult run_mesh_in_threads(const plan::Plan& plan, std::int64_t steps,
         }
       }
     } catch (const std::exception& e) {
-      {
-        std::lock_guard lock(m);
-        if (out.error.empty()) out.error = "rank " + std::to_string(rank) + ": " + e.what();
-        out.rank_errors.push_back("rank " + std::to_string(rank) + ": " + e.what());
-      }
+      // Under one lock, so that the first error recorded is the one every other rank names.
+      std::lock_guard lock(m);
+      if (out.error.empty()) out.error = "rank " + std::to_string(rank) + ": " + e.what();
+      out.rank_errors.push_back("rank " + std::to_string(rank) + ": " + e.what());
       groups.fail(rank, e.what());  // the others stop now rather than at their timeouts
     }
   };

@@ -20,7 +20,7 @@ namespace meshwork::exec {
 struct ThreadMeshResult {
   std::vector<StepRecord> steps;  // the verified steps (rank 0's view: loss, reference, worst error)
   std::string error;              // the first rank's failure, empty when every rank ran every step
-  std::vector<std::string> rank_errors;  // every failed rank's, in the order they failed
+  std::vector<std::string> rank_errors;  // every rank's error, in order: the first is the cause, the others name it
 };
 
 // `make_backend(rank)` is called on the rank's own thread (a CUDA backend selects its device

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <numeric>
 
 #include "topology/fabric_share.hpp"
 
@@ -11,23 +12,32 @@ namespace meshwork::models {
 namespace {
 
 // Per position i of the pipeline group, whether the boundary from member i to the next (the
-// last to the first) leaves its node in some group. The members of a group step by one
-// stride; where the node size divides it or is divided by it, every group falls on nodes
-// alike and group 0 says it, otherwise the first 64 groups, whose offsets within a node repeat
-// (RankLayout::node_span takes the same view).
+// last to the first) leaves its node in some group. A group's members step by the pipeline
+// dimension's stride from its first member, the sum of the other dimensions' digits times their
+// strides, so where its boundaries fall on nodes depends only on that first member modulo the
+// node size: the residues the other dimensions can give it, built dimension by dimension
+// (at most gpus_per_node of them, whatever the order of the dimensions).
 std::vector<char> boundaries_crossing_nodes(const plan::RankLayout& layout, std::int64_t gpus_per_node) {
-  const std::int64_t n = layout.group_size(plan::GroupKind::pp);
-  std::vector<char> crosses(static_cast<std::size_t>(n), 0);
-  if (n <= 1 || gpus_per_node <= 0) return crosses;
-  auto node = [&](std::int64_t rank) { return rank / gpus_per_node; };
-  std::vector<std::int64_t> members = layout.group(plan::GroupKind::pp, 0);
-  const std::int64_t stride = members[1] - members[0];
-  const bool alike = stride % gpus_per_node == 0 || gpus_per_node % stride == 0;
-  const std::int64_t groups = alike ? 1 : std::min<std::int64_t>(layout.num_groups(plan::GroupKind::pp), 64);
-  for (std::int64_t index = 0; index < groups; ++index) {
-    if (index > 0) members = layout.group(plan::GroupKind::pp, index);
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      if (node(members[i]) != node(members[(i + 1) % members.size()])) crosses[i] = 1;
+  const std::int64_t n = layout.size(plan::MeshDim::pp), stride = layout.stride(plan::MeshDim::pp), g = gpus_per_node;
+  std::vector<char> crosses(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)), 0);
+  if (n <= 1 || g <= 0) return crosses;
+  std::vector<char> residue(static_cast<std::size_t>(g), 0);
+  residue[0] = 1;
+  for (const plan::MeshDim dim : {plan::MeshDim::tp, plan::MeshDim::cp, plan::MeshDim::ep, plan::MeshDim::dp}) {
+    const std::int64_t step = layout.stride(dim) % g, size = layout.size(dim);
+    if (step == 0 || size <= 1) continue;
+    const std::int64_t period = g / std::gcd(step, g);  // the digits' residues repeat after it
+    std::vector<char> next(static_cast<std::size_t>(g), 0);
+    for (std::int64_t r = 0; r < g; ++r) {
+      if (residue[static_cast<std::size_t>(r)] == 0) continue;
+      for (std::int64_t digit = 0; digit < std::min(size, period); ++digit) next[static_cast<std::size_t>((r + digit * step) % g)] = 1;
+    }
+    residue.swap(next);
+  }
+  for (std::int64_t first = 0; first < g; ++first) {
+    if (residue[static_cast<std::size_t>(first)] == 0) continue;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if ((first + i * stride) / g != (first + (i + 1) % n * stride) / g) crosses[static_cast<std::size_t>(i)] = 1;
     }
   }
   return crosses;

@@ -5,6 +5,7 @@
 // runs these meshes with the CUDA backend, tests/exec/cuda_mesh_test.cpp).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <span>
 #include <string>
 #include <thread>
@@ -69,13 +70,15 @@ TEST(ThreadMesh, SendsHeldAsNcclHoldsThemDoNotDeadlock) {
 
 // A rank whose backend cannot be made is named, and the others stop at once with errors that
 // name it, not at their timeout (before, each waited it out: 120 s by default, and said only
-// that "a member waited"). The timeout here is long enough that a wait would fail the test.
+// that "a member waited"): here well inside the 60 s a wait would take.
 TEST(ThreadMesh, ARankThatFailsIsNamed) {
   for (const bool held : {false, true}) {
+    const auto t0 = std::chrono::steady_clock::now();
     const ThreadMeshResult r = run_mesh_in_threads(test::json_mesh_named("tp2-pp2"), 1, [](std::int64_t rank) -> std::unique_ptr<Backend> {
       if (rank == 0) throw std::runtime_error("no device here");
       return make_cpu_backend();
-    }, false, 600.0, held);
+    }, false, 60.0, held);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
     EXPECT_EQ(r.error, "rank 0: no device here");
     ASSERT_EQ(r.rank_errors.size(), 4u) << r.error;
     for (std::size_t i = 1; i < r.rank_errors.size(); ++i) {
@@ -84,10 +87,12 @@ TEST(ThreadMesh, ARankThatFailsIsNamed) {
   }
 }
 
-// A rank that fails in the middle of a step (here: its first pipeline receive is of the wrong
-// size) stops the others in whatever they wait for: a collective, a receive.
+// A rank that fails while others already wait for it stops them in whatever they wait for: a
+// receive, a collective (both blocked before the failure: the notice wakes them, well inside
+// the 60 s timeout), and a group made after the failure at its first wait.
 TEST(ThreadWorld, AFailureReachesEveryWaitingMember) {
-  ThreadWorld world(600.0);
+  ThreadWorld world(60.0);
+  const auto t0 = std::chrono::steady_clock::now();
   const std::vector<std::int64_t> pair{0, 1};
   auto a = world.maker(0)("pp", pair, 0), b = world.maker(1)("pp", pair, 0);
   std::string receive_error, reduce_error;
@@ -108,9 +113,11 @@ TEST(ThreadWorld, AFailureReachesEveryWaitingMember) {
       reduce_error = e.what();
     }
   });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both are waiting by now
   world.fail(1, "out of memory");
   receiver.join();
   reducer.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
   EXPECT_EQ(receive_error, "thread group pp: rank 1 failed: out of memory");
   EXPECT_EQ(reduce_error, "thread group dp: rank 1 failed: out of memory");
   // A group made after the failure stops at its first wait too.

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "models/calibration_set.hpp"
 #include "models/comm.hpp"
@@ -180,7 +181,18 @@ TEST(Tiers, PipelineBoundariesInsideANodeRunOnNvlink) {
   EXPECT_DOUBLE_EQ(models::p2p_s(net, bytes, 0), nvlink);
   EXPECT_DOUBLE_EQ(models::p2p_s(net, bytes, 1), nic);
   EXPECT_DOUBLE_EQ(models::p2p_s(net, bytes, 2), nvlink);
+  EXPECT_DOUBLE_EQ(models::p2p_s(net, bytes, 3), nic);  // the wrap, last stage to first, leaves the node
   EXPECT_GT(nic, 10 * nvlink);
+  // Where the pipeline is not the slowest dimension, groups fall on nodes unlike group 0: TP 4 x
+  // PP 3 x DP 2 in that order on 8-GPU nodes. Group 0 is ranks 0, 4, 8 (boundary 0 inside node
+  // 0), the group of DP 1 ranks 12, 16, 20 (boundary 0 from node 1 to node 2): every boundary
+  // leaves its node in some group, so none is priced on NVLink.
+  const plan::Plan ordered = load("model: {preset: llama3-8b, num_layers: 24, seq_length: 4096}\n"
+                                  "training: {global_batch_size: 12, micro_batch_size: 1, precision: bf16}\n"
+                                  "parallelism: {tp: 4, pp: 3, dp: 2, order: tp-cp-ep-pp-dp}\n"
+                                  "cluster: {gpu: h100-sxm, num_gpus: 24, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 25}\n");
+  const auto crossing = models::group_network(ordered, hw, plan::GroupKind::pp);
+  EXPECT_EQ(crossing.edge_crosses_nodes, (std::vector<char>{1, 1, 1}));
 
   const auto est = models::estimate(paired), est_apart = models::estimate(apart);
   const auto sim = simulate(paired);
