@@ -2,11 +2,14 @@
 #include <ostream>
 
 #include "cli/commands.hpp"
+#include "models/comm.hpp"
+#include "models/hardware.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/rank_layout.hpp"
 #include "topology/analysis.hpp"
 #include "topology/builders.hpp"
 #include "topology/dot.hpp"
+#include "topology/fabric_share.hpp"
 #include "topology/router.hpp"
 
 namespace meshwork::cli {
@@ -44,6 +47,26 @@ void add_topology_command(CLI::App& app, Io& io) {
                                                  {"ring_share_gbytes_per_s", topology::ring_share_gbytes_per_s(t, layout, g, p.cluster.topology.routing)},
                                                  {"disconnected", path.disconnected}};
     }
+    // The pipeline's boundaries, stage to the next (the last to the first, which the
+    // interleaved schedule crosses): what each transfer runs on, as the estimate prices it
+    // (models::boundary_link).
+    nlohmann::json boundaries = nlohmann::json::array();
+    if (layout.group_size(plan::GroupKind::pp) > 1) {
+      const auto pp_net = models::group_network(p, models::hardware_profile(p.cluster.gpu), plan::GroupKind::pp);
+      const std::int64_t stages = layout.group_size(plan::GroupKind::pp);
+      for (std::int64_t b = 0; b < stages; ++b) {
+        const models::BoundaryLink link = models::boundary_link(pp_net, b);
+        boundaries.push_back({{"from_stage", b}, {"to_stage", (b + 1) % stages}, {"inside_node", link.inside_node},
+                              {"gbytes_per_s", link.bytes_per_s / 1e9}});
+      }
+    }
+    // A leaf whose NIC ports do not hold whole nodes: a node's NICs then straddle two leaves,
+    // and another oversubscription (another split of the radix) moves ranks between leaves, so
+    // a sweep over it changes the layout as well as the ratio (not monotonic, bench/RESULTS.md).
+    const auto& topo = p.cluster.topology;
+    const bool leaves = (topo.kind == plan::TopologyKind::fat_tree || topo.kind == plan::TopologyKind::multi_plane) && t.nodes > 1;
+    const std::int64_t leaf_ports = leaves ? topology::split_ports(topo.switch_radix, topo.oversubscription).down : 0;
+    const bool straddle = leaves && p.cluster.nics_per_node > 0 && leaf_ports % p.cluster.nics_per_node != 0;
     if (!dot->empty()) {
       std::string error;
       if (!plan::write_file_atomically(*dot, topology::to_dot(t), error)) {
@@ -62,7 +85,10 @@ void add_topology_command(CLI::App& app, Io& io) {
                                {"transceivers", bom.transceivers},
                                {"bisection_gbytes_per_s", bisection},
                                {"diameter_hops", diameter},
-                               {"groups", groups}}
+                               {"groups", groups},
+                               {"pipeline_boundaries", boundaries},
+                               {"leaf_nic_ports", leaf_ports},
+                               {"nodes_straddle_leaves", straddle}}
                     .dump(2)
              << '\n';
       return;
@@ -73,7 +99,7 @@ void add_topology_command(CLI::App& app, Io& io) {
     io.out << "\nlinks:";
     for (const auto& [tier, n] : bom.links) io.out << ' ' << n << ' ' << tier;
     io.out << "\ncables " << bom.cables << ", transceivers " << bom.transceivers << " (scale-out links assumed optical)\n";
-    char buf[200];
+    char buf[400];
     std::snprintf(buf, sizeof buf, "bisection bandwidth %.1f TB/s one way; diameter %lld hops GPU to GPU\n", bisection / 1e3,
                   static_cast<long long>(diameter));
     io.out << buf << "groups (group 0, first member to the farthest; ring share: each ring edge's rate with every ring of the kind running, "
@@ -82,6 +108,26 @@ void add_topology_command(CLI::App& app, Io& io) {
       std::snprintf(buf, sizeof buf, "  %-10s size %6lld  hops %lld  bottleneck %.1f GB/s  ring share %.1f GB/s\n", g.c_str(),
                     static_cast<long long>(v["size"].get<std::int64_t>()), static_cast<long long>(v["hops"].get<std::int64_t>()),
                     v["bottleneck_gbytes_per_s"].get<double>(), v["ring_share_gbytes_per_s"].get<double>());
+      io.out << buf;
+    }
+    if (!boundaries.empty()) {
+      io.out << "pipeline boundaries (each transfer's rate as the estimate prices it):\n";
+      constexpr std::size_t kShown = 16;
+      for (std::size_t i = 0; i < boundaries.size() && i < kShown; ++i) {
+        const auto& b = boundaries[i];
+        std::snprintf(buf, sizeof buf, "  stage %lld -> %lld  %-13s %.1f GB/s\n", static_cast<long long>(b["from_stage"].get<std::int64_t>()),
+                      static_cast<long long>(b["to_stage"].get<std::int64_t>()), b["inside_node"].get<bool>() ? "inside a node" : "between nodes",
+                      b["gbytes_per_s"].get<double>());
+        io.out << buf;
+      }
+      if (boundaries.size() > kShown) io.out << "  ... " << boundaries.size() - kShown << " more (--json lists them all)\n";
+    }
+    if (straddle) {
+      std::snprintf(buf, sizeof buf,
+                    "note: a leaf takes %lld NIC ports (radix %lld at %g:1), which do not hold whole nodes of %lld NICs: nodes straddle "
+                    "leaves, and another oversubscription also moves ranks between leaves\n",
+                    static_cast<long long>(leaf_ports), static_cast<long long>(topo.switch_radix), topo.oversubscription,
+                    static_cast<long long>(p.cluster.nics_per_node));
       io.out << buf;
     }
   });

@@ -244,13 +244,19 @@ double p2p_s(const GroupNetwork& g, double bytes) {
   return bytes / g.busbw_bytes_per_s + g.latency_s;
 }
 
+BoundaryLink boundary_link(const GroupNetwork& g, std::int64_t boundary) {
+  const auto b = static_cast<std::size_t>(boundary);
+  if (boundary >= 0 && b < g.edge_crosses_nodes.size() && g.edge_crosses_nodes[b] == 0) return {g.nvlink_bytes_per_s, g.nvlink_latency_s, true};
+  if (g.edge_fractions.empty() || !g.crosses_nodes || boundary < 0 || b >= g.edge_fractions.size()) {
+    return {g.busbw_bytes_per_s, g.latency_s, !g.crosses_nodes};
+  }
+  return {std::min(g.nvlink_bytes_per_s, g.nic_alone_bytes_per_s * g.edge_fractions[b]), g.latency_s, false};
+}
+
 double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary) {
   if (g.size <= 1 || bytes <= 0) return 0;
-  const auto b = static_cast<std::size_t>(boundary);
-  if (boundary >= 0 && b < g.edge_crosses_nodes.size() && g.edge_crosses_nodes[b] == 0) return bytes / g.nvlink_bytes_per_s + g.nvlink_latency_s;
-  if (g.edge_fractions.empty() || !g.crosses_nodes || boundary < 0 || b >= g.edge_fractions.size()) return p2p_s(g, bytes);
-  const double rate = std::min(g.nvlink_bytes_per_s, g.nic_alone_bytes_per_s * g.edge_fractions[static_cast<std::size_t>(boundary)]);
-  return bytes / rate + g.latency_s;
+  const BoundaryLink link = boundary_link(g, boundary);
+  return bytes / link.bytes_per_s + link.latency_s;
 }
 
 }  // namespace meshwork::models

@@ -69,6 +69,14 @@ double all_to_all_s(const GroupNetwork& g, double bytes);
 // share of the fabric.
 double p2p_s(const GroupNetwork& g, double bytes);
 double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary);
+// What a transfer across pipeline boundary `boundary` runs on, as p2p_s prices it: NVLink
+// inside a node, otherwise the NIC's share the fabric leaves that boundary.
+struct BoundaryLink {
+  double bytes_per_s = 0;
+  double latency_s = 0;
+  bool inside_node = false;
+};
+BoundaryLink boundary_link(const GroupNetwork& g, std::int64_t boundary);
 
 // How the simulator puts a collective on the links: every member sends `edge_bytes` to its
 // ring neighbour (between nodes: the member at its own position on the next node, one rail

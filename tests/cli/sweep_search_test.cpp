@@ -343,6 +343,30 @@ TEST(Topology, BillOfMaterialsBisectionAndGroupsAsJson) {
   fs::remove(dot);
 }
 
+// The pipeline's boundaries as the estimate prices them: four stages two to a node (TP 1 x
+// DP 4), so boundaries 0-1 and 2-3 stay on NVLink and 1-2 and the wrap 3-0 leave the node.
+// And the leaves: radix 64 at 1:1 takes 32 NIC ports, whole nodes of 8; radix 40, 20 ports,
+// splits nodes between leaves, which the text says.
+TEST(Topology, PipelineBoundariesAndLeavesThatSplitNodes) {
+  const Outcome r = meshwork({"topology", "--json", (kSource / "scenarios/published/nemo2407-llama2-13b-16.yaml").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["pipeline_boundaries"].size(), 4u);
+  const bool inside[] = {true, false, true, false};
+  for (std::size_t b = 0; b < 4; ++b) {
+    EXPECT_EQ(j["pipeline_boundaries"][b]["inside_node"].get<bool>(), inside[b]) << b;
+    EXPECT_EQ(j["pipeline_boundaries"][b]["to_stage"].get<std::int64_t>(), static_cast<std::int64_t>((b + 1) % 4));
+  }
+  EXPECT_GT(j["pipeline_boundaries"][0]["gbytes_per_s"].get<double>(), 5 * j["pipeline_boundaries"][1]["gbytes_per_s"].get<double>());
+  EXPECT_EQ(j["leaf_nic_ports"], 32);
+  EXPECT_FALSE(j["nodes_straddle_leaves"].get<bool>());
+
+  const Outcome a100 = meshwork({"topology", (kSource / "scenarios/gpt3-175b-a100-1024.yaml").string()});
+  ASSERT_EQ(a100.code, 0) << a100.err;
+  EXPECT_NE(a100.out.find("a leaf takes 20 NIC ports (radix 40 at 1:1), which do not hold whole nodes of 8 NICs"), std::string::npos) << a100.out;
+  EXPECT_NE(a100.out.find("stage 7 -> 0  between nodes"), std::string::npos) << a100.out;
+}
+
 }  // namespace
 }  // namespace meshwork::cli
 
