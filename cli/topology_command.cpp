@@ -47,14 +47,15 @@ void add_topology_command(CLI::App& app, Io& io) {
                                                  {"ring_share_gbytes_per_s", topology::ring_share_gbytes_per_s(t, layout, g, p.cluster.topology.routing)},
                                                  {"disconnected", path.disconnected}};
     }
-    // The pipeline's boundaries, stage to the next (the last to the first, which the
+    // The pipeline's boundaries, stage to the next (and the last to the first, which only the
     // interleaved schedule crosses): what each transfer runs on, as the estimate prices it
     // (models::boundary_link).
     nlohmann::json boundaries = nlohmann::json::array();
     if (layout.group_size(plan::GroupKind::pp) > 1) {
       const auto pp_net = models::group_network(p, models::hardware_profile(p.cluster.gpu), plan::GroupKind::pp);
       const std::int64_t stages = layout.group_size(plan::GroupKind::pp);
-      for (std::int64_t b = 0; b < stages; ++b) {
+      const bool wraps = p.parallelism.pipeline_schedule == plan::PipelineSchedule::interleaved;
+      for (std::int64_t b = 0; b < (wraps ? stages : stages - 1); ++b) {
         const models::BoundaryLink link = models::boundary_link(pp_net, b);
         boundaries.push_back({{"from_stage", b}, {"to_stage", (b + 1) % stages}, {"inside_node", link.inside_node},
                               {"gbytes_per_s", link.bytes_per_s / 1e9}});
