@@ -13,6 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "exec/calibrate.hpp"
+#include "models/hardware.hpp"
 #include "models/nccl_tests.hpp"
 #include "plan/document.hpp"
 #include "exec/launch.hpp"
@@ -62,14 +63,22 @@ void calibrate_from_files(Io& io, const plan::Plan& p, const std::vector<std::st
         b["efficiency"] = r.efficiency;
         b["model_max_error"] = r.max_error;
         b["model_max_error_bytes"] = r.max_error_bytes;
+        b["model_own_max_error"] = r.own_max_error;
+        b["model_own_max_error_bytes"] = r.own_max_error_bytes;
       } else {
         b["why_none"] = r.why;
+        if (r.max_error > 0) {
+          b["model_max_error"] = r.max_error;
+          b["model_max_error_bytes"] = r.max_error_bytes;
+        }
       }
       m["blocks"].push_back(b);
     }
     m["intra_node_efficiency"] = k.intra_node_efficiency;
     m["nic_efficiency"] = k.nic_efficiency;
     m["intra_node_latency_us"] = cal.plan.cluster.intra_node.latency_us;
+    // On GPUs the collectives' latencies are NCCL's tuner's (models/nccl_tuner), not the plan's.
+    m["collective_latencies"] = models::hardware_profile(cal.plan.cluster.gpu).nccl ? "nccl_tuner" : "intra_node_latency_us";
     io.out << m.dump(2) << '\n';
   } else {
     char buf[512];
@@ -81,16 +90,27 @@ void calibrate_from_files(Io& io, const plan::Plan& p, const std::vector<std::st
                     r.fit.latency_s * 1e6, r.fit.algbw_bytes_per_s / 1e9);
       io.out << buf;
       if (!r.field.empty()) {
-        std::snprintf(buf, sizeof buf, "%s %.3f (the model then misses by up to %.1f%%, at %.0f bytes)\n", r.field.c_str(), r.efficiency, 100 * r.max_error,
-                      r.max_error_bytes);
+        std::snprintf(buf, sizeof buf, "%s %.3f (the model then misses by up to %.1f%%, at %.0f bytes; at this block's own efficiency by up to %.1f%%, at %.0f bytes)\n",
+                      r.field.c_str(), r.efficiency, 100 * r.max_error, r.max_error_bytes, 100 * r.own_max_error, r.own_max_error_bytes);
         io.out << buf;
       } else {
-        io.out << "sets nothing: " << r.why << '\n';
+        io.out << "sets nothing: " << r.why;
+        if (r.max_error > 0) {
+          std::snprintf(buf, sizeof buf, "; the model misses by up to %.1f%%, at %.0f bytes", 100 * r.max_error, r.max_error_bytes);
+          io.out << buf;
+        }
+        io.out << '\n';
       }
     }
-    std::snprintf(buf, sizeof buf, "calibration: intra_node_efficiency %.4f, nic_efficiency %.4f (0: the generation's), intra-node latency %.3f us\n",
-                  k.intra_node_efficiency, k.nic_efficiency, cal.plan.cluster.intra_node.latency_us);
+    std::snprintf(buf, sizeof buf, "calibration: intra_node_efficiency %.4f, nic_efficiency %.4f (0: the generation's), ", k.intra_node_efficiency,
+                  k.nic_efficiency);
     io.out << buf;
+    if (models::hardware_profile(cal.plan.cluster.gpu).nccl) {
+      io.out << "collective latencies NCCL's tuner's per protocol\n";
+    } else {
+      std::snprintf(buf, sizeof buf, "intra-node latency %.3f us\n", cal.plan.cluster.intra_node.latency_us);
+      io.out << buf;
+    }
   }
   if (!out_file.empty()) {
     std::string error;
@@ -115,8 +135,9 @@ void add_calibrate_command(CLI::App& app, Io& io) {
   cmd->add_flag("--json", *json, "Print the measurements as JSON");
   auto nccl_files = std::make_shared<std::vector<std::string>>();
   cmd->add_option("--nccl-tests", *nccl_files,
-                  "Read these nccl-tests outputs instead of measuring (no MPI): the plan's intra-node and NIC efficiencies, and its node fabric's latency "
-                  "when a run inside one node reaches 64 KiB or less, for which the cost model reproduces them; needs --plan");
+                  "Read these nccl-tests outputs instead of measuring (no MPI): the plan's intra-node and NIC efficiencies for which the cost model "
+                  "reproduces them (and a CPU host's node latency when a run inside one node reaches 64 KiB or less; on GPUs NCCL's tuner's "
+                  "latencies stand); needs --plan");
   cmd->callback([&io, plan_file, out_file, json, nccl_files] {
     std::optional<plan::Plan> p;
     if (!plan_file->empty()) {

@@ -61,6 +61,9 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan:
   }
   g.nvlink_bytes_per_s = c.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvlink_efficiency;
   g.nvlink_latency_s = c.intra_node.latency_us * 1e-6;
+  g.nccl = hw.nccl;
+  g.nvlink_in_node = c.intra_node.kind == plan::IntraNodeKind::nvswitch || c.intra_node.kind == plan::IntraNodeKind::nvlink_mesh;
+  g.ll_busbw_bytes_per_s = hw.ll_busbw_bytes_per_s;
   if (c.intra_node.kind == plan::IntraNodeKind::nvswitch) g.nvls_bytes_per_s = c.intra_node.bandwidth_gbytes_per_s * 1e9 * hw.nvls_efficiency;
   // Across nodes each GPU has its share of the node's NICs; an oversubscribed leaf or pod
   // divides it further for the groups whose traffic crosses it, by the share of the tier one
@@ -115,11 +118,12 @@ double ring_volume(Collective c, double n) {
 double ring_steps(Collective c, double n) { return c == Collective::all_reduce ? 2 * (n - 1) : n - 1; }
 
 // The in-node phases of the hierarchical algorithm: a ring reduce-scatter (or all-gather) of
-// the buffer over the k members of a node.
+// the buffer over the k members of a node; its bytes, and on a CPU host its steps' latency.
 double in_node_phase_s(const GroupNetwork& g, double bytes) {
   const double k = d(g.per_node);
-  return (k - 1) / k * bytes / g.nvlink_bytes_per_s + (k - 1) * g.nvlink_latency_s;
+  return (k - 1) / k * bytes / g.nvlink_bytes_per_s;
 }
+double in_node_phase_latency_s(const GroupNetwork& g) { return (d(g.per_node) - 1) * g.nvlink_latency_s; }
 
 double log2_ceil(double m) { return std::ceil(std::log2(std::max(1.0, m))); }
 
@@ -140,10 +144,12 @@ bool applies(const GroupNetwork& g, Collective c, CollectiveAlgorithm a) {
   return false;
 }
 
-CollectiveFlows collective_flows(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a) {
+namespace {
+
+// The flows of algorithm `a` (one that applies) at Simple's full rate, and a CPU host's latency
+// of its in-node phases.
+CollectiveFlows full_rate_flows(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a, double& in_node_latency_s) {
   CollectiveFlows f;
-  if (g.size <= 1 || bytes <= 0) return f;
-  if (!applies(g, c, a) || a == CollectiveAlgorithm::automatic) a = CollectiveAlgorithm::ring;
   const double n = d(g.size), k = d(g.per_node), m = d(g.nodes);
   switch (a) {
     case CollectiveAlgorithm::automatic:
@@ -166,7 +172,7 @@ CollectiveFlows collective_flows(const GroupNetwork& g, Collective c, double byt
       // latency between nodes and a chain through the node's members.
       f.edge_bytes = 2 * bytes / k;
       f.steps = 2 * log2_ceil(m);
-      f.in_node_s = 2 * (k - 1) * g.nvlink_latency_s;
+      in_node_latency_s = 2 * (k - 1) * g.nvlink_latency_s;
       break;
     case CollectiveAlgorithm::nvls:
       // Every GPU sends its buffer to the switch, which reduces it, and reads the result
@@ -182,21 +188,17 @@ CollectiveFlows collective_flows(const GroupNetwork& g, Collective c, double byt
       f.edge_bytes = ring_volume(c, m) * bytes / k;
       f.steps = ring_steps(c, m);
       f.in_node_s = (c == Collective::all_reduce ? 2 : 1) * in_node_phase_s(g, bytes);
+      in_node_latency_s = (c == Collective::all_reduce ? 2 : 1) * in_node_phase_latency_s(g);
       break;
     }
   }
   return f;
 }
 
-namespace {
-
-// collective_s at the given NIC rates between nodes (a ring's, an all-to-all's).
-double collective_at(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a, double nic_bytes_per_s,
-                     double all_to_all_nic_bytes_per_s) {
-  if (g.size <= 1 || bytes <= 0) return 0;
-  if (!applies(g, c, a) || a == CollectiveAlgorithm::automatic) a = CollectiveAlgorithm::ring;
-  const CollectiveFlows f = collective_flows(g, c, bytes, a);
-  const double n = d(g.size), k = d(g.per_node);
+// The rate a member's edge bytes move at, between nodes at the given NIC rates (a ring's, an
+// all-to-all's).
+double edge_rate(const GroupNetwork& g, Collective c, CollectiveAlgorithm a, double nic_bytes_per_s, double all_to_all_nic_bytes_per_s) {
+  const double k = d(g.per_node);
   double rate = g.crosses_nodes ? nic_bytes_per_s : g.nvlink_bytes_per_s;
   if (a == CollectiveAlgorithm::ring && g.crosses_nodes && c != Collective::all_to_all && c != Collective::ring_exchange) {
     // A ring between nodes with k members per node: NCCL's channels start on every member,
@@ -207,12 +209,65 @@ double collective_at(const GroupNetwork& g, Collective c, double bytes, Collecti
   }
   if (c == Collective::ring_exchange) rate = g.busbw_bytes_per_s;
   if (c == Collective::all_to_all && g.crosses_nodes) rate = all_to_all_nic_bytes_per_s;
-  double t = f.edge_bytes / rate + f.steps * g.latency_s + f.in_node_s;
-  if (c == Collective::all_to_all && g.crosses_nodes) t = std::max(t, (k - 1) / n * bytes / g.nvlink_bytes_per_s + f.steps * g.latency_s);
+  return rate;
+}
+
+TunerShape tuner_shape(const GroupNetwork& g) { return {g.size, g.crosses_nodes ? g.nodes : 1, g.nvlink_in_node}; }
+
+// The flows of `a` (normalised to one that applies) with their latency, at the protocol NCCL's
+// tuner would run: the fastest at the NIC's own rate, as it knows the node and its NICs and not
+// the fabric above them.
+CollectiveFlows flows_with_latency(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a) {
+  if (g.size <= 1 || bytes <= 0) return {};
+  if (!applies(g, c, a) || a == CollectiveAlgorithm::automatic) a = CollectiveAlgorithm::ring;
+  double in_node_latency_s = 0;
+  CollectiveFlows f = full_rate_flows(g, c, bytes, a, in_node_latency_s);
+  // NCCL's tuner prices the ring collectives, the tree and NVLS; all-to-all and the context-
+  // parallel ring exchange are its point-to-point sends, which it does not model: those (and
+  // every collective of a CPU host's MPI) wait a latency per step.
+  if (!g.nccl || c == Collective::all_to_all || c == Collective::ring_exchange) {
+    f.latency_s = f.steps * g.latency_s + in_node_latency_s;
+    return f;
+  }
+  const TunerShape shape = tuner_shape(g);
+  const double full_rate_s = f.edge_bytes / edge_rate(g, c, a, g.nic_alone_bytes_per_s, g.nic_alone_bytes_per_s) + f.in_node_s;
+  // The bus bandwidth Simple reaches, against which LL's ceiling is set.
+  const double busbw = full_rate_s > 0 ? ring_volume(c, d(g.size)) * bytes / full_rate_s : 0;
+  Protocol best = Protocol::simple;
+  double best_s = -1, best_fraction = 1, best_latency_s = 0;
+  for (const Protocol p : {Protocol::ll, Protocol::ll128, Protocol::simple}) {
+    if (!protocol_applies(a, p, shape)) continue;
+    double fraction = protocol_fraction(a, p, shape);
+    if (p == Protocol::ll && busbw > 0) fraction = std::min(fraction, ll_busbw_ceiling_bytes_per_s(shape, g.ll_busbw_bytes_per_s) / busbw);
+    if (fraction <= 0) continue;
+    const double latency_s = nccl_latency_s(a, c, p, shape);
+    const double t = full_rate_s / fraction + latency_s;
+    if (best_s < 0 || t < best_s) best = p, best_s = t, best_fraction = fraction, best_latency_s = latency_s;
+  }
+  f.edge_bytes /= best_fraction;
+  f.in_node_s /= best_fraction;
+  f.latency_s = best_latency_s;
+  f.protocol = best;
+  return f;
+}
+
+// collective_s at the given NIC rates between nodes (a ring's, an all-to-all's).
+double collective_at(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a, double nic_bytes_per_s,
+                     double all_to_all_nic_bytes_per_s) {
+  if (g.size <= 1 || bytes <= 0) return 0;
+  if (!applies(g, c, a) || a == CollectiveAlgorithm::automatic) a = CollectiveAlgorithm::ring;
+  const CollectiveFlows f = flows_with_latency(g, c, bytes, a);
+  const double n = d(g.size), k = d(g.per_node);
+  double t = f.edge_bytes / edge_rate(g, c, a, nic_bytes_per_s, all_to_all_nic_bytes_per_s) + f.latency_s + f.in_node_s;
+  if (c == Collective::all_to_all && g.crosses_nodes) t = std::max(t, (k - 1) / n * bytes / g.nvlink_bytes_per_s + f.latency_s);
   return t;
 }
 
 }  // namespace
+
+CollectiveFlows collective_flows(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a) {
+  return flows_with_latency(g, c, bytes, a);
+}
 
 double collective_s(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a) {
   return collective_at(g, c, bytes, a, g.nic_bytes_per_s, g.all_to_all_nic_bytes_per_s);
@@ -253,10 +308,19 @@ BoundaryLink boundary_link(const GroupNetwork& g, std::int64_t boundary) {
   return {std::min(g.nvlink_bytes_per_s, g.nic_alone_bytes_per_s * g.edge_fractions[b]), g.latency_s, false};
 }
 
-double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary) {
+double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary) { return p2p_s(g, bytes, boundary, NicSharing{}); }
+
+double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary, const NicSharing& shared) {
   if (g.size <= 1 || bytes <= 0) return 0;
-  const BoundaryLink link = boundary_link(g, boundary);
-  return bytes / link.bytes_per_s + link.latency_s;
+  const BoundaryLink link = boundary < 0 ? BoundaryLink{g.busbw_bytes_per_s, g.latency_s, !g.crosses_nodes} : boundary_link(g, boundary);
+  const double u = link.inside_node ? 0 : std::clamp(shared.busy_fraction, 0.0, 1.0);
+  double t = bytes / link.bytes_per_s;
+  if (u > 0) {
+    const double nic = g.nic_alone_bytes_per_s;
+    const double left = std::max(nic / 2, nic - shared.flow_bytes_per_s);
+    t = (1 - u) * t + u * bytes / std::min(link.bytes_per_s, left);
+  }
+  return t + link.latency_s;
 }
 
 }  // namespace meshwork::models

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/hardware.hpp"
+#include "models/nccl_tuner.hpp"
 #include "models/program.hpp"
 #include "plan/plan.hpp"
 #include "plan/rank_layout.hpp"
@@ -45,6 +46,11 @@ struct GroupNetwork {
   // runs on NVLink, as the simulator routes it, though the group crosses nodes elsewhere.
   std::vector<char> edge_crosses_nodes;
   double nic_alone_bytes_per_s = 0;  // the NIC's share before those tiers
+  // Collectives on NCCL (a GPU generation): its tuner's latencies and protocols
+  // (models/nccl_tuner), over NVLink inside the node or PCIe, with LL's ceiling in one node.
+  bool nccl = false;
+  bool nvlink_in_node = true;
+  double ll_busbw_bytes_per_s = 0;
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::automatic;  // the plan's choice
 };
 
@@ -69,6 +75,18 @@ double all_to_all_s(const GroupNetwork& g, double bytes);
 // share of the fabric.
 double p2p_s(const GroupNetwork& g, double bytes);
 double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary);
+// Another stream's flows on the same NICs: busy a fraction of the time, each of its flows at
+// most `flow_bytes_per_s` (what the fabric leaves it).
+struct NicSharing {
+  double busy_fraction = 0;
+  double flow_bytes_per_s = 0;
+};
+// The same, with the NIC shared (boundary -1: the group's own figure). While the other stream
+// runs, max-min sharing leaves the transfer the NIC's rate less the other flow's, and at least
+// half of it, or its own bottleneck's rate if lower (a transfer held to an oversubscribed
+// tier's share loses nothing); over the step, for `busy_fraction` of its bytes. A boundary
+// inside a node runs on NVLink and shares nothing.
+double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary, const NicSharing& shared);
 // What a transfer across pipeline boundary `boundary` runs on, as p2p_s prices it: NVLink
 // inside a node, otherwise the NIC's share the fabric leaves that boundary.
 struct BoundaryLink {
@@ -78,15 +96,20 @@ struct BoundaryLink {
 };
 BoundaryLink boundary_link(const GroupNetwork& g, std::int64_t boundary);
 
-// How the simulator puts a collective on the links: every member sends `edge_bytes` to its
-// ring neighbour (between nodes: the member at its own position on the next node, one rail
-// per position as NCCL's channels use every NIC), waits `steps` route latencies, and spends
-// `in_node_s` in in-node phases (hierarchical and NVLS-between-nodes reduce-scatter and
-// all-gather around the between-node part).
+// How both tiers put a collective on the links: every member sends `edge_bytes` to its ring
+// neighbour (between nodes: the member at its own position on the next node, one rail per
+// position as NCCL's channels use every NIC), the collective waits `latency_s`, and spends
+// `in_node_s` in in-node phases (hierarchical and tree's chain through the node). On NCCL the
+// latency is its tuner's for the protocol it runs (`protocol`), and a protocol that keeps a
+// fraction of the rate carries the bytes that would take as long at the full rate; on a CPU
+// host it is `steps` of the group's latency. `steps`: the ring's steps (the simulator's
+// `--per-message` splits the bytes and the latency over them).
 struct CollectiveFlows {
   double edge_bytes = 0;
   double steps = 0;
+  double latency_s = 0;
   double in_node_s = 0;
+  Protocol protocol = Protocol::simple;
 };
 CollectiveFlows collective_flows(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a);
 

@@ -376,25 +376,6 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
                           std::llround(micro_batches * slow.kinds.count[i])});
   }
 
-  // Bubble and exposed pipeline communication: the schedule replayed item by item on every
-  // stage (models/pipeline), as the simulator plays the Program. One bubble in both tiers
-  // (issue 18): what the slowest stage waits with communication free, for its neighbours'
-  // compute; the rest of its wait (the transfers, and the TP, CP and EP time inside its
-  // neighbours' items) is exposed pipeline communication.
-  if (par.pipeline_model_parallel_size > 1) {
-    const double transfer_bytes = tokens_mb * d(m.hidden_size) * e / t;  // scattered over TP (NAR21 §4.1)
-    pipe.transfer_s = p2p_s(pp_net, transfer_bytes);
-    for (std::size_t boundary = 0; boundary < std::max(pp_net.edge_fractions.size(), pp_net.edge_crosses_nodes.size()); ++boundary) {
-      pipe.boundary_transfer_s.push_back(p2p_s(pp_net, transfer_bytes, static_cast<std::int64_t>(boundary)));
-    }
-    const auto [with_comm, compute_only] = pipeline_times(pipe, pipe_compute);
-    const auto st = static_cast<std::size_t>(slow_stage);
-    b.bubble_s = compute_only.idle_s[st];
-    b.pp_s = std::max(0.0, with_comm.idle_s[st] - b.bubble_s);
-  }
-  const double slow_compute = slow.forward_s + slow.backward_s + slow.recompute_s;
-  r.bubble_fraction = micro_batches > 0 && slow_compute > 0 ? b.bubble_s / (micro_batches * slow_compute) : 0;
-
   // DP by the Program's rules (models/program.cpp), replayed on the slowest stage's schedule
   // with its pipeline neighbours never late: the compute stream in order, the DP stream's
   // collectives in issue order, each issued after the compute before it. Gradient buckets of
@@ -406,6 +387,10 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // overlap.param_gather. The distributed optimizer's gather of the updated parameters
   // (ZeRO 1 and 2) runs under the forward with overlap.param_gather (below), otherwise it
   // follows the optimizer step.
+  // What the slowest stage's DP stream runs under its compute, and the span of that compute
+  // (its own items and what DP holds them for), for the NIC the pipeline's transfers share.
+  double dp_under_compute_s = 0, dp_span_s = 0;
+  const bool dp_crosses_nodes = dp_net.crosses_nodes || edp_net.crosses_nodes;
   {
     // The gradients' collective and bytes, with compression (models/layer_comm), as the
     // Program issues them: dense over DP x CP, expert over expert-DP.
@@ -449,6 +434,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       auto issue = [&](double dt) {
         const double start = std::max(stream, compute);
         sms.busy(start, start + dt);
+        dp_under_compute_s += dt;
         return stream = start + dt;
       };
       auto flush = [&] {
@@ -562,6 +548,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
           flush();
         }
       }
+      // The collectives issued from here on run after the stage's last item.
+      dp_span_s = compute;
+      const double under_compute_s = dp_under_compute_s;
       if (deferred > 0) last_grad = issue(deferred);
       compute = std::max(compute, last_grad);
       if ((par.zero_stage == 1 || par.zero_stage == 2) && !gather_ahead) {
@@ -569,8 +558,38 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         compute = issue(dp_time(Collective::all_gather, all, e));
       }
       b.dp_s = std::max(0.0, compute - busy);
+      dp_under_compute_s = under_compute_s;
     }
   }
+
+  // Bubble and exposed pipeline communication: the schedule replayed item by item on every
+  // stage (models/pipeline), as the simulator plays the Program. One bubble in both tiers
+  // (issue 18): what the slowest stage waits with communication free, for its neighbours'
+  // compute; the rest of its wait (the transfers, and the TP, CP and EP time inside its
+  // neighbours' items) is exposed pipeline communication.
+  if (par.pipeline_model_parallel_size > 1) {
+    const double transfer_bytes = tokens_mb * d(m.hidden_size) * e / t;  // scattered over TP (NAR21 §4.1)
+    // A transfer between nodes shares its GPU's NIC with the DP collectives the stage runs
+    // under its compute, when those cross nodes too (models::p2p_s with NicSharing: max-min
+    // sharing while both run), for the share of the stage's span its DP stream is busy: the
+    // steady state of what the simulator plays flow by flow.
+    NicSharing dp_on_nic;
+    if (dp_crosses_nodes && dp_span_s > 0) {
+      dp_on_nic.busy_fraction = std::min(1.0, dp_under_compute_s / dp_span_s);
+      // A DP ring member's flow through its own NIC (models::collective_s: a ring between nodes).
+      dp_on_nic.flow_bytes_per_s = dp_net.crosses_nodes ? std::min(dp_net.nic_bytes_per_s, dp_net.nvlink_bytes_per_s / d(dp_net.per_node)) : edp_net.nic_bytes_per_s;
+    }
+    pipe.transfer_s = p2p_s(pp_net, transfer_bytes, -1, dp_on_nic);
+    for (std::size_t boundary = 0; boundary < std::max(pp_net.edge_fractions.size(), pp_net.edge_crosses_nodes.size()); ++boundary) {
+      pipe.boundary_transfer_s.push_back(p2p_s(pp_net, transfer_bytes, static_cast<std::int64_t>(boundary), dp_on_nic));
+    }
+    const auto [with_comm, compute_only] = pipeline_times(pipe, pipe_compute);
+    const auto st = static_cast<std::size_t>(slow_stage);
+    b.bubble_s = compute_only.idle_s[st];
+    b.pp_s = std::max(0.0, with_comm.idle_s[st] - b.bubble_s);
+  }
+  const double slow_compute = slow.forward_s + slow.backward_s + slow.recompute_s;
+  r.bubble_fraction = micro_batches > 0 && slow_compute > 0 ? b.bubble_s / (micro_batches * slow_compute) : 0;
 
   // Optimizer: each GPU updates the parameters it owns (all of them without ZeRO).
   {

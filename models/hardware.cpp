@@ -38,6 +38,9 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.nic_efficiency = 24.0 / 25;
     // DGX A100: 6.5 kW maximum with 8 x 400 W GPUs (NVIDIA DGX A100 datasheet).
     hw.host_watts_per_node = 6500 * 0.94 - 8 * 400;
+    // NCCL's LL ceiling in one Ampere node, 87.7 GB/s (NVIDIA/nccl src/graph/tuning.cc llMaxBws).
+    hw.nccl = true;
+    hw.ll_busbw_bytes_per_s = 87.7e9;
   } else if (starts_with(name, "h100") || starts_with(name, "h200") || starts_with(name, "h800")) {
     hw.generation = "hopper";
     // Best measured BF16 matmul 794.5 of 989 TFLOP/s (docs/reference/published-runs.md C3, STAS), times the
@@ -64,6 +67,9 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     // of the parts' maxima (2 x Xeon 8480C at 350 W, fans at 1.1 kW, ...) is 3.2 kW: in
     // training the CPUs and fans run well below theirs.
     hw.host_watts_per_node = 8480 * 0.94 - 8 * 700;
+    // NCCL's LL ceiling in one Hopper node, 141 GB/s (NVIDIA/nccl src/graph/tuning.cc llMaxBws).
+    hw.nccl = true;
+    hw.ll_busbw_bytes_per_s = 141e9;
   } else if (starts_with(name, "b200")) {
     hw.generation = "blackwell";
     // Best measured BF16 matmul 1,745 of 2,250 TFLOP/s (docs/reference/published-runs.md C3, STAS), times the
@@ -83,6 +89,9 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.tp_overlap_sm_fraction = 16.0 / 132;
     // DGX B200: 14.3 kW maximum (NVIDIA DGX B200 datasheet) with 8 x 1,000 W GPUs.
     hw.host_watts_per_node = 14300 * 0.94 - 8 * 1000;
+    // NCCL's LL ceiling in one Blackwell node, 282 GB/s (NVIDIA/nccl src/graph/tuning.cc llMaxBws).
+    hw.nccl = true;
+    hw.ll_busbw_bytes_per_s = 282e9;
   } else if (gpu.peak_tflops.bf16 > 0 || gpu.peak_tflops.fp16 > 0 || gpu.peak_tflops.fp8 > 0) {
     // A GPU no calibration covers (a custom spec, another vendor): Ampere's fractions of its
     // own datasheet figures, and the estimate says so in its notes. Any 16- or 8-bit tensor
@@ -100,6 +109,8 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.collective_sm_fraction = 16.0 / 108;
     hw.tp_overlap_sm_fraction = 16.0 / 108;
     hw.host_watts_per_node = 3000;
+    hw.nccl = true;
+    hw.ll_busbw_bytes_per_s = 87.7e9;  // Ampere's, as its other figures
   } else {
     hw.generation = "cpu";
     // A CPU host: GEMMs from Eigen reach about half of the FMA peak; no calibration yet.

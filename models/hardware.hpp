@@ -38,6 +38,13 @@ struct HardwareProfile {
   // NVLink SHARP all-reduce in an NVSwitch node: algbw / NVLink line rate (every GPU sends
   // and receives the buffer once; the switch reduces). 0: the generation has none.
   double nvls_efficiency = 0;
+  // Collectives run on NCCL, priced with its tuner's latencies and protocols (models/nccl_tuner);
+  // false: a CPU host's MPI, a fixed latency per ring step (plan cluster.intra_node.latency_us
+  // inside a node, the fabric's hops between nodes).
+  bool nccl = false;
+  // NCCL's ceiling on the LL protocol's bus bandwidth in one node, bytes/s (tuning.cc llMaxBws,
+  // by GPU generation).
+  double ll_busbw_bytes_per_s = 0;
   // The SMs a collective holds while it runs, as a fraction of the GPU's (models/sm_share.hpp):
   // NCCL's channels, one CTA each, over the SM count; and Transformer Engine's userbuffers
   // reduce-scatter split with its GEMM (overlap.tp_comm: `num_sm` 16 by default, with the GEMM

@@ -309,19 +309,20 @@ BlockCalibration calibrate_block(const plan::Plan& plan, const NcclTestBlock& b)
   return r;
 }
 
-// The model with the plan's final calibration against every size of the block.
+// The model against every size of the block: with the plan's final calibration, and with the
+// block's own efficiency in place of the lowest.
 void measure_errors(const plan::Plan& plan, BlockCalibration& r) {
   const NcclTestBlock& b = *r.block;
   const plan::Plan q = group_plan(plan, b);
-  const GroupNetwork g = network(q, r.field, 0);
   const Collective c = model_collective(b.collective);
-  for (const auto& p : b.points) {
-    const double e = std::abs(collective_s(g, c, p.bytes) - p.time_s) / p.time_s;
-    if (e > r.max_error) {
-      r.max_error = e;
-      r.max_error_bytes = p.bytes;
+  auto worst = [&](const GroupNetwork& g, double& error, double& bytes) {
+    for (const auto& p : b.points) {
+      const double e = std::abs(collective_s(g, c, p.bytes) - p.time_s) / p.time_s;
+      if (e > error) error = e, bytes = p.bytes;
     }
-  }
+  };
+  worst(network(q, r.field, 0), r.max_error, r.max_error_bytes);
+  worst(network(q, r.field, r.field.empty() ? 0 : r.efficiency), r.own_max_error, r.own_max_error_bytes);
 }
 
 }  // namespace
@@ -331,9 +332,13 @@ NcclCalibration calibrate_from_nccl_tests(const plan::Plan& plan, const std::vec
   out.plan = plan;
   // The node fabric's latency first (the efficiencies are solved with it): from a block inside
   // one node that reaches small messages, its fitted latency over a ring's steps. A fit whose
-  // latency came out 0 (bandwidth alone fitted better) says nothing of it.
+  // latency came out 0 (bandwidth alone fitted better) says nothing of it. On a GPU the
+  // collectives take NCCL's tuner's latencies per protocol (models/nccl_tuner), which a single
+  // latency + bandwidth line across its protocols would only blur: the plan's stays.
   double latency_s = -1;
+  const bool nccl = hardware_profile(plan.cluster.gpu).nccl;
   for (const auto& b : blocks) {
+    if (nccl) break;
     const Collective c = model_collective(b.collective);
     if (b.nodes != 1 || b.ranks < 2 || c == Collective::none || c == Collective::all_to_all || distinct_sizes(b) < 2) continue;
     const double smallest = std::min_element(b.points.begin(), b.points.end(), [](auto& x, auto& y) { return x.bytes < y.bytes; })->bytes;
@@ -358,9 +363,12 @@ NcclCalibration calibrate_from_nccl_tests(const plan::Plan& plan, const std::vec
     }
     if (lowest > 0) (across ? out.plan.cluster.gpu.calibration.nic_efficiency : out.plan.cluster.gpu.calibration.intra_node_efficiency) = lowest;
   }
-  // How far the plan as written, with both fields, is on every size of every block.
-  for (auto& r : results)
-    if (!r.field.empty()) measure_errors(out.plan, r);
+  // How far the plan as written, with both fields, is on every size of every block the model
+  // prices (those that set nothing included: NVLink SHARP's all-reduce at the generation's rate).
+  for (auto& r : results) {
+    const NcclTestBlock& b = *r.block;
+    if (model_collective(b.collective) != Collective::none && b.ranks >= 2 && distinct_sizes(b) >= 2) measure_errors(out.plan, r);
+  }
   out.blocks = std::move(results);
   return out;
 }

@@ -7,8 +7,9 @@
 //    relative error, the form the cost model's collectives take (models/comm: steps x latency
 //    + bytes / rate);
 //  - calibrate_from_nccl_tests: the plan's intra-node and NIC efficiencies for which the cost
-//    model itself (models::collective_s, with the algorithm it would choose) reproduces each
-//    block's largest measurement, and the model's error on every other size of the block.
+//    model itself (models::collective_s, with the algorithm and protocol it would choose)
+//    reproduces each block's largest measurement, and the model's error on every other size of
+//    the block.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -60,17 +61,22 @@ struct BlockCalibration {
   double efficiency = 0;
   std::string why;
   // The cost model with the plan as written (every field at the lowest any block gave) against
-  // every size of the block: the largest relative error (|model - measured| / measured) and where.
+  // every size of a block it prices, whether or not the block set a field: the largest relative
+  // error (|model - measured| / measured) and where.
   double max_error = 0;
   double max_error_bytes = 0;
+  // The same with the block's own efficiency (what the latency and protocol model misses, apart
+  // from the spread of efficiencies between blocks).
+  double own_max_error = 0;
+  double own_max_error_bytes = 0;
 };
 
 struct NcclCalibration {
   std::vector<BlockCalibration> blocks;
   // The plan with its GPU's calibration set: each field the lowest efficiency any block gave
-  // (no collective the step runs is priced faster than it measured), and with a block inside one
-  // node that reaches 64 KiB or less, the node fabric's latency from its fit (latency over the
-  // ring's steps).
+  // (no collective the step runs is priced faster than it measured), and on a CPU host, with a
+  // block inside one node that reaches 64 KiB or less, the node fabric's latency from its fit
+  // (latency over the ring's steps). On a GPU, NCCL's tuner's latencies stand.
   plan::Plan plan;
 };
 

@@ -76,7 +76,9 @@ void Simulation::collective(std::uint64_t key, std::int32_t kind, const models::
     for (int step = 0; step < steps; ++step) {
       flows.clear();
       classes.clear();
-      double latency = 0;
+      // The collective's latency (models::collective_flows: NCCL's tuner's for the protocol it
+      // runs; a CPU host's steps), spread over the steps when played per message.
+      const double latency = f.latency_s / steps;
       for (const auto colour : colours) {
         const std::int64_t from = rep_[static_cast<std::size_t>(colour)];
         std::size_t cls = 0;
@@ -85,7 +87,6 @@ void Simulation::collective(std::uint64_t key, std::int32_t kind, const models::
           classes.push_back(cls);
           if (!failing_links_.empty()) in_flight_.emplace(&flows.back(), &classes.back());
         }
-        latency = std::max(latency, flow_class_[cls].latency_s * f.steps / steps);
       }
       bool failed = false;
       for (auto& fl : flows) failed = !wait_flow(fl) || failed;

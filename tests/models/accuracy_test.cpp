@@ -46,9 +46,9 @@ Errors errors(const std::vector<Case>& cases, Figure figure) {
 
 // NAR21 Table 1: TFLOP/s per GPU, counting recomputation (hardware FLOPs).
 TEST(Accuracy, Narayanan2021Table1) {
-  const Errors e = errors({{"nar21-1.7b", 137, 2.4}, {"nar21-3.6b", 138, -1.2}, {"nar21-7.5b", 142, -3.7}, {"nar21-18.4b", 135, -3.3},
-                           {"nar21-39.1b", 138, 0.6}, {"nar21-76.1b", 140, 4.3}, {"nar21-145.6b", 148, 4.4}, {"nar21-310.1b", 155, 2.5},
-                           {"nar21-529.6b", 163, 1.7}, {"nar21-1t", 163, 2.1}},
+  const Errors e = errors({{"nar21-1.7b", 137, 2.3}, {"nar21-3.6b", 138, -2.1}, {"nar21-7.5b", 142, -5.2}, {"nar21-18.4b", 135, -5.5},
+                           {"nar21-39.1b", 138, -0.9}, {"nar21-76.1b", 140, 3.2}, {"nar21-145.6b", 148, 3.6}, {"nar21-310.1b", 155, 2.1},
+                           {"nar21-529.6b", 163, 1.4}, {"nar21-1t", 163, 1.9}},
                           Figure::hardware_tflops);
   EXPECT_LE(e.mean_abs, 0.05);
   EXPECT_LE(e.max_abs, 0.10);
@@ -56,9 +56,9 @@ TEST(Accuracy, Narayanan2021Table1) {
 
 // NAR21 Table 2, PTD-P rows.
 TEST(Accuracy, Narayanan2021Table2PtdP) {
-  const Errors e = errors({{"nar21-t2-175b-ptdp-384", 153, 4.1}, {"nar21-t2-175b-ptdp-768", 149, 4.1},
-                           {"nar21-t2-175b-ptdp-1536", 141, 6.8}, {"nar21-t2-530b-ptdp-560", 171, 1.1},
-                           {"nar21-t2-530b-ptdp-1120", 167, 2.0}, {"nar21-t2-530b-ptdp-2240", 159, 4.3}},
+  const Errors e = errors({{"nar21-t2-175b-ptdp-384", 153, 3.3}, {"nar21-t2-175b-ptdp-768", 149, 3.4},
+                           {"nar21-t2-175b-ptdp-1536", 141, 6.1}, {"nar21-t2-530b-ptdp-560", 171, 0.8},
+                           {"nar21-t2-530b-ptdp-1120", 167, 1.7}, {"nar21-t2-530b-ptdp-2240", 159, 4.0}},
                           Figure::hardware_tflops);
   EXPECT_LE(e.mean_abs, 0.05);
   EXPECT_LE(e.max_abs, 0.10);
@@ -74,17 +74,17 @@ TEST(Accuracy, Narayanan2021Table2PtdP) {
 // reduce-scatters take from the compute beside them (models/sm_share.hpp) moved them 2 to 36
 // points closer.
 TEST(Accuracy, Narayanan2021Table2ZeroThreeArePinnedUntilTheMessageSizeModel) {
-  const Errors e = errors({{"nar21-t2-175b-zero3-384", 144, 32.0}, {"nar21-t2-175b-zero3-768", 88, 114.5},
-                           {"nar21-t2-175b-zero3-1536", 44, 306.8}, {"nar21-t2-530b-zero3-640", 138, 43.0},
-                           {"nar21-t2-530b-zero3-1120", 98, 95.0}, {"nar21-t2-530b-zero3-2240", 48, 268.2}},
+  const Errors e = errors({{"nar21-t2-175b-zero3-384", 144, 32.1}, {"nar21-t2-175b-zero3-768", 88, 115.5},
+                           {"nar21-t2-175b-zero3-1536", 44, 315.2}, {"nar21-t2-530b-zero3-640", 138, 43.1},
+                           {"nar21-t2-530b-zero3-1120", 98, 95.4}, {"nar21-t2-530b-zero3-2240", 48, 273.4}},
                           Figure::hardware_tflops);
   EXPECT_GT(e.mean_abs, 0.0);
 }
 
 // KOR22 Tables 3-5: MFU of sequence parallelism with selective recomputation.
 TEST(Accuracy, Korthikanti2022Mfu) {
-  const Errors e = errors({{"kor22-22b", 41.5, 4.1}, {"kor22-175b", 51.4, 0.6}, {"kor22-530b", 56.0, -3.3}, {"kor22-1t", 56.3, -4.7},
-                           {"kor22-530b-dp8", 54.2, -3.2}},
+  const Errors e = errors({{"kor22-22b", 41.5, 3.4}, {"kor22-175b", 51.4, -0.3}, {"kor22-530b", 56.0, -3.7}, {"kor22-1t", 56.3, -4.9},
+                           {"kor22-530b-dp8", 54.2, -3.5}},
                           Figure::mfu_percent);
   EXPECT_LE(e.mean_abs, 0.05);
   EXPECT_LE(e.max_abs, 0.10);

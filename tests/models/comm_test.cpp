@@ -65,8 +65,9 @@ TEST(Collectives, TheTreeWinsOnLatencyAndTheRingOnBandwidth) {
   EXPECT_GT(collective_s(narrow, ar, large, CollectiveAlgorithm::tree), collective_s(narrow, ar, large, CollectiveAlgorithm::ring));
   EXPECT_EQ(algorithm_for(wide, ar, small), CollectiveAlgorithm::tree);
   EXPECT_EQ(algorithm_for(narrow, ar, large), CollectiveAlgorithm::ring);
-  // The tree's time by its definition: 2S through the NIC, 2 log2(512) = 18 steps.
-  EXPECT_DOUBLE_EQ(collective_s(wide, ar, large, CollectiveAlgorithm::tree), 2 * large / wide.nic_bytes_per_s + 18 * wide.latency_s);
+  // The tree's time by its definition: 2S through the NIC, and NCCL's latency for it (Simple):
+  // 8.4 us and 2 log2(512) = 18 levels at the network's 14 us (models/nccl_tuner).
+  EXPECT_DOUBLE_EQ(collective_s(wide, ar, large, CollectiveAlgorithm::tree), 2 * large / wide.nic_bytes_per_s + (8.4 + 18 * 14) * 1e-6);
   // NCCL's trees run all-reduce only: a reduce-scatter asked of the tree runs on the ring.
   const GroupNetwork tree = dp_network(one_gpu + "512", 512, "tree");
   EXPECT_EQ(algorithm_for(tree, Collective::reduce_scatter, small), CollectiveAlgorithm::ring);
@@ -77,9 +78,12 @@ TEST(Collectives, HierarchicalIsInNodeReduceScatterAllReduceBetweenNodesAllGathe
   const GroupNetwork g = dp_network("gpu: h100-sxm, num_gpus: 32, gpus_per_node: 8", 32);
   ASSERT_EQ(g.per_node, 8);
   const double s = 1e9, k = 8, m = 4;
-  const double in_node = (k - 1) / k * s / g.nvlink_bytes_per_s + (k - 1) * g.nvlink_latency_s;
-  const double between = 2 * (m - 1) / m * (s / k) / g.nic_bytes_per_s + 2 * (m - 1) * g.latency_s;
-  EXPECT_DOUBLE_EQ(collective_s(g, Collective::all_reduce, s, CollectiveAlgorithm::hierarchical), in_node + between + in_node);
+  const double in_node = (k - 1) / k * s / g.nvlink_bytes_per_s;
+  const double between = 2 * (m - 1) / m * (s / k) / g.nic_bytes_per_s;
+  // NCCL's latencies of its three calls (Simple): two in-node rings of 8, an all-reduce ring of
+  // the 4 nodes, one rank each, with the ring's plateau factor between nodes.
+  const double latency = (2 * (8.4 + 7 * 3.4) + (8.4 + 6 * 14) * 1.4) * 1e-6;
+  EXPECT_NEAR(collective_s(g, Collective::all_reduce, s, CollectiveAlgorithm::hierarchical), in_node + between + in_node + latency, 1e-15);
   // Fewer steps between nodes than the flat ring of 32: it wins on latency for small buffers.
   EXPECT_LT(collective_s(g, Collective::all_reduce, 1e5, CollectiveAlgorithm::hierarchical), collective_s(g, Collective::all_reduce, 1e5, CollectiveAlgorithm::ring));
   // One member per node: nothing to do in the node, so it does not apply.
@@ -92,6 +96,31 @@ TEST(Collectives, AllToAllSendsOnlyOtherNodesShareThroughTheNic) {
   const double s = 1e9;
   // Pairwise exchange: 8 of 16 destinations are off the node, through the member's own NIC.
   EXPECT_DOUBLE_EQ(collective_s(g, Collective::all_to_all, s), 8.0 / 16 * s / g.nic_bytes_per_s + 15 * g.latency_s);
+}
+
+// A pipeline transfer between nodes shares its GPU's NIC with the DP collectives that stage
+// runs under its compute (models::p2p_s with NicSharing): for the busy share of its bytes it gets
+// the NIC less the other flow, at least half, or its own bottleneck if lower.
+TEST(Collectives, APipelineTransferSharesItsNicWithDataParallelFlows) {
+  const plan::Plan p = load("model: tiny\ntraining: {global_batch_size: 4, precision: bf16}\nparallelism: {tp: 4, pp: 2, dp: 2}\n"
+                            "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 4}\n");
+  GroupNetwork g = group_network(p, hardware_profile(p.cluster.gpu), plan::GroupKind::pp);
+  ASSERT_TRUE(g.crosses_nodes);
+  const double bytes = 1e8, nic = g.nic_alone_bytes_per_s;
+  const BoundaryLink link = boundary_link(g, 0);
+  ASSERT_FALSE(link.inside_node);
+  const double alone = bytes / link.bytes_per_s + link.latency_s;
+  EXPECT_DOUBLE_EQ(p2p_s(g, bytes, 0, NicSharing{}), alone);
+  // A DP flow as fast as the NIC, busy half the time: half the bytes at half the NIC.
+  EXPECT_DOUBLE_EQ(p2p_s(g, bytes, 0, {0.5, nic}), 0.5 * bytes / link.bytes_per_s + 0.5 * bytes / std::min(link.bytes_per_s, nic / 2) + link.latency_s);
+  // A DP flow held to a tenth of the NIC elsewhere leaves the transfer nine tenths of it.
+  EXPECT_DOUBLE_EQ(p2p_s(g, bytes, 0, {1.0, 0.1 * nic}), bytes / std::min(link.bytes_per_s, 0.9 * nic) + link.latency_s);
+  // A transfer held to a quarter of the NIC by an oversubscribed tier loses nothing.
+  g.edge_fractions = {0.25, 0.25};
+  EXPECT_DOUBLE_EQ(p2p_s(g, bytes, 0, {1.0, nic}), p2p_s(g, bytes, 0));
+  // A boundary inside a node runs on NVLink and shares nothing.
+  g.edge_crosses_nodes = {0, 1};
+  EXPECT_DOUBLE_EQ(p2p_s(g, bytes, 0, {1.0, nic}), p2p_s(g, bytes, 0));
 }
 
 TEST(Collectives, NvlsNeedsAnNvSwitch) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -184,10 +186,15 @@ TEST(NcclTests, CalibrationMakesTheCostModelReproduceTheLargestMeasurement) {
     // Solved for the algorithm the model picks at the generation's efficiency; at the solved one
     // its choice may move to another that is a little faster (across 10 nodes: 0.14%).
     EXPECT_NEAR(t / largest.time_s, 1.0, 1e-2) << b.where;
-    // Smaller sizes are where the model's fixed latency falls short (32 MiB: 21-31% in a node,
-    // 33-63% across 10 nodes): reported, the message-size model of issue 20 is what fixes it.
+    // Across 10 nodes the smallest size is where the model falls short: from 32 MiB to 256 MiB
+    // that run's bandwidth ramps up (217 GB/s of algbw between the two against 330-360 above),
+    // which NCCL's tuner's latencies do not give. In a node they hold
+    // (TheTunersProtocolsFollowEverySizeOfARealAllReduce); what is left there is the lowest
+    // efficiency of the node's blocks, which the plan takes for all of them.
     EXPECT_GT(r.max_error, 0.0);
-    EXPECT_DOUBLE_EQ(r.max_error_bytes, b.points.front().bytes) << b.where;
+    if (b.nodes > 1) {
+      EXPECT_DOUBLE_EQ(r.max_error_bytes, b.points.front().bytes) << b.where;
+    }
   }
   // The plan takes the lowest of each: no collective is priced faster than it measured.
   EXPECT_DOUBLE_EQ(cal.plan.cluster.gpu.calibration.intra_node_efficiency, intra);
@@ -195,15 +202,64 @@ TEST(NcclTests, CalibrationMakesTheCostModelReproduceTheLargestMeasurement) {
   EXPECT_LT(intra, 1.0);
 }
 
-TEST(NcclTests, LatencyComesFromABlockThatReachesSmallMessages) {
+TEST(NcclTests, OnGpusTheTunersLatenciesStandAndACpuHostTakesTheFits) {
   const plan::Plan p = llama_plan();
   const auto dgx = read("h100x8_1node_dgx_nvidia-dgxc-benchmarking_allreduce.txt");
-  const auto cal = calibrate_from_nccl_tests(p, dgx);
-  // The all-reduce's fitted latency over its ring's 2(n - 1) = 14 steps.
+  // On H100 the collectives take NCCL's tuner's latencies per protocol: the plan's stays.
+  EXPECT_EQ(calibrate_from_nccl_tests(p, dgx).plan.cluster.intra_node.latency_us, p.cluster.intra_node.latency_us);
+  // A CPU host's MPI has one latency per step: the all-reduce's fitted latency over its ring's
+  // 2(n - 1) = 14 steps.
+  auto cpu = plan::load_plan_text("model: tiny\ntraining: {global_batch_size: 8, precision: fp32}\nparallelism: {dp: 8}\n"
+                                  "cluster: {gpu: cpu-host, num_gpus: 8, gpus_per_node: 8, intra_node: {kind: shared_memory}}\n",
+                                  plan::Format::yaml);
+  ASSERT_TRUE(cpu.ok());
+  const auto cal = calibrate_from_nccl_tests(cpu.plan, dgx);
   EXPECT_NEAR(cal.plan.cluster.intra_node.latency_us, fit_latency_bandwidth(dgx[0].points).latency_s * 1e6 / 14, 1e-9);
   // From 32 MiB up (the xxrjun runs) the latency is not determined: the plan's stays.
-  const auto big = calibrate_from_nccl_tests(p, read("h100x8_1node_nvswitch_xxrjun-cluster01_cnode3-002.txt"));
-  EXPECT_EQ(big.plan.cluster.intra_node.latency_us, p.cluster.intra_node.latency_us);
+  const auto big = calibrate_from_nccl_tests(cpu.plan, read("h100x8_1node_nvswitch_xxrjun-cluster01_cnode3-002.txt"));
+  EXPECT_EQ(big.plan.cluster.intra_node.latency_us, cpu.plan.cluster.intra_node.latency_us);
+}
+
+// Issue 20: collectives against message size. NCCL's tuner's latencies and protocols
+// (models/nccl_tuner) follow a real all-reduce from 8 B to 16 GiB (ring LL up to 1 MiB, then
+// NVLink SHARP), with the generation's efficiencies and nothing fitted on the run. One latency +
+// bandwidth line misses it by 36% (LatencyAndBandwidthPredictTheSizesHeldBack); the fixed
+// latency per step this replaced ran NVLS at 4 us throughout (-71% at 8 B, -58% at 8 MiB).
+TEST(NcclTests, TheTunersProtocolsFollowEverySizeOfARealAllReduce) {
+  const plan::Plan p = llama_plan();
+  const auto dgx = read("h100x8_1node_dgx_nvidia-dgxc-benchmarking_allreduce.txt");
+  ASSERT_EQ(dgx.size(), 1U);
+  const plan::Plan q = [&] {
+    plan::Plan g = p;
+    g.parallelism = {};
+    g.parallelism.data_parallel_size = 8;
+    g.cluster.num_gpus = 8;
+    return g;
+  }();
+  const GroupNetwork g = group_network(q, hardware_profile(q.cluster.gpu), plan::GroupKind::dp);
+  std::vector<double> errors;
+  for (const auto& point : dgx[0].points) {
+    const double e = std::abs(collective_s(g, Collective::all_reduce, point.bytes) - point.time_s) / point.time_s;
+    errors.push_back(e);
+    // Every size within 40% but 32 B, whose out-of-place run took 68 us (13.5 us in place, and
+    // 13-15 us at the sizes beside it). The largest errors left are NVLink SHARP's between
+    // 2 and 64 MiB (model 17-33% fast): its bandwidth ramps up more slowly than NCCL's model of it.
+    if (point.bytes != 32) {
+      EXPECT_LT(e, 0.40) << point.bytes;
+    }
+  }
+  std::nth_element(errors.begin(), errors.begin() + static_cast<std::ptrdiff_t>(errors.size() / 2), errors.end());
+  EXPECT_LT(errors[errors.size() / 2], 0.15);  // median: 12%
+  // The protocols it takes: LL for a few bytes, NVLS Simple for a GiB.
+  EXPECT_EQ(collective_flows(g, Collective::all_reduce, 8, algorithm_for(g, Collective::all_reduce, 8)).protocol, Protocol::ll);
+  EXPECT_EQ(algorithm_for(g, Collective::all_reduce, 1 << 30), CollectiveAlgorithm::nvls);
+  // The xxrjun node's all-gather and reduce-scatter, each at its own efficiency, from 32 MiB:
+  // within 15% (the fixed latency: 32% and 26%, bench/RESULTS.md before issue 20's protocols).
+  for (const auto& b : read("h100x8_1node_nvswitch_xxrjun-cluster01_cnode3-002.txt")) {
+    if (b.collective != "all_gather" && b.collective != "reduce_scatter") continue;
+    const auto own = calibrate_from_nccl_tests(p, {b});
+    EXPECT_LT(own.blocks[0].max_error, 0.15) << b.where;
+  }
 }
 
 TEST(NcclTests, ABlockThatDoesNotFitThePlansNodesIsAnError) {

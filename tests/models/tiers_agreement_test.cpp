@@ -41,25 +41,23 @@ std::optional<nlohmann::json> report_of(const fs::path& file) {
 struct Known {
   double band;      // |estimate / simulate - 1| allowed
   const char* why;  // what the closed form cannot see
-  // A fabric that blocks: the scenario of the same plan on a non-blocking copy of its fabric.
-  const char* nonblocking_copy = nullptr;
 };
 
 // The plans outside 3%, each with its reason. A plan that comes back within 3% fails the test
-// until it is taken off this list, so the list stays true.
+// until it is taken off this list, so the list stays true. None is left: the 1:7-pod Llama 3
+// plan and its degraded copy came within 3% when the estimate priced the NIC a pipeline
+// transfer shares with its stage's DP collectives (issue 20's NCCL latencies had taken the
+// non-blocking copy to -3.0%, the 16K plan to -3.8%).
 const std::map<std::string, Known>& known_differences() {
-  static const std::map<std::string, Known> k = {
-      {"heldout/llama3-405b-h100-16384",
-       {0.05, "1:7 oversubscribed pods, crossed by 6 of the pipeline's 16 boundaries (the last pod, a third full, by the "
-              "interleaved wrap too): the closed form prices each boundary and each kind at its steady-state share alone, "
-              "destination-mod-k's collisions included (topology/fabric_share); in the simulator the pipeline's sends bunch "
-              "and meet DP flows of other stages on the same links (PP 0.69 s and DP 1.45 s simulated, 0.61 s and 1.28 s "
-              "estimated)",
-        "bench/llama3-405b-h100-16384-nonblocking"}},
-      // Not a blocking fabric alone: its failures (a straggler, a degraded link) are the
-      // simulator's, and the closed form prices the healthy plan, on any fabric.
-      {"bench/llama3-405b-h100-16384-degraded",
-       {0.05, "1:7 oversubscribed pods, and the simulator's stragglers (0.50 s of stalls the closed form has no model of)"}},
+  static const std::map<std::string, Known> k = {};
+  return k;
+}
+
+// Plans on a blocking fabric, each with the scenario of the same plan on a non-blocking copy
+// of its fabric: both agree within 3%.
+const std::map<std::string, std::string>& nonblocking_copies() {
+  static const std::map<std::string, std::string> k = {
+      {"heldout/llama3-405b-h100-16384", "bench/llama3-405b-h100-16384-nonblocking"},
   };
   return k;
 }
@@ -73,12 +71,14 @@ const std::map<std::string, Known>& known_differences() {
 //   meet on a link end at different times, so the survivors take the bandwidth freed: the
 //   simulated DP lies either side of the count.
 // - kNicShared: the pipeline's sends share their NICs with the same ranks' DP reductions
-//   (ZeRO-2 reduce-scatters every micro-batch) and meet other flows under destination-mod-k
-//   (in the 1:7 pods' links, or across a non-blocking tree) in the simulator; the closed form
-//   prices each kind at its own steady share. With ZeRO-1 (one reduction, at the end of the
-//   step) half the gap goes: simulated PP 0.427 s against 0.504 s on the 8K plan and 0.446 s
-//   against 0.572 s on the non-blocking 16K copy, estimated 0.358 s and 0.352 s either way
-//   (release build, 2026-12-06).
+//   (ZeRO-2 reduce-scatters every micro-batch), which the closed form prices as a steady
+//   state (models::p2p_s with NicSharing: the NIC's half while both run, over the share of
+//   the stage's span its DP stream is busy); in the simulator the reductions bunch under the
+//   backward rather than spread over the step, and the sends also meet other stages' flows
+//   under destination-mod-k (on the 1:7 pods' links, or across a non-blocking tree). Not the
+//   late neighbours below: without the SMs collectives take (collective_sm_fraction 0) the 8K
+//   plan's simulated PP is 0.591 s against 0.491 s estimated (0.36 s before the sharing;
+//   release build, 2026-12-06).
 // - kLateNeighbours: a stage's own overlapped DP collectives take SMs from its compute
 //   (models/sm_share), so it is late for its neighbours, who wait: exposed pipeline
 //   communication in the simulator; the closed form replays DP on the reported stage alone,
@@ -101,21 +101,19 @@ constexpr const char* kAllAtOnce = "transfers priced at one steady share of the 
 
 const std::map<std::pair<std::string, std::string>, Known>& known_term_differences() {
   static const std::map<std::pair<std::string, std::string>, Known> k = {
-      {{"bench/llama3-405b-h100-131072", "dp_s"}, {0.15, kStaggered}},
       {{"bench/llama3-405b-h100-131072", "pp_s"}, {0.15, kNicShared}},
-      {{"bench/llama3-405b-h100-16384-degraded", "pp_s"}, {0.60, "the straggler's and the degraded link's waits, which the closed form does not model"}},
+      {{"bench/llama3-405b-h100-16384-degraded", "pp_s"},
+       {0.85, "the straggler's and the degraded link's waits, which the closed form does not model (the simulator counts part of "
+              "the pipeline's wait as the straggler's stalls: PP 0.40 s and stalls 0.50 s, against 0.71 s of PP estimated)"}},
       {{"bench/llama3-405b-h100-16384-degraded", "stalls_s"}, {1.0, "the straggler's stalls, which the closed form does not model"}},
       {{"bench/llama3-405b-h100-16384-nonblocking", "pp_s"}, {0.45, kNicShared}},
       {{"gpt3-175b-a100-1024", "dp_s"}, {0.40, kStaggered}},
       {{"heldout/bloom-176b-a100-384", "pp_s"}, {0.15, kAllAtOnce}},
       {{"heldout/llama3-405b-h100-16384", "dp_s"}, {0.15, kStaggered}},
-      {{"heldout/llama3-405b-h100-16384", "pp_s"}, {0.15, kNicShared}},
       {{"heldout/llama3-405b-h100-8192", "pp_s"}, {0.35, kNicShared}},
       {{"published/nar21-145.6b", "dp_s"}, {0.50, kStaggered}},
       {{"published/nar21-310.1b", "dp_s"}, {1.10, kStaggered}},
       {{"published/nar21-t2-175b-ptdp-1536", "dp_s"}, {0.50, kStaggered}},
-      {{"published/nar21-t2-175b-zero3-1536", "dp_s"}, {0.10, kBusiestLink}},
-      {{"published/nar21-t2-530b-zero3-2240", "dp_s"}, {0.15, kStaggered}},
       {{"published/nemo2407-llama2-70b-64", "pp_s"}, {0.55, kLateNeighbours}},
       {{"published/nemo2407-nemotron-22b-64", "pp_s"}, {0.50, kLateNeighbours}},
   };
@@ -170,10 +168,8 @@ TEST(Tiers, EveryShippedScenarioAgreesWithinThreePercentOrSaysWhy) {
 // the same plan but for the fabric's oversubscription.
 TEST(Tiers, BlockingFabricPlansAgreeOnTheirNonBlockingCopy) {
   int copies = 0;
-  for (const auto& [key, known] : known_differences()) {
-    if (known.nonblocking_copy == nullptr) continue;
+  for (const auto& [key, copy] : nonblocking_copies()) {
     ++copies;
-    const std::string copy = known.nonblocking_copy;
     const auto estimated = report_of(kGolden / (copy + ".estimate.json"));
     const auto simulated = report_of(kGolden / (copy + ".simulate.json"));
     ASSERT_TRUE(estimated && simulated) << copy << ": no goldens";
