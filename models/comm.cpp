@@ -240,7 +240,7 @@ CollectiveFlows flows_with_latency(const GroupNetwork& g, Collective c, double b
     double fraction = protocol_fraction(a, p, shape);
     if (p == Protocol::ll && busbw > 0) fraction = std::min(fraction, ll_busbw_ceiling_bytes_per_s(shape, g.ll_busbw_bytes_per_s) / busbw);
     if (fraction <= 0) continue;
-    const double latency_s = nccl_latency_s(a, c, p, shape);
+    const double latency_s = nccl_latency_s(a, c, p, shape, bytes);
     const double t = full_rate_s / fraction + latency_s;
     if (best_s < 0 || t < best_s) best = p, best_s = t, best_fraction = fraction, best_latency_s = latency_s;
   }

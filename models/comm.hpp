@@ -99,7 +99,8 @@ BoundaryLink boundary_link(const GroupNetwork& g, std::int64_t boundary);
 // How both tiers put a collective on the links: every member sends `edge_bytes` to its ring
 // neighbour (between nodes: the member at its own position on the next node, one rail per
 // position as NCCL's channels use every NIC), the collective waits `latency_s`, and spends
-// `in_node_s` in in-node phases (hierarchical and tree's chain through the node). On NCCL the
+// `in_node_s` in the hierarchical algorithm's in-node phases (a tree's chain through the node is
+// latency, in `latency_s`). On NCCL the
 // latency is its tuner's for the protocol it runs (`protocol`), and a protocol that keeps a
 // fraction of the rate carries the bytes that would take as long at the full rate; on a CPU
 // host it is `steps` of the group's latency. `steps`: the ring's steps (the simulator's

@@ -387,22 +387,30 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // overlap.param_gather. The distributed optimizer's gather of the updated parameters
   // (ZeRO 1 and 2) runs under the forward with overlap.param_gather (below), otherwise it
   // follows the optimizer step.
-  // What the slowest stage's DP stream runs under its compute, and the span of that compute
-  // (its own items and what DP holds them for), for the NIC the pipeline's transfers share.
+  // What the slowest stage's DP stream runs under its compute on groups that cross nodes (on the
+  // NICs), and the span of that compute (its own items and what DP holds them for), for the
+  // NICs the pipeline's transfers share.
   double dp_under_compute_s = 0, dp_span_s = 0;
-  const bool dp_crosses_nodes = dp_net.crosses_nodes || edp_net.crosses_nodes;
   {
     // The gradients' collective and bytes, with compression (models/layer_comm), as the
     // Program issues them: dense over DP x CP, expert over expert-DP.
     const GradientReduction dense_reduction = gradient_reduction(p, false), expert_reduction = gradient_reduction(p, true);
+    // Of the collectives priced since the stream last issued, the time of those whose group
+    // crosses nodes.
+    double on_nics_s = 0;
+    auto timed = [&](const GroupNetwork& g, Collective c, double bytes) {
+      const double dt = collective_s(g, c, bytes);
+      if (g.crosses_nodes) on_nics_s += dt;
+      return dt;
+    };
     auto dp_time = [&](Collective c, const GpuParams& g, double bytes_per_param) {
-      return collective_s(dp_net, c, g.dense * bytes_per_param) + collective_s(edp_net, c, g.expert * bytes_per_param);
+      return timed(dp_net, c, g.dense * bytes_per_param) + timed(edp_net, c, g.expert * bytes_per_param);
     };
     auto reduce_time = [&](const GpuParams& g) {
-      double s = collective_s(dp_net, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
-                 collective_s(edp_net, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
-      if (dense_reduction.replica_bytes_per_param > 0) s += collective_s(dp_replica_net, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param);
-      if (expert_reduction.replica_bytes_per_param > 0) s += collective_s(edp_replica_net, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
+      double s = timed(dp_net, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
+                 timed(edp_net, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
+      if (dense_reduction.replica_bytes_per_param > 0) s += timed(dp_replica_net, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param);
+      if (expert_reduction.replica_bytes_per_param > 0) s += timed(edp_replica_net, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
       return s;
     };
     b.dp_s = 0;
@@ -434,7 +442,8 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       auto issue = [&](double dt) {
         const double start = std::max(stream, compute);
         sms.busy(start, start + dt);
-        dp_under_compute_s += dt;
+        dp_under_compute_s += on_nics_s;
+        on_nics_s = 0;
         return stream = start + dt;
       };
       auto flush = [&] {
@@ -574,10 +583,15 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     // sharing while both run), for the share of the stage's span its DP stream is busy: the
     // steady state of what the simulator plays flow by flow.
     NicSharing dp_on_nic;
-    if (dp_crosses_nodes && dp_span_s > 0) {
+    if (dp_under_compute_s > 0 && dp_span_s > 0) {
       dp_on_nic.busy_fraction = std::min(1.0, dp_under_compute_s / dp_span_s);
-      // A DP ring member's flow through its own NIC (models::collective_s: a ring between nodes).
-      dp_on_nic.flow_bytes_per_s = dp_net.crosses_nodes ? std::min(dp_net.nic_bytes_per_s, dp_net.nvlink_bytes_per_s / d(dp_net.per_node)) : edp_net.nic_bytes_per_s;
+      // A DP ring member's flow through its own NIC (models::collective_s: a ring between nodes),
+      // of the first of the stream's groups that crosses nodes.
+      for (const GroupNetwork* g : {&dp_net, &edp_net, &dp_replica_net, &edp_replica_net}) {
+        if (!g->crosses_nodes) continue;
+        dp_on_nic.flow_bytes_per_s = std::min(g->nic_bytes_per_s, g->nvlink_bytes_per_s / d(std::max<std::int64_t>(1, g->per_node)));
+        break;
+      }
     }
     pipe.transfer_s = p2p_s(pp_net, transfer_bytes, -1, dp_on_nic);
     for (std::size_t boundary = 0; boundary < std::max(pp_net.edge_fractions.size(), pp_net.edge_crosses_nodes.size()); ++boundary) {

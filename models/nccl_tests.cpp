@@ -317,6 +317,7 @@ void measure_errors(const plan::Plan& plan, BlockCalibration& r) {
   const Collective c = model_collective(b.collective);
   auto worst = [&](const GroupNetwork& g, double& error, double& bytes) {
     for (const auto& p : b.points) {
+      if (p.bytes <= 0 || p.time_s <= 0) continue;  // nothing moved, or no time to compare with
       const double e = std::abs(collective_s(g, c, p.bytes) - p.time_s) / p.time_s;
       if (e > error) error = e, bytes = p.bytes;
     }

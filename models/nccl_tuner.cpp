@@ -25,8 +25,11 @@ constexpr double kNvlsNvlinkUs = 25;  // NVLS runs Simple only
 // Simple; a ring's steps inside a node cost at least that once it spans nodes.
 constexpr double kNetOverheadUs = 1.0;
 // ncclTopoGetAlgoTime: "plateau effect of ring", Simple all-reduce between nodes on Ampere and
-// later.
+// later, once the buffer holds 64 bytes per channel and rank; 16 channels, as NCCL runs on a DGX
+// with 8 NICs (the maintainer, NVIDIA/nccl#689; the SM share of models/hardware.cpp counts them too).
 constexpr double kRingPlateau = 1.4;
+constexpr double kPlateauBytesPerChannelAndRank = 64;
+constexpr double kChannels = 16;
 // llMaxBws between nodes, an Intel host's row: two nodes, more than two (GB/s of busbw).
 constexpr double kLlTwoNodesGbps = 39.0;
 constexpr double kLlManyNodesGbps = 20.4;
@@ -36,7 +39,7 @@ double d(std::int64_t v) { return static_cast<double>(v); }
 // NCCL's log2i: the floor of log2.
 double log2_floor(std::int64_t v) { return v <= 1 ? 0.0 : std::floor(std::log2(d(v))); }
 
-double ring_latency_us(Collective c, Protocol p, const TunerShape& s) {
+double ring_latency_us(Collective c, Protocol p, const TunerShape& s, double bytes) {
   const std::int64_t n = s.ranks, nodes = std::max<std::int64_t>(1, s.nodes);
   const bool all_reduce = c == Collective::all_reduce;
   const double steps = all_reduce ? 2.0 * d(n - 1) : d(n - 1);
@@ -47,7 +50,7 @@ double ring_latency_us(Collective c, Protocol p, const TunerShape& s) {
   const bool one_per_node = n == nodes;
   const double inter = of(one_per_node ? kTreeNetUs : kRingNetUs, p);
   double us = of(kRingBaseUs, p) + (steps - inter_steps) * intra + inter_steps * inter;
-  if (all_reduce && nodes > 1 && p == Protocol::simple) us *= kRingPlateau;
+  if (all_reduce && nodes > 1 && p == Protocol::simple && bytes / (kChannels * d(n)) >= kPlateauBytesPerChannelAndRank) us *= kRingPlateau;
   return us;
 }
 
@@ -68,15 +71,15 @@ bool protocol_applies(CollectiveAlgorithm a, Protocol p, const TunerShape& s) {
   return true;
 }
 
-double nccl_latency_s(CollectiveAlgorithm a, Collective c, Protocol p, const TunerShape& s) {
+double nccl_latency_s(CollectiveAlgorithm a, Collective c, Protocol p, const TunerShape& s, double bytes) {
   if (s.ranks <= 1) return 0;
   const std::int64_t nodes = std::max<std::int64_t>(1, s.nodes);
   double us = 0;
   switch (a) {
     case CollectiveAlgorithm::automatic:
-    case CollectiveAlgorithm::ring: us = ring_latency_us(c, p, s); break;
+    case CollectiveAlgorithm::ring: us = ring_latency_us(c, p, s, bytes); break;
     case CollectiveAlgorithm::tree: {
-      const double per_node = d(s.ranks) / d(nodes);
+      const double per_node = d(s.ranks / nodes);  // NCCL's nRanks / nNodes, in integers
       us = of(kTreeBaseUs, p) + 2 * ((per_node - 1) * of(s.nvlink ? kTreeNvlinkUs : kTreePciUs, p) + log2_floor(nodes) * of(kTreeNetUs, p));
       break;
     }
@@ -85,8 +88,9 @@ double nccl_latency_s(CollectiveAlgorithm a, Collective c, Protocol p, const Tun
       const std::int64_t per_node = std::max<std::int64_t>(1, s.ranks / nodes);
       const TunerShape node{per_node, 1, s.nvlink}, across{nodes, nodes, s.nvlink};
       const double in_node_calls = c == Collective::all_reduce ? 2 : 1;
-      return in_node_calls * (per_node > 1 ? ring_latency_us(Collective::reduce_scatter, p, node) : 0) * 1e-6 +
-             (nodes > 1 ? ring_latency_us(c, p, across) : 0) * 1e-6;
+      // The call between nodes moves 1/per_node of the buffer.
+      return in_node_calls * (per_node > 1 ? ring_latency_us(Collective::reduce_scatter, p, node, bytes) : 0) * 1e-6 +
+             (nodes > 1 ? ring_latency_us(c, p, across, bytes / d(per_node)) : 0) * 1e-6;
     }
   }
   return us * 1e-6;

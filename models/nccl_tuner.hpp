@@ -39,7 +39,10 @@ bool protocol_applies(plan::CollectiveAlgorithm a, Protocol p, const TunerShape&
 // nodes at the network's; a tree's up and down its chain and across log2 of the nodes;
 // NVLink SHARP's switch). The hierarchical algorithm (not one of NCCL's: in-node
 // reduce-scatter, a ring between nodes, in-node all-gather) is the sum of its three calls.
-double nccl_latency_s(plan::CollectiveAlgorithm a, Collective c, Protocol p, const TunerShape& s);
+// `bytes`: the collective's buffer, for the ring's plateau factor, which NCCL applies to a Simple
+// all-reduce between nodes from 64 bytes per channel and rank (16 channels, as on a DGX with 8
+// NICs: NVIDIA/nccl#689); left out, the buffer is taken to be past it.
+double nccl_latency_s(plan::CollectiveAlgorithm a, Collective c, Protocol p, const TunerShape& s, double bytes = 1e300);
 
 // Of the rate Simple reaches, the fraction protocol `p` keeps for algorithm `a`: LL one half
 // on a ring (1/3.8 on a tree), LL128 0.92 on a ring (on a tree 7/9 inside a node, 120/128

@@ -154,7 +154,7 @@ template <class V>
 void describe(V& v, IntraNodeConfig& s) {
   v.field(s.kind, {.key = "kind", .doc = "How GPUs in a node connect."});
   v.field(s.bandwidth_gbytes_per_s, {.key = "bandwidth_gbytes_per_s", .doc = "Per-GPU bandwidth into the node fabric, one direction.", .unit = Unit::gbytes_per_s, .min = 0, .max = 1e6, .min_exclusive = true, .default_text = "= gpu.nvlink_gbytes_per_s; 31.5 for pcie; gpu.hbm_gbytes_per_s for shared_memory"});
-  v.field(s.latency_us, {.key = "latency_us", .doc = "Latency of one intra-node hop (point-to-point transfers; on a CPU host also every collective step: GPU collectives take NCCL's tuner's latencies).", .unit = Unit::microseconds, .min = 0, .max = 1e6});
+  v.field(s.latency_us, {.key = "latency_us", .doc = "Latency of one intra-node hop (point-to-point transfers, all-to-all and context-parallel exchange steps; on a CPU host every collective step: other GPU collectives take NCCL's tuner's latencies).", .unit = Unit::microseconds, .min = 0, .max = 1e6});
 }
 
 template <class V>

@@ -94,7 +94,7 @@ void Simulation::collective(std::uint64_t key, std::int32_t kind, const models::
       if (failed) hang();
       if (latency > 0) sg4::this_actor::sleep_for(latency);
     }
-    // In-node phases (hierarchical, tree's chain): on NVLink, which nothing else shares.
+    // The hierarchical algorithm's in-node phases: on NVLink, which nothing else shares.
     if (f.in_node_s > 0) sg4::this_actor::sleep_for(f.in_node_s);
     c.done = true;
     for (std::int64_t i = 0; i < c.waiting; ++i) c.finished->release();

@@ -255,11 +255,15 @@ TEST(NcclTests, TheTunersProtocolsFollowEverySizeOfARealAllReduce) {
   EXPECT_EQ(algorithm_for(g, Collective::all_reduce, 1 << 30), CollectiveAlgorithm::nvls);
   // The xxrjun node's all-gather and reduce-scatter, each at its own efficiency, from 32 MiB:
   // within 15% (the fixed latency: 32% and 26%, bench/RESULTS.md before issue 20's protocols).
+  int checked = 0;
   for (const auto& b : read("h100x8_1node_nvswitch_xxrjun-cluster01_cnode3-002.txt")) {
     if (b.collective != "all_gather" && b.collective != "reduce_scatter") continue;
+    ++checked;
     const auto own = calibrate_from_nccl_tests(p, {b});
     EXPECT_LT(own.blocks[0].max_error, 0.15) << b.where;
+    EXPECT_DOUBLE_EQ(own.blocks[0].own_max_error, own.blocks[0].max_error) << b.where;  // one block: its own efficiency is the plan's
   }
+  EXPECT_EQ(checked, 2);
 }
 
 TEST(NcclTests, ABlockThatDoesNotFitThePlansNodesIsAnError) {

@@ -40,6 +40,9 @@ TEST(NcclTuner, RingLatencyIsTheBasePlusEachStepAtItsFabric) {
   // plateau factor 1.4 between nodes.
   const TunerShape ten{80, 10, true};
   EXPECT_NEAR(nccl_latency_s(CollectiveAlgorithm::ring, Collective::all_reduce, Protocol::simple, ten) * 1e6, (8.4 + 140 * 3.4 + 18 * 14) * 1.4, 1e-9);
+  // The plateau factor only from 64 bytes per channel (16) and rank (80): 81,920 bytes.
+  EXPECT_NEAR(nccl_latency_s(CollectiveAlgorithm::ring, Collective::all_reduce, Protocol::simple, ten, 81920) * 1e6, (8.4 + 140 * 3.4 + 18 * 14) * 1.4, 1e-9);
+  EXPECT_NEAR(nccl_latency_s(CollectiveAlgorithm::ring, Collective::all_reduce, Protocol::simple, ten, 81919) * 1e6, 8.4 + 140 * 3.4 + 18 * 14, 1e-9);
   // LL between nodes: NVLink's 0.6 us a step is below the 1 us network overhead.
   EXPECT_NEAR(nccl_latency_s(CollectiveAlgorithm::ring, Collective::all_gather, Protocol::ll, ten) * 1e6, 6.6 + 70 * 1.0 + 9 * 2.7, 1e-9);
   // One rank per node: every step between nodes, at the tree's network latency (5 us for LL).
@@ -50,6 +53,8 @@ TEST(NcclTuner, TreeNvlsAndHierarchicalLatencies) {
   // The tree: up and down a chain of the node's 7 other GPUs and log2(16) = 4 levels of nodes.
   const TunerShape s{128, 16, true};
   EXPECT_NEAR(nccl_latency_s(CollectiveAlgorithm::tree, Collective::all_reduce, Protocol::simple, s) * 1e6, 8.4 + 2 * (7 * 4.0 + 4 * 14), 1e-9);
+  // NCCL divides ranks by nodes in integers: 20 ranks on 3 nodes chain through 5 others.
+  EXPECT_NEAR(nccl_latency_s(CollectiveAlgorithm::tree, Collective::all_reduce, Protocol::simple, {20, 3, true}) * 1e6, 8.4 + 2 * (5 * 4.0 + 1 * 14), 1e-9);
   // NVLink SHARP in a node: the switch's 25 us, Simple only.
   EXPECT_NEAR(nccl_latency_s(CollectiveAlgorithm::nvls, Collective::all_reduce, Protocol::simple, {8, 1, true}) * 1e6, 25, 1e-9);
   EXPECT_FALSE(protocol_applies(CollectiveAlgorithm::nvls, Protocol::ll, {8, 1, true}));

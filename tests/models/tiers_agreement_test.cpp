@@ -162,7 +162,7 @@ TEST(Tiers, EveryShippedScenarioAgreesWithinThreePercentOrSaysWhy) {
   for (const auto& [key, known] : known_differences()) EXPECT_TRUE(seen.count(key)) << key << " is listed but has no goldens";
 }
 
-// A plan listed for its blocking fabric agrees within 3% on its non-blocking copy, which is
+// A plan on a blocking fabric (nonblocking_copies) agrees within 3% on its non-blocking copy, which is
 // the same plan but for the fabric's oversubscription.
 TEST(Tiers, BlockingFabricPlansAgreeOnTheirNonBlockingCopy) {
   int copies = 0;
