@@ -46,9 +46,12 @@ std::vector<char> boundaries_crossing_nodes(const plan::RankLayout& layout, std:
 }  // namespace
 
 GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, plan::GroupKind group) {
+  return group_network(p, hw, plan::RankLayout::from_plan(p.parallelism), group);
+}
+
+GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, const plan::RankLayout& layout, plan::GroupKind group) {
   GroupNetwork g;
   g.algorithm = p.cluster.collective_algorithm;
-  const auto layout = plan::RankLayout::from_plan(p.parallelism);
   g.size = layout.group_size(group);
   const auto& c = p.cluster;
   // A collective runs at the pace of its slowest group: the groups cross nodes when any of

@@ -55,6 +55,9 @@ struct GroupNetwork {
 };
 
 GroupNetwork group_network(const plan::Plan& plan, const HardwareProfile& hw, plan::GroupKind group);
+// The same with the plan's rank layout made once by the caller (the estimate prices up to eight
+// groups of one layout).
+GroupNetwork group_network(const plan::Plan& plan, const HardwareProfile& hw, const plan::RankLayout& layout, plan::GroupKind group);
 
 // The algorithm a collective of `bytes` runs with: the plan's when it applies to this group
 // and collective, otherwise (and for `auto`) the one the cost model finds fastest, as NCCL's

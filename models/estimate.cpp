@@ -147,17 +147,35 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const double micro_batches = d(derived.micro_batches_per_step);
 
   const ComputeTimer timer(p);
-  const GroupNetwork tp_net = group_network(p, hw, plan::GroupKind::tp);
-  const GroupNetwork cp_net = group_network(p, hw, plan::GroupKind::cp);
-  const GroupNetwork ep_net = group_network(p, hw, plan::GroupKind::ep);
-  const GroupNetwork pp_net = group_network(p, hw, plan::GroupKind::pp);
+  const auto layout = plan::RankLayout::from_plan(par);
+  const GroupNetwork tp_net = group_network(p, hw, layout, plan::GroupKind::tp);
+  const GroupNetwork cp_net = group_network(p, hw, layout, plan::GroupKind::cp);
+  const GroupNetwork ep_net = group_network(p, hw, layout, plan::GroupKind::ep);
+  const GroupNetwork pp_net = group_network(p, hw, layout, plan::GroupKind::pp);
   // Data parallelism where ZeRO shards (all of DP x CP and expert-DP, or one distributed-
   // optimizer instance of each) and, with several instances, across them (models::dp_groups).
   const DpGroups dense_groups = dp_groups(p, false), expert_groups = dp_groups(p, true);
-  const GroupNetwork dp_net = group_network(p, hw, dense_groups.shard);
-  const GroupNetwork edp_net = group_network(p, hw, expert_groups.shard);
-  const GroupNetwork dp_replica_net = dense_groups.replicas > 1 ? group_network(p, hw, dense_groups.replica) : GroupNetwork{};
-  const GroupNetwork edp_replica_net = expert_groups.replicas > 1 ? group_network(p, hw, expert_groups.replica) : GroupNetwork{};
+  const GroupNetwork dp_net = group_network(p, hw, layout, dense_groups.shard);
+  const GroupNetwork edp_net = group_network(p, hw, layout, expert_groups.shard);
+  const GroupNetwork dp_replica_net = dense_groups.replicas > 1 ? group_network(p, hw, layout, dense_groups.replica) : GroupNetwork{};
+  const GroupNetwork edp_replica_net = expert_groups.replicas > 1 ? group_network(p, hw, layout, expert_groups.replica) : GroupNetwork{};
+
+  // The collectives of a step repeat (a layer's TP pair in every layer, DP buckets of one
+  // size): each (group, collective, bytes) is priced, its algorithm and protocol chosen, once.
+  struct Priced {
+    const GroupNetwork* group;
+    Collective collective;
+    double bytes, seconds;
+  };
+  std::vector<Priced> priced;
+  auto collective_time = [&priced](const GroupNetwork& g, Collective c, double bytes) {
+    for (const Priced& x : priced) {
+      if (x.group == &g && x.collective == c && x.bytes == bytes) return x.seconds;
+    }
+    const double s = collective_s(g, c, bytes);
+    if (priced.size() < 64) priced.push_back({&g, c, bytes, s});
+    return s;
+  };
 
   // Op tables of the two layer kinds, timed once.
   // The collectives the Program issues around each op of `ops` (models/layer_comm), timed by the
@@ -183,7 +201,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       comm_around(p, op.name, moe, fwd, before, comms);
       for (const LayerComm& c : comms) {
         const GroupNetwork& net = c.stream == Stream::tp ? tp_net : c.stream == Stream::ep ? ep_net : cp_net;
-        double dt = collective_s(net, c.collective, c.bytes);
+        double dt = collective_time(net, c.collective, c.bytes);
         if (c.split_with_next) {
           pending_ring += dt;
           continue;
@@ -232,7 +250,8 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   };
   auto time_layer = [&](bool moe, bool recomputed) {
     StageTimes s;
-    for (const auto& op : layer_ops(p, moe, recomputed)) {
+    const auto ops = layer_ops(p, moe, recomputed);
+    for (const auto& op : ops) {
       const double dt = timer(op);
       s.kinds.add(op.kind, dt);
       if (op.phase == OpPhase::forward) s.forward_s += dt;
@@ -243,7 +262,6 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       if (op.kind == OpKind::attention && op.phase == OpPhase::forward) s.attention_s += dt;
     }
     double raw_f = 0, raw_b = 0;
-    const auto ops = layer_ops(p, moe, recomputed);
     comm_pass(ops, moe, OpPhase::forward, s, raw_f, raw_b);
     comm_pass(ops, moe, OpPhase::recompute, s, raw_f, raw_b);
     comm_pass(ops, moe, OpPhase::backward_input, s, raw_f, raw_b);
@@ -399,7 +417,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     // crosses nodes.
     double on_nics_s = 0;
     auto timed = [&](const GroupNetwork& g, Collective c, double bytes) {
-      const double dt = collective_s(g, c, bytes);
+      const double dt = collective_time(g, c, bytes);
       if (g.crosses_nodes) on_nics_s += dt;
       return dt;
     };

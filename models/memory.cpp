@@ -174,6 +174,13 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
   const bool uniform = p.training.recompute_method == plan::RecomputeMethod::uniform;
   const std::int64_t group = std::max<std::int64_t>(1, p.training.recompute_num_layers);
 
+  // A layer's activations depend only on its kind ([moe][recomputed]): computed once, not per
+  // layer of every stage.
+  double layer_bytes[2][2];
+  for (int moe = 0; moe < 2; ++moe) {
+    for (int rec = 0; rec < 2; ++rec) layer_bytes[moe][rec] = moe == 1 && !m.is_moe() ? 0 : layer_activation_bytes(p, moe == 1, rec == 1);
+  }
+
   const std::int64_t pp = par.pipeline_model_parallel_size;
   for (std::int64_t stage = 0; stage < pp; ++stage) {
     StageMemory sm;
@@ -201,16 +208,16 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
         largest_layer = std::max(largest_layer, layer_params);
         const bool recomputed = recomputes_layer(p.training, k);
         if (!recomputed) {
-          bytes += layer_activation_bytes(p, moe, false);
+          bytes += layer_bytes[moe][0];
           continue;
         }
         // uniform: one checkpoint (the group's input) per group of recompute_num_layers
         // layers; block: one per recomputed layer. During its backward a group's full
         // activations exist for one micro-batch.
         const std::int64_t in_group = uniform ? k % group : 0;
-        if (in_group == 0) bytes += layer_activation_bytes(p, moe, true);
+        if (in_group == 0) bytes += layer_bytes[moe][1];
         if (in_group == 0) group_full = 0;
-        group_full += layer_activation_bytes(p, moe, false);
+        group_full += layer_bytes[moe][0];
         transient_act = std::max(transient_act, group_full);
       }
       chunk_bytes.push_back(bytes);

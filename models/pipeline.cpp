@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <utility>
 
 namespace meshwork::models {
@@ -19,56 +20,42 @@ StageOrders stage_orders(const PipelineSpec& spec) {
 
 namespace {
 
-// The replay of N specs that share their schedule (stages, micro-batches, chunks, orders),
-// timed in one pass: which item a stage can run next depends only on which sends have
-// happened, never on their times, so one traversal serves every spec (lane).
-// One item's seconds in a spec.
-double item_s(const PipelineSpec& sp, const ScheduleItem& it, std::int64_t s) {
-  const auto at = static_cast<std::size_t>(s * std::max<std::int64_t>(1, sp.chunks) + it.chunk);
-  switch (it.pass) {
-    case Pass::forward: return sp.forward_s[at];
-    case Pass::backward: return sp.backward_s[at];
-    case Pass::backward_input: return sp.backward_s[at] - sp.weight_s[at];
-    case Pass::backward_weight: return sp.weight_s[at];
-  }
-  return 0;
-}
+// One schedule's traversal, the same for any times: every item of every stage, in an order in
+// which each comes after the item whose send it waits for. Which item a stage can run next
+// depends only on which sends have happened, never on their times, so the traversal is made
+// once per (schedule, stages, micro-batches, chunks) and timed as a flat loop (issue 18: the
+// estimate's speed; the traversal with its bookkeeping was two thirds of the replay's time).
+struct Traversal {
+  StageOrders orders;  // per stage, its items
+  struct Step {
+    std::int32_t stage = 0;
+    std::int32_t from = -1;     // the step whose send this item waits for; -1: none
+    std::int32_t boundary = 0;  // the boundary that send crosses
+    std::int32_t slot = 0;      // (stage * chunks + chunk) * 4 + pass: its seconds' index
+  };
+  std::vector<Step> steps;
+  std::vector<std::vector<std::int32_t>> step_of;  // per stage and item of its order, its step
+};
 
-template <std::size_t N>
-using Lanes = std::array<double, N>;
-
-// The replay of `m` micro-batches in `order` (the specs' own count, or fewer: see replay
-// below); with `ends`, each item's end, by stage and item.
-template <std::size_t N>
-std::array<PipelineTimes, N> replay_orders(const std::array<const PipelineSpec*, N>& specs, std::int64_t m, const StageOrders& order,
-                                           std::vector<std::vector<Lanes<N>>>* ends) {
-  const PipelineSpec& spec = *specs[0];
-  const std::int64_t p = std::max<std::int64_t>(1, spec.stages);
-  const std::int64_t v = std::max<std::int64_t>(1, spec.chunks);
+Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t m, std::int64_t v) {
+  Traversal t;
+  PipelineSpec shape;
+  shape.schedule = schedule;
+  shape.stages = p;
+  shape.microbatches = m;
+  shape.chunks = v;
+  t.orders = stage_orders(shape);
   const auto P = static_cast<std::size_t>(p);
-  using Lanes = models::Lanes<N>;
-  std::array<PipelineTimes, N> out;
-  std::vector<Lanes> busy(P, Lanes{}), free_s(P, Lanes{});  // free_s: the stage's compute stream
-  if (ends != nullptr) {
-    ends->assign(P, {});
-    for (std::size_t s = 0; s < P; ++s) (*ends)[s].reserve(order[s].size());
-  }
-
-  // When the activation (gradient) a stage's chunk needs for a micro-batch was sent: by
-  // receiver, [(stage * v + chunk) * m + micro-batch]; unset until it is.
+  std::size_t items = 0;
+  for (const auto& o : t.orders) items += o.size();
+  t.steps.reserve(items);
+  t.step_of.resize(P);
+  for (std::size_t s = 0; s < P; ++s) t.step_of[s].reserve(t.orders[s].size());
+  // The step that sent what a stage's chunk needs for a micro-batch: by receiver,
+  // [(stage * v + chunk) * m + micro-batch]; -1 until it is sent.
   const auto slots = static_cast<std::size_t>(p * v * m);
-  std::vector<Lanes> activation(slots), gradient(slots);
-  std::vector<char> activation_sent(slots, 0), gradient_sent(slots, 0);
+  std::vector<std::int32_t> activation(slots, -1), gradient(slots, -1);
   auto slot = [&](std::int64_t s, std::int64_t c, std::int64_t mb) { return static_cast<std::size_t>((s * v + c) * m + mb); };
-  // Each lane's transfer over each boundary.
-  std::vector<Lanes> transfer(P);
-  for (std::size_t b = 0; b < P; ++b) {
-    for (std::size_t k = 0; k < N; ++k) {
-      const PipelineSpec& sp = *specs[k];
-      transfer[b][k] = b < sp.boundary_transfer_s.size() ? sp.boundary_transfer_s[b] : sp.transfer_s;
-    }
-  }
-
   std::vector<std::size_t> next(P, 0);
   std::vector<std::int64_t> work;
   work.reserve(P * 2);
@@ -77,34 +64,23 @@ std::array<PipelineTimes, N> replay_orders(const std::array<const PipelineSpec*,
     const std::int64_t s = work.back();
     work.pop_back();
     const auto S = static_cast<std::size_t>(s);
-    while (next[S] < order[S].size()) {
-      const ScheduleItem& it = order[S][next[S]];
+    while (next[S] < t.orders[S].size()) {
+      const ScheduleItem& it = t.orders[S][next[S]];
       const std::int64_t c = it.chunk, mb = it.microbatch;
       const bool forward = it.pass == Pass::forward;
       const bool needs = forward ? !(s == 0 && c == 0) : !(s == p - 1 && c == v - 1) && it.pass != Pass::backward_weight;
-      Lanes start = free_s[S];
+      Traversal::Step step;
+      step.stage = static_cast<std::int32_t>(s);
+      step.slot = static_cast<std::int32_t>((s * v + c) * 4 + static_cast<std::int64_t>(it.pass));
       if (needs) {
-        const std::size_t from = slot(s, c, mb);
-        if (!(forward ? activation_sent : gradient_sent)[from]) break;  // its sender has not got there yet
-        const Lanes& sent = (forward ? activation : gradient)[from];
+        step.from = (forward ? activation : gradient)[slot(s, c, mb)];
+        if (step.from < 0) break;  // its sender has not got there yet
         // From the previous stage (forward; stage 0 from the last) or the next (backward).
-        // Posted ahead, the transfer left when it was sent; otherwise when this stage
-        // reached the item.
-        const auto boundary = static_cast<std::size_t>(forward ? (s + p - 1) % p : s);
-        for (std::size_t k = 0; k < N; ++k) {
-          start[k] = std::max(start[k], (specs[k]->preposted ? sent[k] : std::max(sent[k], free_s[S][k])) + transfer[boundary][k]);
-        }
+        step.boundary = static_cast<std::int32_t>(forward ? (s + p - 1) % p : s);
       }
-      // The item's end, kept in a local: read back from free_s[S] right after its lanes were
-      // stored one by one, it stalled on store forwarding (40% of the replay's time).
-      Lanes end;
-      for (std::size_t k = 0; k < N; ++k) {
-        const double dt = item_s(*specs[k], it, s);
-        end[k] = start[k] + dt;
-        busy[S][k] += dt;
-      }
-      free_s[S] = end;
-      if (ends != nullptr) (*ends)[S].push_back(end);
+      const auto here = static_cast<std::int32_t>(t.steps.size());
+      t.steps.push_back(step);
+      t.step_of[S].push_back(here);
       ++next[S];
       // The send: forward to the next stage (the last one wraps to the first, next chunk),
       // backward to the previous (the first wraps to the last, previous chunk).
@@ -117,13 +93,118 @@ std::array<PipelineTimes, N> replay_orders(const std::array<const PipelineSpec*,
         else if (c > 0) to = p - 1, to_chunk = c - 1;
       }
       if (to >= 0) {
-        const std::size_t into = slot(to, to_chunk, mb);
-        (forward ? activation : gradient)[into] = end;
-        (forward ? activation_sent : gradient_sent)[into] = 1;
+        (forward ? activation : gradient)[slot(to, to_chunk, mb)] = here;
         if (to != s) work.push_back(to);
       }
     }
   }
+  return t;
+}
+
+// The traversals made last on this thread: a sweep or search prices many plans of one
+// schedule shape (every ZeRO stage, TP size or fabric of a mesh). A traversal of more than
+// kLargest steps is made for its call alone.
+const Traversal& traversal(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t m, std::int64_t v,
+                           std::shared_ptr<const Traversal>& hold) {
+  constexpr std::size_t kKept = 8;
+  constexpr std::int64_t kLargest = 1 << 20;
+  struct Kept {
+    plan::PipelineSchedule schedule;
+    std::int64_t p, m, v;
+    std::shared_ptr<const Traversal> traversal;
+  };
+  thread_local std::vector<Kept> kept;
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i].schedule == schedule && kept[i].p == p && kept[i].m == m && kept[i].v == v) {
+      std::rotate(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(i), kept.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      hold = kept.front().traversal;
+      return *hold;
+    }
+  }
+  hold = std::make_shared<const Traversal>(traverse(schedule, p, m, v));
+  if (2 * p * v * m > kLargest) return *hold;
+  if (kept.size() == kKept) kept.pop_back();
+  kept.insert(kept.begin(), Kept{schedule, p, m, v, hold});
+  return *hold;
+}
+
+template <std::size_t N>
+using Lanes = std::array<double, N>;
+
+// One item's seconds in a spec.
+double item_s(const PipelineSpec& sp, const ScheduleItem& it, std::int64_t s) {
+  const auto at = static_cast<std::size_t>(s * std::max<std::int64_t>(1, sp.chunks) + it.chunk);
+  switch (it.pass) {
+    case Pass::forward: return sp.forward_s[at];
+    case Pass::backward: return sp.backward_s[at];
+    case Pass::backward_input: return sp.backward_s[at] - sp.weight_s[at];
+    case Pass::backward_weight: return sp.weight_s[at];
+  }
+  return 0;
+}
+
+// The replay of N specs that share their schedule (stages, micro-batches, chunks), timed in one
+// pass over its traversal of `m` micro-batches (the specs' own count, or fewer: see replay
+// below). `ends`: each step's end, by step.
+// Each lane's seconds per (stage, chunk, pass): a Traversal::Step's slot.
+template <std::size_t N>
+std::vector<Lanes<N>> item_seconds(const std::array<const PipelineSpec*, N>& specs) {
+  const std::int64_t p = std::max<std::int64_t>(1, specs[0]->stages);
+  const std::int64_t v = std::max<std::int64_t>(1, specs[0]->chunks);
+  std::vector<Lanes<N>> seconds(static_cast<std::size_t>(p * v * 4));
+  for (std::int64_t s = 0; s < p; ++s) {
+    for (std::int64_t c = 0; c < v; ++c) {
+      for (const Pass pass : {Pass::forward, Pass::backward, Pass::backward_input, Pass::backward_weight}) {
+        Lanes<N>& dt = seconds[static_cast<std::size_t>((s * v + c) * 4 + static_cast<std::int64_t>(pass))];
+        for (std::size_t k = 0; k < N; ++k) dt[k] = item_s(*specs[k], {pass, 0, static_cast<std::int32_t>(c)}, s);
+      }
+    }
+  }
+  return seconds;
+}
+
+// `seconds`: item_seconds(specs).
+template <std::size_t N>
+std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpec*, N>& specs, std::int64_t m, const Traversal& t,
+                                              const std::vector<Lanes<N>>& seconds, std::vector<Lanes<N>>& ends) {
+  const PipelineSpec& spec = *specs[0];
+  const auto P = static_cast<std::size_t>(std::max<std::int64_t>(1, spec.stages));
+  using Lanes = models::Lanes<N>;
+  // Each lane's transfer over each boundary.
+  std::vector<Lanes> transfer(P);
+  Lanes preposted{};
+  for (std::size_t k = 0; k < N; ++k) {
+    const PipelineSpec& sp = *specs[k];
+    preposted[k] = sp.preposted ? 1 : 0;
+    for (std::size_t b = 0; b < P; ++b) transfer[b][k] = b < sp.boundary_transfer_s.size() ? sp.boundary_transfer_s[b] : sp.transfer_s;
+  }
+  std::vector<Lanes> busy(P, Lanes{}), free_s(P, Lanes{});  // free_s: the stage's compute stream
+  ends.resize(t.steps.size());
+  for (std::size_t i = 0; i < t.steps.size(); ++i) {
+    const Traversal::Step& step = t.steps[i];
+    const auto S = static_cast<std::size_t>(step.stage);
+    Lanes start = free_s[S];
+    if (step.from >= 0) {
+      // Posted ahead, the transfer left when it was sent; otherwise when this stage reached
+      // the item.
+      const Lanes& sent = ends[static_cast<std::size_t>(step.from)];
+      const Lanes& tr = transfer[static_cast<std::size_t>(step.boundary)];
+      for (std::size_t k = 0; k < N; ++k) {
+        start[k] = std::max(start[k], (preposted[k] != 0 ? sent[k] : std::max(sent[k], start[k])) + tr[k]);
+      }
+    }
+    // The item's end, kept in a local: read back from free_s[S] right after its lanes were
+    // stored one by one, it stalled on store forwarding.
+    const Lanes& dt = seconds[static_cast<std::size_t>(step.slot)];
+    Lanes end;
+    for (std::size_t k = 0; k < N; ++k) {
+      end[k] = start[k] + dt[k];
+      busy[S][k] += dt[k];
+    }
+    free_s[S] = end;
+    ends[i] = end;
+  }
+  std::array<PipelineTimes, N> out;
   for (std::size_t k = 0; k < N; ++k) {
     PipelineTimes& o = out[k];
     o.replayed_microbatches = m;
@@ -193,11 +274,10 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
   const std::int64_t v = std::max<std::int64_t>(1, spec.chunks);
   const std::int64_t m = std::max<std::int64_t>(1, spec.microbatches);
   const Period period = period_of(spec, p, v, m);
-  auto whole = [&] {
-    StageOrders made;
-    if (spec.orders == nullptr) made = stage_orders(spec);
-    return replay_orders<N>(specs, m, spec.orders != nullptr ? *spec.orders : made, nullptr);
-  };
+  thread_local std::vector<Lanes<N>> ends;  // scratch, kept between calls
+  std::shared_ptr<const Traversal> hold;
+  const std::vector<Lanes<N>> seconds = item_seconds<N>(specs);
+  auto whole = [&] { return replay_traversal<N>(specs, m, traversal(spec.schedule, p, m, v, hold), seconds, ends); };
   if (!spec.extrapolate || period.microbatches == 0 || p < 2) return whole();
   // The short step: room on every stage for a transient of p micro-batches (one period of the
   // interleaved schedule's p) and the checked periods, besides the warm-up and cool-down.
@@ -218,27 +298,32 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
   const std::int64_t skipped = (m - short_m) / period.microbatches;
   if (skipped < 2) return whole();
 
-  PipelineSpec short_spec = spec;
-  short_spec.microbatches = short_m;
-  short_spec.orders = nullptr;
-  const StageOrders order = stage_orders(short_spec);
-  std::vector<std::vector<Lanes<N>>> ends;
-  std::array<PipelineTimes, N> out = replay_orders<N>(specs, short_m, order, &ends);
+  const Traversal& t = traversal(spec.schedule, p, short_m, v, hold);
+  std::array<PipelineTimes, N> out = replay_traversal<N>(specs, short_m, t, seconds, ends);
+  auto end_of = [&](std::size_t s, std::size_t i) -> const Lanes<N>& { return ends[static_cast<std::size_t>(t.step_of[s][i])]; };
   const auto P = static_cast<std::size_t>(p);
   const auto L = static_cast<std::size_t>(period.items);
   std::array<double, N> delta{};
   std::vector<Lanes<N>> period_busy(P, Lanes<N>{});
   for (std::size_t s = 0; s < P; ++s) {
     const auto to = static_cast<std::size_t>(steady_section(spec.schedule, p, static_cast<std::int64_t>(s), short_m, v).second);
-    for (std::size_t k = 0; k < N; ++k) {
-      if (s == 0) delta[k] = ends[0][to - 1][k] - ends[0][to - 1 - L][k];
-      if (!std::isfinite(delta[k])) return whole();
-      for (std::size_t i = to - kCheckedPeriods * L; i < to; ++i) {
-        const double shift = ends[s][i][k] - ends[s][i - L][k];
-        // Written so that a NaN fails it.
-        if (!(std::abs(shift - delta[k]) <= 1e-9 * std::max(1.0, std::abs(ends[s][i][k])))) return whole();
+    if (s == 0) {
+      for (std::size_t k = 0; k < N; ++k) {
+        delta[k] = end_of(0, to - 1)[k] - end_of(0, to - 1 - L)[k];
+        if (!std::isfinite(delta[k])) return whole();
       }
-      for (std::size_t i = to - L; i < to; ++i) period_busy[s][k] += item_s(*specs[k], order[s][i], static_cast<std::int64_t>(s));
+    }
+    for (std::size_t i = to - kCheckedPeriods * L; i < to; ++i) {
+      const Lanes<N>& now = end_of(s, i);
+      const Lanes<N>& before = end_of(s, i - L);
+      for (std::size_t k = 0; k < N; ++k) {
+        // Written so that a NaN fails it.
+        if (!(std::abs(now[k] - before[k] - delta[k]) <= 1e-9 * std::max(1.0, std::abs(now[k])))) return whole();
+      }
+    }
+    for (std::size_t i = to - L; i < to; ++i) {
+      const Lanes<N>& dt = seconds[static_cast<std::size_t>(t.steps[static_cast<std::size_t>(t.step_of[s][i])].slot)];
+      for (std::size_t k = 0; k < N; ++k) period_busy[s][k] += dt[k];
     }
   }
   const auto n = static_cast<double>(skipped);

@@ -42,10 +42,6 @@ struct PipelineSpec {
   // boundary takes transfer_s.
   std::vector<double> boundary_transfer_s;
   bool preposted = true;  // overlap.p2p
-  // The stages' orders when the caller has made them (stage_orders below, for this spec's
-  // schedule, stages, micro-batches and chunks, and no others: an extrapolated replay makes
-  // the orders of its shorter step itself); null: pipeline_times makes them when it needs them.
-  const StageOrders* orders = nullptr;
   // Replay a shorter step and add the steady state's periods it skips, where the check allows
   // (models/pipeline.cpp); false: every micro-batch (the reference the tests compare with).
   bool extrapolate = true;
@@ -62,7 +58,8 @@ struct PipelineTimes {
 StageOrders stage_orders(const PipelineSpec& spec);
 
 // Replays the schedule: O(stages x micro-batches x chunks), or, extrapolated over its steady
-// state, O(stages x (stages + check periods) x chunks).
+// state, O(stages x (stages + check periods) x chunks). The schedule's traversal (which item
+// waits for which) is made once per shape and kept per thread for the next calls.
 PipelineTimes pipeline_times(const PipelineSpec& spec);
 // Replays two specs of one schedule (the same stages, micro-batches, chunks and orders; their
 // times, transfers and preposted may differ) in one pass: the estimate's replay with
