@@ -201,14 +201,9 @@ CollectiveFlows full_rate_flows(const GroupNetwork& g, Collective c, double byte
 // The rate a member's edge bytes move at, between nodes at the given NIC rates (a ring's, an
 // all-to-all's).
 double edge_rate(const GroupNetwork& g, Collective c, CollectiveAlgorithm a, double nic_bytes_per_s, double all_to_all_nic_bytes_per_s) {
-  const double k = d(g.per_node);
   double rate = g.crosses_nodes ? nic_bytes_per_s : g.nvlink_bytes_per_s;
   if (a == CollectiveAlgorithm::ring && g.crosses_nodes && c != Collective::all_to_all && c != Collective::ring_exchange) {
-    // A ring between nodes with k members per node: NCCL's channels start on every member,
-    // so each member's own NIC carries 1/k of the ring's traffic and the node's NICs work
-    // together (nccl-tests: B200 4 nodes x 8, 381.8 GB/s busbw on 8 x 400G,
-    // docs/reference/published-runs.md C2); NVLink caps the node's ring.
-    rate = std::min(nic_bytes_per_s, g.nvlink_bytes_per_s / k);
+    rate = ring_member_bytes_per_s(g, nic_bytes_per_s);
   }
   if (c == Collective::ring_exchange) rate = g.busbw_bytes_per_s;
   if (c == Collective::all_to_all && g.crosses_nodes) rate = all_to_all_nic_bytes_per_s;
@@ -292,10 +287,29 @@ CollectiveAlgorithm algorithm_for(const GroupNetwork& g, Collective c, double by
 }
 
 double collective_s(const GroupNetwork& g, Collective c, double bytes) { return collective_s(g, c, bytes, algorithm_for(g, c, bytes)); }
+
+double CollectivePrices::operator()(const GroupNetwork& g, Collective c, double bytes) {
+  for (const Priced& x : priced_) {
+    if (x.group == &g && x.collective == c && x.bytes == bytes) return x.seconds;
+  }
+  const double s = collective_s(g, c, bytes);
+  if (priced_.size() < 64) priced_.push_back({&g, c, bytes, s});
+  return s;
+}
 double all_reduce_s(const GroupNetwork& g, double bytes) { return collective_s(g, Collective::all_reduce, bytes); }
 double reduce_scatter_s(const GroupNetwork& g, double bytes) { return collective_s(g, Collective::reduce_scatter, bytes); }
 double all_gather_s(const GroupNetwork& g, double bytes) { return collective_s(g, Collective::all_gather, bytes); }
 double all_to_all_s(const GroupNetwork& g, double bytes) { return collective_s(g, Collective::all_to_all, bytes); }
+
+double ring_member_bytes_per_s(const GroupNetwork& g) { return ring_member_bytes_per_s(g, g.nic_bytes_per_s); }
+
+double ring_member_bytes_per_s(const GroupNetwork& g, double nic_bytes_per_s) {
+  // A ring between nodes with k members per node: NCCL's channels start on every member, so
+  // each member's own NIC carries 1/k of the ring's traffic and the node's NICs work together
+  // (nccl-tests: B200 4 nodes x 8, 381.8 GB/s busbw on 8 x 400G,
+  // docs/reference/published-runs.md C2); NVLink caps the node's ring.
+  return std::min(nic_bytes_per_s, g.nvlink_bytes_per_s / static_cast<double>(std::max<std::int64_t>(1, g.per_node)));
+}
 
 double p2p_s(const GroupNetwork& g, double bytes) {
   if (g.size <= 1 || bytes <= 0) return 0;

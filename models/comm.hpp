@@ -59,6 +59,27 @@ GroupNetwork group_network(const plan::Plan& plan, const HardwareProfile& hw, pl
 // groups of one layout).
 GroupNetwork group_network(const plan::Plan& plan, const HardwareProfile& hw, const plan::RankLayout& layout, plan::GroupKind group);
 
+// The rate of a ring member's flow through its own NIC when the ring crosses nodes: the node's
+// NICs work together, NVLink caps the node's ring. At the group's NIC share, or at the rate given.
+double ring_member_bytes_per_s(const GroupNetwork& g);
+double ring_member_bytes_per_s(const GroupNetwork& g, double nic_bytes_per_s);
+
+// Prices collectives with collective_s, each (group, collective, bytes) once: the collectives of
+// a step repeat (a layer's TP pair in every layer, DP buckets of one size). For one caller's
+// groups, which must outlive it and not change while it prices them.
+class CollectivePrices {
+ public:
+  double operator()(const GroupNetwork& g, Collective c, double bytes);
+
+ private:
+  struct Priced {
+    const GroupNetwork* group;
+    Collective collective;
+    double bytes, seconds;
+  };
+  std::vector<Priced> priced_;
+};
+
 // The algorithm a collective of `bytes` runs with: the plan's when it applies to this group
 // and collective, otherwise (and for `auto`) the one the cost model finds fastest, as NCCL's
 // tuner picks by its own model (src/graph/tuning.cc).

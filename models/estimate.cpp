@@ -9,6 +9,7 @@
 #include "models/calibration_set.hpp"
 #include "models/comm.hpp"
 #include "models/compute_time.hpp"
+#include "models/dp_replay.hpp"
 #include "models/hardware.hpp"
 #include "models/headline.hpp"
 #include "models/layer_comm.hpp"
@@ -18,6 +19,7 @@
 #include "models/pipeline.hpp"
 #include "models/regime.hpp"
 #include "models/sm_share.hpp"
+#include "models/stage_times.hpp"
 #include "plan/derived.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
@@ -28,40 +30,6 @@ namespace {
 
 double d(std::int64_t v) { return static_cast<double>(v); }
 constexpr double kGiB = 1024.0 * 1024 * 1024;
-
-// The op kinds of models/op_table.hpp. A kind's index is its enumerator's value; a kind missing
-// here fails loudly (std::array::at) rather than being dropped from op_times.
-constexpr OpKind kOpKinds[] = {OpKind::gemm,      OpKind::attention, OpKind::elementwise, OpKind::norm,
-                               OpKind::embedding, OpKind::loss,      OpKind::optimizer};
-constexpr std::size_t kNumOpKinds = std::size(kOpKinds);
-
-// Seconds and op counts by kind (forward, backward and recompute together).
-struct KindTimes {
-  std::array<double, kNumOpKinds> seconds{};
-  std::array<double, kNumOpKinds> count{};
-  void add(OpKind k, double s) {
-    const auto i = static_cast<std::size_t>(k);
-    seconds.at(i) += s;
-    count.at(i) += 1;
-  }
-  void add(const KindTimes& o) {
-    for (std::size_t i = 0; i < kNumOpKinds; ++i) {
-      seconds[i] += o.seconds[i];
-      count[i] += o.count[i];
-    }
-  }
-};
-
-struct StageTimes {
-  double forward_s = 0, backward_s = 0, recompute_s = 0;
-  KindTimes kinds;  // the same seconds as forward_s + backward_s + recompute_s, by op kind
-  double gemm_s = 0, attention_s = 0;  // what communication can hide under
-  double tp_s = 0, cp_s = 0, ep_s = 0;  // per micro-batch
-  double weight_s = 0;                  // the weight-gradient part of backward_s
-  double comm_f_s = 0, comm_b_s = 0;    // tp + cp + ep of the forward, of the backward (with recompute)
-  double params = 0;                    // dense parameters per GPU (for DP volumes)
-  double expert_params = 0;
-};
 
 }  // namespace
 
@@ -160,23 +128,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const GroupNetwork dp_replica_net = dense_groups.replicas > 1 ? group_network(p, hw, layout, dense_groups.replica) : GroupNetwork{};
   const GroupNetwork edp_replica_net = expert_groups.replicas > 1 ? group_network(p, hw, layout, expert_groups.replica) : GroupNetwork{};
 
-  // The collectives of a step repeat (a layer's TP pair in every layer, DP buckets of one
-  // size): each (group, collective, bytes) is priced, its algorithm and protocol chosen, once.
-  struct Priced {
-    const GroupNetwork* group;
-    Collective collective;
-    double bytes, seconds;
-  };
-  std::vector<Priced> priced;
-  auto collective_time = [&priced](const GroupNetwork& g, Collective c, double bytes) {
-    for (const Priced& x : priced) {
-      if (x.group == &g && x.collective == c && x.bytes == bytes) return x.seconds;
-    }
-    const double s = collective_s(g, c, bytes);
-    if (priced.size() < 64) priced.push_back({&g, c, bytes, s});
-    return s;
-  };
-
+  CollectivePrices collective_time;
   // Op tables of the two layer kinds, timed once.
   // The collectives the Program issues around each op of `ops` (models/layer_comm), timed by the
   // same models/comm functions the simulator puts on the links: TP's f/g (reduce-scatter and
@@ -321,6 +273,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   StageTimes first_ops, last_ops;
   time_ops(first_stage_ops(p), first_ops);
   time_ops(last_stage_ops(p), last_ops);
+  const GpuParams kind_params[2] = {layer_params_per_gpu(p, counts, false), m.is_moe() ? layer_params_per_gpu(p, counts, true) : GpuParams{}};
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     StageTimes s;
     for (std::size_t c = 0; c < chunks[i].size(); ++c) {
@@ -360,9 +313,8 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         s.tp_s += l.tp_s;
         s.cp_s += l.cp_s;
         s.ep_s += l.ep_s;
-        const GpuParams lp = layer_params_per_gpu(p, counts, moe);
-        s.params += lp.dense;
-        s.expert_params += lp.expert;
+        s.params += kind_params[moe ? 1 : 0].dense;
+        s.expert_params += kind_params[moe ? 1 : 0].expert;
       }
     }
     const GpuParams ends = end_params_per_gpu(p, counts, i == 0, i + 1 == chunks.size());
@@ -394,200 +346,14 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
                           std::llround(micro_batches * slow.kinds.count[i])});
   }
 
-  // DP by the Program's rules (models/program.cpp), replayed on the slowest stage's schedule
-  // with its pipeline neighbours never late: the compute stream in order, the DP stream's
-  // collectives in issue order, each issued after the compute before it. Gradient buckets of
-  // grad_bucket_params join as the backward proceeds, on the last micro-batch of each chunk
-  // (every micro-batch with ZeRO-2 and 3, which keep only their shard); overlapped they run
-  // under the compute that follows, otherwise they wait for the end of the backward (sharded
-  // ones hold the backward where they are issued). ZeRO-3 gathers each layer before its
-  // forward and its backward, the next one prefetched under this one with
-  // overlap.param_gather. The distributed optimizer's gather of the updated parameters
-  // (ZeRO 1 and 2) runs under the forward with overlap.param_gather (below), otherwise it
-  // follows the optimizer step.
-  // What the slowest stage's DP stream runs under its compute on groups that cross nodes (on the
-  // NICs), and the span of that compute (its own items and what DP holds them for), for the
-  // NICs the pipeline's transfers share.
-  double dp_under_compute_s = 0, dp_span_s = 0;
-  {
-    // The gradients' collective and bytes, with compression (models/layer_comm), as the
-    // Program issues them: dense over DP x CP, expert over expert-DP.
-    const GradientReduction dense_reduction = gradient_reduction(p, false), expert_reduction = gradient_reduction(p, true);
-    // Of the collectives priced since the stream last issued, the time of those whose group
-    // crosses nodes.
-    double on_nics_s = 0;
-    auto timed = [&](const GroupNetwork& g, Collective c, double bytes) {
-      const double dt = collective_time(g, c, bytes);
-      if (g.crosses_nodes) on_nics_s += dt;
-      return dt;
-    };
-    auto dp_time = [&](Collective c, const GpuParams& g, double bytes_per_param) {
-      return timed(dp_net, c, g.dense * bytes_per_param) + timed(edp_net, c, g.expert * bytes_per_param);
-    };
-    auto reduce_time = [&](const GpuParams& g) {
-      double s = timed(dp_net, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
-                 timed(edp_net, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
-      if (dense_reduction.replica_bytes_per_param > 0) s += timed(dp_replica_net, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param);
-      if (expert_reduction.replica_bytes_per_param > 0) s += timed(edp_replica_net, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
-      return s;
-    };
-    b.dp_s = 0;
-    if (dp_net.size > 1 || edp_net.size > 1 || dense_groups.replicas > 1 || expert_groups.replicas > 1) {
-      const bool zero3 = par.zero_stage == 3;
-      const bool sharded_grads = par.zero_stage >= 2;
-      const bool overlap_grads = par.overlap.grad_reduce;
-      const double bucket = grad_bucket_params(p);
-      const std::int64_t pchunks = par.pipeline_schedule == plan::PipelineSchedule::interleaved ? par.virtual_pipeline_model_parallel_size : 1;
-      const auto& my_chunks = chunks[static_cast<std::size_t>(slow_stage)];
-      const auto& my_firsts = firsts[static_cast<std::size_t>(slow_stage)];
-      // The slowest stage's order alone (the pipeline replay makes the orders it needs, of a
-      // shorter step where it extrapolates).
-      const std::vector<ScheduleItem> sched = stage_schedule(par.pipeline_schedule, par.pipeline_model_parallel_size, slow_stage, derived.micro_batches_per_step, pchunks);
-      // The last item of each chunk that produces weight gradients.
-      std::vector<std::size_t> last_grad_item(my_chunks.size(), 0);
-      for (std::size_t i = 0; i < sched.size(); ++i) {
-        if (sched[i].pass == Pass::backward || sched[i].pass == Pass::backward_weight) last_grad_item[static_cast<std::size_t>(sched[i].chunk)] = i;
-      }
-      double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0;
-      GpuParams pending;
-      // The compute beside the DP stream's collectives runs on the SMs they leave it
-      // (models/sm_share.hpp); what it loses there is exposed DP time, as in the simulator.
-      SharedSms sms(sm_fraction(hw, Stream::dp, Collective::all_reduce, false));
-      auto run = [&](double dt) {
-        compute = sms.run(compute, dt);
-        busy += dt;
-      };
-      auto issue = [&](double dt) {
-        const double start = std::max(stream, compute);
-        sms.busy(start, start + dt);
-        dp_under_compute_s += on_nics_s;
-        on_nics_s = 0;
-        return stream = start + dt;
-      };
-      auto flush = [&] {
-        if (pending.total() <= 0) return;
-        const double dt = reduce_time(pending);
-        pending = {};
-        if (overlap_grads) last_grad = issue(dt);
-        else if (sharded_grads) compute = last_grad = issue(dt);
-        else deferred += dt;
-      };
-      auto add_grads = [&](const GpuParams& g) {
-        pending += g;
-        if (pending.total() >= bucket) flush();
-      };
-      // ZeRO-3's gather of the layer at `k` of a pass (its compute waits for it) and the
-      // prefetch of the next.
-      double prefetched = -1;
-      auto gather = [&](std::int64_t layer, bool has_next, std::int64_t next) {
-        if (!zero3) return;
-        double ready = prefetched >= 0 ? prefetched : issue(dp_time(Collective::all_gather, layer_params_per_gpu(p, counts, is_moe_layer(m, layer)), e));
-        prefetched = -1;
-        if (par.overlap.param_gather && has_next) prefetched = issue(dp_time(Collective::all_gather, layer_params_per_gpu(p, counts, is_moe_layer(m, next)), e));
-        compute = std::max(compute, ready);
-      };
-      const bool first_stage = slow_stage == 0, last_stage = slow_stage + 1 == par.pipeline_model_parallel_size;
-      // ZeRO 1 and 2 with overlap.param_gather: the gathers of the updated parameters are
-      // dispatched at the start of the step, bucket by bucket in the order the forward needs
-      // them, and the chunk's first forward waits for each where it needs it (the Program's
-      // await_params).
-      const bool gather_ahead = (par.zero_stage == 1 || par.zero_stage == 2) && par.overlap.param_gather;
-      std::vector<std::vector<DpBucket>> buckets;
-      std::vector<std::vector<double>> gathered;  // when each bucket's gather ends
-      std::vector<std::size_t> awaited;
-      if (gather_ahead) {
-        for (std::size_t c = 0; c < my_chunks.size(); ++c) {
-          buckets.push_back(dp_buckets(p, counts, my_firsts[c], my_firsts[c] + my_chunks[c], first_stage && c == 0,
-                                       last_stage && c + 1 == my_chunks.size()));
-          auto& ends = gathered.emplace_back();
-          for (const DpBucket& bk : buckets.back()) ends.push_back(issue(dp_time(Collective::all_gather, bk.params, e)));
-        }
-        awaited.assign(my_chunks.size(), 0);
-      }
-      auto await_params = [&](std::size_t c, std::int64_t layer) {
-        if (buckets.empty()) return;
-        for (std::size_t& j = awaited[c]; j < buckets[c].size() && buckets[c][j].first_layer <= layer; ++j) {
-          compute = std::max(compute, gathered[c][j]);
-        }
-      };
-      // Each chunk's passes summed, for the items in which nothing happens between its layers
-      // (no ZeRO-3 gather, no bucket to wait for or to reduce): most items of a step, run at once.
-      struct ChunkSums {
-        double forward = 0, recompute = 0, input = 0, weight = 0;  // input: with its exposed comm
-      };
-      std::vector<ChunkSums> sums(my_chunks.size());
-      for (std::size_t c = 0; c < my_chunks.size(); ++c) {
-        for (std::int64_t k = 0; k < my_chunks[c]; ++k) {
-          const StageTimes& l = layer_times[is_moe_layer(m, my_firsts[c] + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
-          sums[c].forward += l.forward_s + l.comm_f_s;
-          sums[c].recompute += l.recompute_s;
-          sums[c].input += l.backward_s - l.weight_s + l.comm_b_s;
-          sums[c].weight += l.weight_s;
-        }
-      }
-      for (std::size_t i = 0; i < sched.size(); ++i) {
-        const ScheduleItem& it = sched[i];
-        const auto c = static_cast<std::size_t>(it.chunk);
-        const std::int64_t lo = my_firsts[c], n = my_chunks[c];
-        const bool first_virtual = first_stage && c == 0, last_virtual = last_stage && c + 1 == my_chunks.size();
-        const bool reduce = sharded_grads || last_grad_item[c] == i;
-        auto layer = [&](std::int64_t k) -> const StageTimes& {
-          return layer_times[is_moe_layer(m, lo + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
-        };
-        if (it.pass == Pass::forward) {
-          if (!zero3 && (buckets.empty() || awaited[c] >= buckets[c].size())) {
-            run((first_virtual ? first_ops.forward_s : 0) + sums[c].forward + (last_virtual ? last_ops.forward_s : 0));
-            continue;
-          }
-          await_params(c, lo);
-          if (first_virtual) run(first_ops.forward_s);
-          for (std::int64_t k = 0; k < n; ++k) {
-            await_params(c, lo + k);
-            gather(lo + k, k + 1 < n, lo + k + 1);
-            run(layer(k).forward_s + layer(k).comm_f_s);
-          }
-          if (last_virtual) run(last_ops.forward_s);
-          continue;
-        }
-        const bool input = it.pass != Pass::backward_weight, weights = it.pass != Pass::backward_input;
-        auto part = [&](const StageTimes& st) {
-          return (input ? st.backward_s - st.weight_s : 0) + (weights ? st.weight_s : 0);
-        };
-        if (!zero3 && !(weights && reduce)) {
-          run((last_virtual ? part(last_ops) : 0) + (input ? sums[c].recompute + sums[c].input : 0) + (weights ? sums[c].weight : 0) +
-              (first_virtual ? part(first_ops) : 0));
-          continue;
-        }
-        if (last_virtual) run(part(last_ops));
-        if (input) {
-          for (std::int64_t k = 0; k < n; ++k) run(layer(k).recompute_s);
-        }
-        // The head's gradients join the chunk's first bucket, the embedding's its last (dp_buckets).
-        if (weights && reduce) pending += end_params_per_gpu(p, counts, false, last_virtual);
-        for (std::int64_t k = n - 1; k >= 0; --k) {
-          if (input) gather(lo + k, k > 0, lo + k - 1);
-          run(part(layer(k)) + (input ? layer(k).comm_b_s : 0));
-          if (weights && reduce) add_grads(layer_params_per_gpu(p, counts, is_moe_layer(m, lo + k)));
-        }
-        if (first_virtual) run(part(first_ops));
-        if (weights && reduce) {
-          pending += end_params_per_gpu(p, counts, first_virtual, false);
-          flush();
-        }
-      }
-      // The collectives issued from here on run after the stage's last item.
-      dp_span_s = compute;
-      const double under_compute_s = dp_under_compute_s;
-      if (deferred > 0) last_grad = issue(deferred);
-      compute = std::max(compute, last_grad);
-      if ((par.zero_stage == 1 || par.zero_stage == 2) && !gather_ahead) {
-        GpuParams all{slow.params, slow.expert_params};
-        compute = issue(dp_time(Collective::all_gather, all, e));
-      }
-      b.dp_s = std::max(0.0, compute - busy);
-      dp_under_compute_s = under_compute_s;
-    }
-  }
+  // DP by the Program's rules, replayed on the slowest stage's schedule (models/dp_replay).
+  const auto slow_index = static_cast<std::size_t>(slow_stage);
+  const DpReplay dp = replay_dp(p, hw, counts,
+                                {dp_net, edp_net, dp_replica_net, edp_replica_net, dense_groups.replicas, expert_groups.replicas},
+                                {slow_stage, derived.micro_batches_per_step, chunks[slow_index], firsts[slow_index], layer_times, first_ops,
+                                 last_ops, slow.params, slow.expert_params},
+                                collective_time);
+  b.dp_s = dp.dp_s;
 
   // Bubble and exposed pipeline communication: the schedule replayed item by item on every
   // stage (models/pipeline), as the simulator plays the Program. One bubble in both tiers
@@ -601,13 +367,13 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     // sharing while both run), for the share of the stage's span its DP stream is busy: the
     // steady state of what the simulator plays flow by flow.
     NicSharing dp_on_nic;
-    if (dp_under_compute_s > 0 && dp_span_s > 0) {
-      dp_on_nic.busy_fraction = std::min(1.0, dp_under_compute_s / dp_span_s);
+    if (dp.under_compute_s > 0 && dp.span_s > 0) {
+      dp_on_nic.busy_fraction = std::min(1.0, dp.under_compute_s / dp.span_s);
       // A DP ring member's flow through its own NIC (models::collective_s: a ring between nodes),
       // of the first of the stream's groups that crosses nodes.
       for (const GroupNetwork* g : {&dp_net, &edp_net, &dp_replica_net, &edp_replica_net}) {
         if (!g->crosses_nodes) continue;
-        dp_on_nic.flow_bytes_per_s = std::min(g->nic_bytes_per_s, g->nvlink_bytes_per_s / d(std::max<std::int64_t>(1, g->per_node)));
+        dp_on_nic.flow_bytes_per_s = ring_member_bytes_per_s(*g);
         break;
       }
     }

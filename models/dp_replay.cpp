@@ -1,0 +1,197 @@
+#include "models/dp_replay.hpp"
+
+#include <algorithm>
+
+#include "models/layer_comm.hpp"
+#include "models/memory.hpp"
+#include "models/op_table.hpp"
+#include "models/program.hpp"
+#include "models/sm_share.hpp"
+
+namespace meshwork::models {
+
+DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCounts& counts, const DpNetworks& nets, const DpStage& stage,
+                   CollectivePrices& price) {
+  DpReplay out;
+  const auto& m = p.model;
+  const auto& par = p.parallelism;
+  const double e = activation_bytes(p.training.precision);
+  // The gradients' collective and bytes, with compression (models/layer_comm), as the
+  // Program issues them: dense over DP x CP, expert over expert-DP.
+  const GradientReduction dense_reduction = gradient_reduction(p, false), expert_reduction = gradient_reduction(p, true);
+  // Of the collectives priced since the stream last issued, the time of those whose group
+  // crosses nodes.
+  double on_nics_s = 0;
+  auto timed = [&](const GroupNetwork& g, Collective c, double bytes) {
+    const double dt = price(g, c, bytes);
+    if (g.crosses_nodes) on_nics_s += dt;
+    return dt;
+  };
+  auto dp_time = [&](Collective c, const GpuParams& g, double bytes_per_param) {
+    return timed(nets.dense, c, g.dense * bytes_per_param) + timed(nets.expert, c, g.expert * bytes_per_param);
+  };
+  auto reduce_time = [&](const GpuParams& g) {
+    double s = timed(nets.dense, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
+               timed(nets.expert, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
+    if (dense_reduction.replica_bytes_per_param > 0) s += timed(nets.dense_replica, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param);
+    if (expert_reduction.replica_bytes_per_param > 0) s += timed(nets.expert_replica, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
+    return s;
+  };
+  if (nets.dense.size > 1 || nets.expert.size > 1 || nets.dense_replicas > 1 || nets.expert_replicas > 1) {
+    const bool zero3 = par.zero_stage == 3;
+    const bool sharded_grads = par.zero_stage >= 2;
+    const bool overlap_grads = par.overlap.grad_reduce;
+    const double bucket = grad_bucket_params(p);
+    const std::int64_t pchunks = par.pipeline_schedule == plan::PipelineSchedule::interleaved ? par.virtual_pipeline_model_parallel_size : 1;
+    const auto& chunks = stage.chunk_layers;
+    const auto& firsts = stage.chunk_firsts;
+    // This stage's order alone.
+    const std::vector<ScheduleItem> sched = stage_schedule(par.pipeline_schedule, par.pipeline_model_parallel_size, stage.index, stage.micro_batches, pchunks);
+    // The last item of each chunk that produces weight gradients.
+    std::vector<std::size_t> last_grad_item(chunks.size(), 0);
+    for (std::size_t i = 0; i < sched.size(); ++i) {
+      if (sched[i].pass == Pass::backward || sched[i].pass == Pass::backward_weight) last_grad_item[static_cast<std::size_t>(sched[i].chunk)] = i;
+    }
+    double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0;
+    GpuParams pending;
+    // The compute beside the DP stream's collectives runs on the SMs they leave it
+    // (models/sm_share.hpp); what it loses there is exposed DP time, as in the simulator.
+    SharedSms sms(sm_fraction(hw, Stream::dp, Collective::all_reduce, false));
+    auto run = [&](double dt) {
+      compute = sms.run(compute, dt);
+      busy += dt;
+    };
+    auto issue = [&](double dt) {
+      const double start = std::max(stream, compute);
+      sms.busy(start, start + dt);
+      out.under_compute_s += on_nics_s;
+      on_nics_s = 0;
+      return stream = start + dt;
+    };
+    auto flush = [&] {
+      if (pending.total() <= 0) return;
+      const double dt = reduce_time(pending);
+      pending = {};
+      if (overlap_grads) last_grad = issue(dt);
+      else if (sharded_grads) compute = last_grad = issue(dt);
+      else deferred += dt;
+    };
+    auto add_grads = [&](const GpuParams& g) {
+      pending += g;
+      if (pending.total() >= bucket) flush();
+    };
+    // ZeRO-3's gather of the layer at `k` of a pass (its compute waits for it) and the
+    // prefetch of the next.
+    double prefetched = -1;
+    auto gather = [&](std::int64_t layer, bool has_next, std::int64_t next) {
+      if (!zero3) return;
+      double ready = prefetched >= 0 ? prefetched : issue(dp_time(Collective::all_gather, layer_params_per_gpu(p, counts, is_moe_layer(m, layer)), e));
+      prefetched = -1;
+      if (par.overlap.param_gather && has_next) prefetched = issue(dp_time(Collective::all_gather, layer_params_per_gpu(p, counts, is_moe_layer(m, next)), e));
+      compute = std::max(compute, ready);
+    };
+    const bool first_stage = stage.index == 0, last_stage = stage.index + 1 == par.pipeline_model_parallel_size;
+    // ZeRO 1 and 2 with overlap.param_gather: the gathers of the updated parameters are
+    // dispatched at the start of the step, bucket by bucket in the order the forward needs
+    // them, and the chunk's first forward waits for each where it needs it (the Program's
+    // await_params).
+    const bool gather_ahead = (par.zero_stage == 1 || par.zero_stage == 2) && par.overlap.param_gather;
+    std::vector<std::vector<DpBucket>> buckets;
+    std::vector<std::vector<double>> gathered;  // when each bucket's gather ends
+    std::vector<std::size_t> awaited;
+    if (gather_ahead) {
+      for (std::size_t c = 0; c < chunks.size(); ++c) {
+        buckets.push_back(dp_buckets(p, counts, firsts[c], firsts[c] + chunks[c], first_stage && c == 0,
+                                     last_stage && c + 1 == chunks.size()));
+        auto& ends = gathered.emplace_back();
+        for (const DpBucket& bk : buckets.back()) ends.push_back(issue(dp_time(Collective::all_gather, bk.params, e)));
+      }
+      awaited.assign(chunks.size(), 0);
+    }
+    auto await_params = [&](std::size_t c, std::int64_t layer) {
+      if (buckets.empty()) return;
+      for (std::size_t& j = awaited[c]; j < buckets[c].size() && buckets[c][j].first_layer <= layer; ++j) {
+        compute = std::max(compute, gathered[c][j]);
+      }
+    };
+    // Each chunk's passes summed, for the items in which nothing happens between its layers
+    // (no ZeRO-3 gather, no bucket to wait for or to reduce): most items of a step, run at once.
+    struct ChunkSums {
+      double forward = 0, recompute = 0, input = 0, weight = 0;  // input: with its exposed comm
+    };
+    std::vector<ChunkSums> sums(chunks.size());
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      for (std::int64_t k = 0; k < chunks[c]; ++k) {
+        const StageTimes& l = stage.layers[is_moe_layer(m, firsts[c] + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
+        sums[c].forward += l.forward_s + l.comm_f_s;
+        sums[c].recompute += l.recompute_s;
+        sums[c].input += l.backward_s - l.weight_s + l.comm_b_s;
+        sums[c].weight += l.weight_s;
+      }
+    }
+    for (std::size_t i = 0; i < sched.size(); ++i) {
+      const ScheduleItem& it = sched[i];
+      const auto c = static_cast<std::size_t>(it.chunk);
+      const std::int64_t lo = firsts[c], n = chunks[c];
+      const bool first_virtual = first_stage && c == 0, last_virtual = last_stage && c + 1 == chunks.size();
+      const bool reduce = sharded_grads || last_grad_item[c] == i;
+      auto layer = [&](std::int64_t k) -> const StageTimes& {
+        return stage.layers[is_moe_layer(m, lo + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
+      };
+      if (it.pass == Pass::forward) {
+        if (!zero3 && (buckets.empty() || awaited[c] >= buckets[c].size())) {
+          run((first_virtual ? stage.first_ops.forward_s : 0) + sums[c].forward + (last_virtual ? stage.last_ops.forward_s : 0));
+          continue;
+        }
+        await_params(c, lo);
+        if (first_virtual) run(stage.first_ops.forward_s);
+        for (std::int64_t k = 0; k < n; ++k) {
+          await_params(c, lo + k);
+          gather(lo + k, k + 1 < n, lo + k + 1);
+          run(layer(k).forward_s + layer(k).comm_f_s);
+        }
+        if (last_virtual) run(stage.last_ops.forward_s);
+        continue;
+      }
+      const bool input = it.pass != Pass::backward_weight, weights = it.pass != Pass::backward_input;
+      auto part = [&](const StageTimes& st) {
+        return (input ? st.backward_s - st.weight_s : 0) + (weights ? st.weight_s : 0);
+      };
+      if (!zero3 && !(weights && reduce)) {
+        run((last_virtual ? part(stage.last_ops) : 0) + (input ? sums[c].recompute + sums[c].input : 0) + (weights ? sums[c].weight : 0) +
+            (first_virtual ? part(stage.first_ops) : 0));
+        continue;
+      }
+      if (last_virtual) run(part(stage.last_ops));
+      if (input) {
+        for (std::int64_t k = 0; k < n; ++k) run(layer(k).recompute_s);
+      }
+      // The head's gradients join the chunk's first bucket, the embedding's its last (dp_buckets).
+      if (weights && reduce) pending += end_params_per_gpu(p, counts, false, last_virtual);
+      for (std::int64_t k = n - 1; k >= 0; --k) {
+        if (input) gather(lo + k, k > 0, lo + k - 1);
+        run(part(layer(k)) + (input ? layer(k).comm_b_s : 0));
+        if (weights && reduce) add_grads(layer_params_per_gpu(p, counts, is_moe_layer(m, lo + k)));
+      }
+      if (first_virtual) run(part(stage.first_ops));
+      if (weights && reduce) {
+        pending += end_params_per_gpu(p, counts, first_virtual, false);
+        flush();
+      }
+    }
+    // The collectives issued from here on run after the stage's last item.
+    out.span_s = compute;
+    const double under_compute_s = out.under_compute_s;
+    if (deferred > 0) last_grad = issue(deferred);
+    compute = std::max(compute, last_grad);
+    if ((par.zero_stage == 1 || par.zero_stage == 2) && !gather_ahead) {
+      GpuParams all{stage.params, stage.expert_params};
+      compute = issue(dp_time(Collective::all_gather, all, e));
+    }
+    out.dp_s = std::max(0.0, compute - busy);
+    out.under_compute_s = under_compute_s;
+  }
+  return out;
+}
+
+}  // namespace meshwork::models

@@ -1,0 +1,57 @@
+#pragma once
+// Data parallelism in the closed form, by the Program's rules (models/program.cpp), replayed on
+// one stage's schedule with its pipeline neighbours never late: the compute stream in order,
+// the DP stream's collectives in issue order, each issued after the compute before it.
+// Gradient buckets of grad_bucket_params join as the backward proceeds, on the last
+// micro-batch of each chunk (every micro-batch with ZeRO-2 and 3, which keep only their shard);
+// overlapped they run under the compute that follows, otherwise they wait for the end of the
+// backward (sharded ones hold the backward where they are issued). ZeRO-3 gathers each layer
+// before its forward and its backward, the next one prefetched under this one with
+// overlap.param_gather. The distributed optimizer's gather of the updated parameters (ZeRO 1
+// and 2) runs under the forward with overlap.param_gather, otherwise it follows the optimizer
+// step.
+#include <cstdint>
+#include <vector>
+
+#include "models/comm.hpp"
+#include "models/hardware.hpp"
+#include "models/params.hpp"
+#include "models/stage_times.hpp"
+#include "plan/plan.hpp"
+
+namespace meshwork::models {
+
+// The groups DP's collectives run on (models::dp_groups): where ZeRO shards, dense and expert,
+// and, with several distributed-optimizer instances, across them.
+struct DpNetworks {
+  const GroupNetwork& dense;
+  const GroupNetwork& expert;
+  const GroupNetwork& dense_replica;
+  const GroupNetwork& expert_replica;
+  std::int64_t dense_replicas = 1, expert_replicas = 1;
+};
+
+// The stage replayed, as the estimate timed it.
+struct DpStage {
+  std::int64_t index = 0;                          // its place in the pipeline
+  std::int64_t micro_batches = 1;                  // per step
+  const std::vector<std::int64_t>& chunk_layers;   // layers of each of its chunks
+  const std::vector<std::int64_t>& chunk_firsts;   // each chunk's first layer
+  const StageTimes (&layers)[2][2];                // a layer's times, [moe][recomputed]
+  const StageTimes& first_ops;                     // the embedding's (first stage)
+  const StageTimes& last_ops;                      // the head's and the loss's (last stage)
+  double params = 0, expert_params = 0;            // per GPU
+};
+
+struct DpReplay {
+  double dp_s = 0;  // DP's exposed seconds per step
+  // Of the collectives whose group crosses nodes (on the NICs), the seconds run under the
+  // stage's compute, and the span of that compute (its own items and what DP holds them for):
+  // the share of its NIC the pipeline's transfers find busy (models::p2p_s, NicSharing).
+  double under_compute_s = 0, span_s = 0;
+};
+
+DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCounts& counts, const DpNetworks& nets, const DpStage& stage,
+                   CollectivePrices& price);
+
+}  // namespace meshwork::models
