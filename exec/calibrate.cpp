@@ -16,6 +16,7 @@
 #include "kernels/tensor.hpp"
 #include "kernels/vocab_parallel_cross_entropy.hpp"
 #include "models/compute_time.hpp"
+#include "models/gemm_fit.hpp"
 #include "models/op_table.hpp"
 #include "plan/validate.hpp"
 
@@ -59,26 +60,6 @@ double slowest_seconds_per_call(Group& world, Body body, double min_s = 0.02, in
 
 }  // namespace
 
-std::pair<double, double> fit_gemm_efficiency(const std::vector<std::pair<double, double>>& points) {
-  // y = a + b x with x = 1/macs, y = 1/eff: E = 1/a, H = b/a.
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  const auto n = static_cast<double>(points.size());
-  for (const auto& [macs, eff] : points) {
-    const double x = 1 / macs, y = 1 / eff;
-    sx += x;
-    sy += y;
-    sxx += x * x;
-    sxy += x * y;
-  }
-  const double denom = n * sxx - sx * sx;
-  const double b = denom != 0 ? (n * sxy - sx * sy) / denom : 0;
-  const double a = (sy - b * sx) / n;
-  // H is at least one multiply-add: where the measurements show no size dependence (or noise
-  // a falling one), efficiency is flat, and 0 would read as "not calibrated" in a plan.
-  if (!(a > 0)) return {points.empty() ? 0 : points.back().second, 1};
-  return {1 / a, std::max(1.0, b / a)};
-}
-
 CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precision precision, double intra_node_gbytes_per_s,
                          const std::function<void(const std::string&)>& progress, const plan::Plan* plan) {
   CalibrationRun out;
@@ -110,9 +91,9 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
     }
     out.gemm.push_back({s[0], s[1], s[2], 3 * 2 * macs / total_s});
   }
-  const auto [e, h] = fit_gemm_efficiency(fit);
-  out.calibration.gemm_max_efficiency = std::min(1.0, e);
-  out.calibration.gemm_half_macs = h;
+  const models::GemmCurve gemm = models::fit_gemm_curve(fit);
+  out.calibration.gemm_max_efficiency = std::min(1.0, gemm.max_efficiency);
+  out.calibration.gemm_half_macs = gemm.half_macs;
   // Memory: STREAM triad a = b + s c over arrays well past the caches.
   say("memory bandwidth (STREAM triad)");
   {
@@ -214,9 +195,9 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
       }
     }
     if (!att_fit.empty()) {
-      const auto [ae, ah] = fit_gemm_efficiency(att_fit);
-      out.calibration.attention_max_efficiency = std::min(1.0, ae);
-      out.calibration.attention_half_macs = ah;
+      const models::GemmCurve attention = models::fit_gemm_curve(att_fit);
+      out.calibration.attention_max_efficiency = std::min(1.0, attention.max_efficiency);
+      out.calibration.attention_half_macs = attention.half_macs;
     }
     // Each kind's rate over its grid, each shape counted once (the harmonic mean of their
     // rates), so that no one shape (in cache or out of it) decides alone.

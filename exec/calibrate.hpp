@@ -45,8 +45,4 @@ struct CalibrationRun {
 CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precision precision, double intra_node_gbytes_per_s,
                          const std::function<void(const std::string&)>& progress, const plan::Plan* plan = nullptr);
 
-// Fits eff(macs) = E macs / (macs + H) (models::gemm_efficiency) to measured efficiencies by
-// least squares on 1/eff = 1/E + (H/E) / macs; returns {E, H}, H at least 1.
-std::pair<double, double> fit_gemm_efficiency(const std::vector<std::pair<double, double>>& macs_and_efficiency);
-
 }  // namespace meshwork::exec

@@ -17,6 +17,7 @@
 #include "exec/synthetic_batch.hpp"
 #include "models/estimate.hpp"
 #include "models/flops.hpp"
+#include "models/gemm_fit.hpp"
 #include "models/op_table.hpp"
 #include "exec/trainer.hpp"
 #include "plan/plan_io.hpp"
@@ -136,20 +137,20 @@ TEST(Calibrate, TheGemmFitRecoversItsModel) {
   const double e = 0.62, h = 3e5;
   std::vector<std::pair<double, double>> points;
   for (double macs = 1e4; macs < 1e9; macs *= 4) points.emplace_back(macs, e * macs / (macs + h));
-  const auto [fe, fh] = fit_gemm_efficiency(points);
-  EXPECT_NEAR(fe, e, 1e-9);
-  EXPECT_NEAR(fh, h, 1e-3);
+  const models::GemmCurve fit = models::fit_gemm_curve(points);
+  EXPECT_NEAR(fit.max_efficiency, e, 1e-9);
+  EXPECT_NEAR(fit.half_macs, h, 1e-3);
 }
 
 TEST(Calibrate, AFlatOrFallingFitKeepsAPositiveHalfSize) {
   // No size dependence (or noise that makes large GEMMs slower): H is 1, never 0, which a plan
   // reads as "not calibrated".
-  const auto [fe, fh] = fit_gemm_efficiency({{1e4, 0.2}, {1e6, 0.2}, {1e8, 0.2}});
-  EXPECT_NEAR(fe, 0.2, 1e-12);
-  EXPECT_EQ(fh, 1);
-  const auto [ge, gh] = fit_gemm_efficiency({{1e4, 0.3}, {1e6, 0.2}, {1e8, 0.1}});
-  EXPECT_GT(ge, 0);
-  EXPECT_EQ(gh, 1);
+  const models::GemmCurve flat = models::fit_gemm_curve({{1e4, 0.2}, {1e6, 0.2}, {1e8, 0.2}});
+  EXPECT_NEAR(flat.max_efficiency, 0.2, 1e-12);
+  EXPECT_EQ(flat.half_macs, 1);
+  const models::GemmCurve falling = models::fit_gemm_curve({{1e4, 0.3}, {1e6, 0.2}, {1e8, 0.1}});
+  EXPECT_GT(falling.max_efficiency, 0);
+  EXPECT_EQ(falling.half_macs, 1);
 }
 
 class Checkpoint : public ::testing::Test {

@@ -1,4 +1,4 @@
-// The estimate against published measured runs (docs/reference/published-runs.md A1, A2),
+// The estimate against published measured runs (docs/reference/published-runs.md A1, A2, A3),
 // with the presets unchanged and one documented default for what a paper does not state
 // (micro-batch 1 in NAR21 Table 1; vpp the smallest chunk count >= 2 dividing a stage's
 // layers). Errors are pinned under their bounds; the full table is in bench/RESULTS.md.
@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "models/calibration_set.hpp"
 #include "models/estimate.hpp"
 #include "plan/plan_io.hpp"
 
@@ -22,7 +23,7 @@ struct Case {
   double pinned_error_percent;
 };
 
-enum class Figure { hardware_tflops, mfu_percent };
+using Figure = PublishedFigure;
 
 struct Errors {
   double mean_abs = 0, max_abs = 0;
@@ -35,7 +36,7 @@ Errors errors(const std::vector<Case>& cases, Figure figure) {
                                         (std::string(c.scenario) + ".yaml"));
     EXPECT_TRUE(loaded.ok()) << c.scenario;
     const auto r = estimate(loaded.plan);
-    const double got = figure == Figure::hardware_tflops ? r.hardware_tflops_per_gpu : 100 * r.mfu;
+    const double got = figure_of(r, figure);
     const double err = std::fabs(got - c.published) / c.published;
     EXPECT_NEAR(100 * (got - c.published) / c.published, c.pinned_error_percent, 1.0) << c.scenario;
     e.mean_abs += err / static_cast<double>(cases.size());
@@ -49,7 +50,7 @@ TEST(Accuracy, Narayanan2021Table1) {
   const Errors e = errors({{"nar21-1.7b", 137, 2.3}, {"nar21-3.6b", 138, -2.1}, {"nar21-7.5b", 142, -5.2}, {"nar21-18.4b", 135, -5.5},
                            {"nar21-39.1b", 138, -0.9}, {"nar21-76.1b", 140, 3.2}, {"nar21-145.6b", 148, 3.6}, {"nar21-310.1b", 155, 2.1},
                            {"nar21-529.6b", 163, 1.4}, {"nar21-1t", 163, 1.9}},
-                          Figure::hardware_tflops);
+                          Figure::hardware_tflops_per_gpu);
   EXPECT_LE(e.mean_abs, 0.05);
   EXPECT_LE(e.max_abs, 0.10);
 }
@@ -59,7 +60,7 @@ TEST(Accuracy, Narayanan2021Table2PtdP) {
   const Errors e = errors({{"nar21-t2-175b-ptdp-384", 153, 3.3}, {"nar21-t2-175b-ptdp-768", 149, 3.4},
                            {"nar21-t2-175b-ptdp-1536", 141, 6.1}, {"nar21-t2-530b-ptdp-560", 171, 0.8},
                            {"nar21-t2-530b-ptdp-1120", 167, 1.7}, {"nar21-t2-530b-ptdp-2240", 159, 4.0}},
-                          Figure::hardware_tflops);
+                          Figure::hardware_tflops_per_gpu);
   EXPECT_LE(e.mean_abs, 0.05);
   EXPECT_LE(e.max_abs, 0.10);
 }
@@ -77,7 +78,7 @@ TEST(Accuracy, Narayanan2021Table2ZeroThreeArePinnedUntilTheMessageSizeModel) {
   const Errors e = errors({{"nar21-t2-175b-zero3-384", 144, 32.1}, {"nar21-t2-175b-zero3-768", 88, 115.5},
                            {"nar21-t2-175b-zero3-1536", 44, 315.2}, {"nar21-t2-530b-zero3-640", 138, 43.1},
                            {"nar21-t2-530b-zero3-1120", 98, 95.4}, {"nar21-t2-530b-zero3-2240", 48, 273.4}},
-                          Figure::hardware_tflops);
+                          Figure::hardware_tflops_per_gpu);
   EXPECT_GT(e.mean_abs, 0.0);
 }
 
@@ -88,6 +89,20 @@ TEST(Accuracy, Korthikanti2022Mfu) {
                           Figure::mfu_percent);
   EXPECT_LE(e.mean_abs, 0.05);
   EXPECT_LE(e.max_abs, 0.10);
+}
+
+// A3, NeMo 24.07 FP8 on DGX-H100 (tokens/s per GPU): Hopper's check, nothing fitted on
+// it. Every case runs ahead of its published figure: FP8 GEMMs are priced at twice BF16's
+// curve, and no Hopper FP8 microbenchmark table is in docs/reference yet (issue 20). Pinned, not
+// bounded; Hopper's BF16 GEMM curve from XLA's measured table moved them 0 to 6 points closer.
+TEST(Accuracy, NeMo2407HopperFp8ArePinned) {
+  const Errors e = errors({{"nemo2407-gpt3-5b-64", 23406, 23.5}, {"nemo2407-gpt3-20b-64", 5851, 23.2}, {"nemo2407-gpt3-175b-128", 716, 10.4},
+                           {"nemo2407-gpt3-175b-512", 825, 10.9}, {"nemo2407-llama2-7b-8", 16934, 20.7}, {"nemo2407-llama2-13b-16", 8715, 22.0},
+                           {"nemo2407-llama2-70b-64", 1728, 24.7}, {"nemo2407-nemotron-8b-64", 12507, 38.6},
+                           {"nemo2407-nemotron-22b-64", 4312, 37.3}, {"nemo2407-nemotron-340b-128", 326, 0.9},
+                           {"nemo2407-llama3-8b-8", 12273, 31.3}, {"nemo2407-llama3-70b-64", 1524, 28.3}},
+                          Figure::tokens_per_s_per_gpu);
+  EXPECT_GT(e.mean_abs, 0.0);
 }
 
 }  // namespace
