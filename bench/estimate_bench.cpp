@@ -6,6 +6,8 @@
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "models/estimate.hpp"
@@ -50,7 +52,9 @@ std::vector<plan::Plan> twelve_shapes() {
       auto tree = base_tree();
       tree["parallelism"]["pp"] = pp;
       tree["parallelism"]["vpp"] = vpp;
-      plans.push_back(plan::load_plan_json(tree).plan);
+      auto loaded = plan::load_plan_json(tree);
+      if (!loaded.ok()) throw std::runtime_error("a twelve-shapes plan does not load: PP " + std::to_string(pp) + ", v " + std::to_string(vpp));
+      plans.push_back(std::move(loaded.plan));
     }
   }
   return plans;

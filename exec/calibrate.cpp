@@ -91,6 +91,8 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
     }
     out.gemm.push_back({s[0], s[1], s[2], 3 * 2 * macs / total_s});
   }
+  // models::fit_gemm_curve weighs each point's residual by its size (since 2026-12-06; before,
+  // unweighted, the smallest GEMMs' noise decided the asymptote).
   const models::GemmCurve gemm = models::fit_gemm_curve(fit);
   out.calibration.gemm_max_efficiency = std::min(1.0, gemm.max_efficiency);
   out.calibration.gemm_half_macs = gemm.half_macs;

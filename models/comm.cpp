@@ -293,6 +293,8 @@ double CollectivePrices::operator()(const GroupNetwork& g, Collective c, double 
     if (x.group == &g && x.collective == c && x.bytes == bytes) return x.seconds;
   }
   const double s = collective_s(g, c, bytes);
+  // A step prices a few dozen distinct collectives (a layer's TP and EP ones, the DP buckets'
+  // sizes); past 64 a linear search would cost more than it saves.
   if (priced_.size() < 64) priced_.push_back({&g, c, bytes, s});
   return s;
 }

@@ -22,7 +22,8 @@
 namespace meshwork::models {
 
 // The groups DP's collectives run on (models::dp_groups): where ZeRO shards, dense and expert,
-// and, with several distributed-optimizer instances, across them.
+// and, with several distributed-optimizer instances, across them. This and DpStage are views of
+// the caller's objects, valid for the one call to replay_dp.
 struct DpNetworks {
   const GroupNetwork& dense;
   const GroupNetwork& expert;

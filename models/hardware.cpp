@@ -43,16 +43,15 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.ll_busbw_bytes_per_s = 87.7e9;
   } else if (starts_with(name, "h100") || starts_with(name, "h200") || starts_with(name, "h800")) {
     hw.generation = "hopper";
-    // The BF16 GEMM curve of H100 80GB HBM3, fitted by models::fit_gemm_curve on XLA's
-    // measured matmul table (125 shapes from 256^3 to 4096^3, docs/reference/gemm): 77.2% of
-    // the 989 TFLOP/s peak at the asymptote (the table's largest shape reaches 79%, the best
-    // measured matmul of docs/reference/published-runs.md C3 80.3%), half of it at 2.46e9
-    // multiply-adds (a GEMM of less work takes about 6 us whatever its size); H200 and H800
-    // have the same SMs and clocks. GemmFit.TheHopperProfileIsTheFitOfItsTable refits the
-    // table. The maximum is multiplied by the in-training fraction Ampere's set fixed: no
-    // Hopper BF16 run is in a calibration set, so that factor is still Ampere's (issue 20).
-    hw.gemm_max_efficiency = kInTrainingGemmFraction * 0.7724118956526632;
-    hw.gemm_half_macs = 2455579517.566873;
+    // Best measured BF16 matmul 794.5 of 989 TFLOP/s (docs/reference/published-runs.md C3,
+    // STAS), times the in-training fraction found on Ampere (no Hopper BF16 run is in a
+    // calibration set, so that factor is still Ampere's: issue 20). Half of it at 2.58e9
+    // multiply-adds: models::fit_gemm_half_macs on XLA's measured H100 80GB HBM3 table (125
+    // shapes from 256^3 to 4096^3, docs/reference/gemm) with that best as the asymptote; a GEMM
+    // of less work takes about 2 half / (peak best) = 6.5 us whatever its size. H200 and H800
+    // have the same SMs and clocks. GemmFit.TheProfilesCarryTheFitsOfTheirTables refits it.
+    hw.gemm_max_efficiency = kInTrainingGemmFraction * 794.5 / 989;
+    hw.gemm_half_macs = 2583745024.8566313;
     hw.memory_efficiency = 0.85;
     hw.kernel_overhead_s = 0;
     // 8xH100 ring all-reduce ~370 GB/s busbw of 450 (nccl#1455, NVIDIA's figure).
@@ -79,9 +78,12 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
   } else if (starts_with(name, "b200")) {
     hw.generation = "blackwell";
     // Best measured BF16 matmul 1,745 of 2,250 TFLOP/s (docs/reference/published-runs.md C3, STAS), times the
-    // in-training fraction found on Ampere.
+    // in-training fraction found on Ampere. Half of it at 5.57e9 multiply-adds, fitted as
+    // Hopper's on XLA's measured sm_100 table (docs/reference/gemm; B200 or GB200, the table
+    // does not say: its 4096^3 reaches 1,417 TFLOP/s, below either's best): 6.4 us for a small
+    // GEMM. GemmFit.TheProfilesCarryTheFitsOfTheirTables refits it.
     hw.gemm_max_efficiency = kInTrainingGemmFraction * 1745.0 / 2250;
-    hw.gemm_half_macs = 1e8 * 2250 / 312;
+    hw.gemm_half_macs = 5573907112.681333;
     hw.memory_efficiency = 0.85;
     hw.kernel_overhead_s = 0;
     // 8xB200 ring all-reduce ~680 GB/s busbw of 900 (docs/reference/published-runs.md C2, STAS).

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace meshwork::models {
@@ -48,6 +51,10 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
   const auto P = static_cast<std::size_t>(p);
   std::size_t items = 0;
   for (const auto& o : t.orders) items += o.size();
+  // Steps are numbered in 32 bits (half the memory of the replay's hot loop).
+  if (items > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    throw std::length_error("a pipeline schedule of " + std::to_string(items) + " items: more than the replay numbers (2^31)");
+  }
   t.steps.reserve(items);
   t.step_of.resize(P);
   for (std::size_t s = 0; s < P; ++s) t.step_of[s].reserve(t.orders[s].size());
@@ -107,7 +114,7 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
 const Traversal& traversal(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t m, std::int64_t v,
                            std::shared_ptr<const Traversal>& hold) {
   constexpr std::size_t kKept = 8;
-  constexpr std::int64_t kLargest = 1 << 20;
+  constexpr std::int64_t kLargest = 1 << 18;  // at most 8 x 4 MiB kept
   struct Kept {
     plan::PipelineSchedule schedule;
     std::int64_t p, m, v;
@@ -122,7 +129,7 @@ const Traversal& traversal(plan::PipelineSchedule schedule, std::int64_t p, std:
     }
   }
   hold = std::make_shared<const Traversal>(traverse(schedule, p, m, v));
-  if (2 * p * v * m > kLargest) return *hold;
+  if (static_cast<std::int64_t>(hold->steps.size()) > kLargest) return *hold;
   if (kept.size() == kKept) kept.pop_back();
   kept.insert(kept.begin(), Kept{schedule, p, m, v, hold});
   return *hold;
@@ -137,15 +144,13 @@ double item_s(const PipelineSpec& sp, const ScheduleItem& it, std::int64_t s) {
   switch (it.pass) {
     case Pass::forward: return sp.forward_s[at];
     case Pass::backward: return sp.backward_s[at];
-    case Pass::backward_input: return sp.backward_s[at] - sp.weight_s[at];
-    case Pass::backward_weight: return sp.weight_s[at];
+    // weight_s: only zero-bubble schedules need it; an empty one is no split.
+    case Pass::backward_input: return sp.backward_s[at] - (at < sp.weight_s.size() ? sp.weight_s[at] : 0);
+    case Pass::backward_weight: return at < sp.weight_s.size() ? sp.weight_s[at] : 0;
   }
   return 0;
 }
 
-// The replay of N specs that share their schedule (stages, micro-batches, chunks), timed in one
-// pass over its traversal of `m` micro-batches (the specs' own count, or fewer: see replay
-// below). `ends`: each step's end, by step.
 // Each lane's seconds per (stage, chunk, pass): a Traversal::Step's slot.
 template <std::size_t N>
 std::vector<Lanes<N>> item_seconds(const std::array<const PipelineSpec*, N>& specs) {
@@ -163,7 +168,9 @@ std::vector<Lanes<N>> item_seconds(const std::array<const PipelineSpec*, N>& spe
   return seconds;
 }
 
-// `seconds`: item_seconds(specs).
+// The replay of N specs that share their schedule (stages, micro-batches, chunks), timed in one
+// pass over its traversal of `m` micro-batches (the specs' own count, or fewer: see replay
+// below). `seconds`: item_seconds(specs); `ends`: each step's end, by step.
 template <std::size_t N>
 std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpec*, N>& specs, std::int64_t m, const Traversal& t,
                                               const std::vector<Lanes<N>>& seconds, std::vector<Lanes<N>>& ends) {
@@ -275,6 +282,8 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
   const std::int64_t m = std::max<std::int64_t>(1, spec.microbatches);
   const Period period = period_of(spec, p, v, m);
   thread_local std::vector<Lanes<N>> ends;  // scratch, kept between calls
+  // ... but not the memory of one very long replay (a schedule too large to keep).
+  if (ends.capacity() > (std::size_t{1} << 20)) std::vector<Lanes<N>>().swap(ends);
   std::shared_ptr<const Traversal> hold;
   const std::vector<Lanes<N>> seconds = item_seconds<N>(specs);
   auto whole = [&] { return replay_traversal<N>(specs, m, traversal(spec.schedule, p, m, v, hold), seconds, ends); };
