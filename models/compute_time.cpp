@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "models/gemm_fit.hpp"
 #include "plan/validate.hpp"
 
 namespace meshwork::models {
@@ -50,8 +51,7 @@ double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double 
       if (hw_.attention_max_efficiency > 0 && flops > 0) {
         // Measured on the executor's own attention kernel (`meshwork calibrate`), fitted
         // against the op's size as GEMMs are: its arithmetic and score passes together.
-        const double macs = flops / 2;
-        const double e = hw_.attention_max_efficiency * macs / (macs + hw_.attention_half_macs);
+        const double e = GemmCurve{hw_.attention_max_efficiency, hw_.attention_half_macs}.efficiency(flops / 2);
         t += flops / (attention_peak_flops_ * e);
         break;
       }

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "models/gemm_fit.hpp"
+
 namespace meshwork::models {
 namespace {
 
@@ -159,9 +161,6 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
   return hw;
 }
 
-double gemm_efficiency(const HardwareProfile& hw, double macs) {
-  if (macs <= 0) return hw.gemm_max_efficiency;
-  return hw.gemm_max_efficiency * macs / (macs + hw.gemm_half_macs);
-}
+double gemm_efficiency(const HardwareProfile& hw, double macs) { return GemmCurve{hw.gemm_max_efficiency, hw.gemm_half_macs}.efficiency(macs); }
 
 }  // namespace meshwork::models
