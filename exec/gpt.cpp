@@ -361,7 +361,7 @@ void GptChunk::run_layer_op(std::string_view op, OpPhase phase, std::int64_t l, 
   };
   auto weight_grad = [&](const Mat& in, const Mat& d, const char* name) { w((std::string(name) + ".weight").c_str()).grad.noalias() += in.transpose() * d; };
   const bool moe = is_moe_layer(m_, l);
-  if (moe && (op == "router" || op.starts_with("expert_") || op == "mlp_residual")) {
+  if (moe && (op.starts_with("router") || op.starts_with("moe_") || op.starts_with("expert_") || op == "mlp_residual")) {
     run_moe_op(op, phase, l, c, lc);
     return;
   }

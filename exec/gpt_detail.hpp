@@ -62,6 +62,7 @@ inline Mat collapse_groups(const Mat& d, Index heads, Index groups, Index hd) {
 // An MoE layer's dispatch, kept from forward to backward. Pairs are (token, choice), index
 // token * topk + choice; the send buffer holds them sorted by expert (so by owning EP rank).
 struct GptChunk::MoeCache {
+  Mat logits;                        // [tokens, experts] the router's GEMM, until router_topk
   Mat probs;                         // [tokens, experts] the router's softmax
   std::vector<std::int64_t> expert;  // per pair: the chosen expert
   std::vector<float> gate;           // per pair: its probability, the output's weight
@@ -82,6 +83,7 @@ struct GptChunk::MoeCache {
   Mat results;                       // forward: the local experts' outputs; backward: their inputs' gradients
   Mat back;                          // forward: the results returned (by send row); backward: their gradients
   Mat out;                           // per pair: its expert's output
+  Mat combined;                      // per token: its pairs' outputs weighted by their gates (moe_unpermute), until mlp_residual
   Mat dlogits;                       // the router's logits' gradient (its weight-gradient half reads it)
   std::vector<Mat> x, u, a;          // per local expert: input rows, pre-activation, activation
   std::vector<Mat> dout, du;         // per local expert: the gradients its weight-gradient halves read

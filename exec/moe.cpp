@@ -18,8 +18,8 @@ using namespace detail;
 
 using models::OpPhase;
 
-// The MoE layer's ops (models/op_table: router, expert_fc1, expert_act, expert_fc2,
-// mlp_residual) and its dispatch and combine, on the layer's cache. Pairs are (token, choice),
+// The MoE layer's ops (models/op_table: router, router_topk, moe_permute, expert_fc1,
+// expert_act, expert_fc2, moe_unpermute, mlp_residual) and its dispatch and combine, on the layer's cache. Pairs are (token, choice),
 // index token * topk + choice; the send buffer holds them sorted by expert (so by owning EP
 // rank). The buffers of the exchange hold the forward's rows, then the backward's gradients of
 // the same rows.
@@ -75,17 +75,20 @@ void GptChunk::run_moe_op(std::string_view op, OpPhase phase, std::int64_t l, Ca
     // default and Mixtral take a softmax over the k chosen logits instead (a renormalisation), a
     // difference in the model, not in the parallelism that --verify checks. No capacity limit,
     // so no token is dropped (dropless, Gale et al. 2023), and no auxiliary load-balancing loss:
-    // the gradient is exactly that of the loss above.
+    // the gradient is exactly that of the loss above. The router's GEMM here; its softmax and
+    // top-k (router_topk), the rows' sort by expert (moe_permute) and their return
+    // (moe_unpermute) are ops of their own, as models/op_table prices them.
     lc.y2 = cur;
-    const Mat& y = lc.y2;
-    const Index tokens = y.rows(), h = y.cols();
-    const Mat logits = y * p(l, "router.weight").value;
+    c.logits = lc.y2 * p(l, "router.weight").value;
+  } else if (op == "router_topk" && forward) {
+    const Index tokens = c.logits.rows();
     c.probs.resize(tokens, experts);
     for (Index t = 0; t < tokens; ++t) {
-      const float max = logits.row(t).maxCoeff();
-      c.probs.row(t) = (logits.row(t).array() - max).exp().matrix();
+      const float max = c.logits.row(t).maxCoeff();
+      c.probs.row(t) = (c.logits.row(t).array() - max).exp().matrix();
       c.probs.row(t) /= c.probs.row(t).sum();
     }
+    c.logits = Mat();
     c.expert.resize(static_cast<std::size_t>(tokens * k));
     c.gate.resize(c.expert.size());
     std::vector<std::int64_t> idx(static_cast<std::size_t>(experts));
@@ -108,7 +111,9 @@ void GptChunk::run_moe_op(std::string_view op, OpPhase phase, std::int64_t l, Ca
     for (std::size_t e = 1; e < next.size(); ++e) next[e] = next[e - 1] + static_cast<std::size_t>(c.rows_per_expert[e - 1]);
     c.order.resize(c.expert.size());
     for (std::size_t q = 0; q < c.expert.size(); ++q) c.order[next[static_cast<std::size_t>(c.expert[q])]++] = q;
-    c.send.resize(static_cast<Index>(c.order.size()), h);
+  } else if (op == "moe_permute" && forward) {
+    const Mat& y = lc.y2;
+    c.send.resize(static_cast<Index>(c.order.size()), y.cols());
     for (std::size_t i = 0; i < c.order.size(); ++i) c.send.row(static_cast<Index>(i)) = y.row(static_cast<Index>(c.order[i] / ku));
     if (ep == 1) dispatch(c, false);  // no EP instruction: the exchange is a copy
   } else if (op == "expert_fc1" && forward) {
@@ -133,22 +138,27 @@ void GptChunk::run_moe_op(std::string_view op, OpPhase phase, std::int64_t l, Ca
       if (c.x[e].rows() > 0) put_rows(le, Mat(c.a[e] * expert_param(le, "fc2.weight").value), c.partial);
     }
     if (tp == 1) moe_tp_reduce(c, false);
-  } else if (op == "mlp_residual" && forward) {
+  } else if (op == "moe_unpermute" && forward) {
     if (ep == 1) combine(c, false);
     // Each pair's result back in pair order, weighted by its gate, summed per token.
     const Index tokens = lc.y2.rows(), h = lc.y2.cols();
     c.out.resize(c.back.rows(), h);
     for (std::size_t i = 0; i < c.order.size(); ++i) c.out.row(static_cast<Index>(c.order[i])) = c.back.row(static_cast<Index>(i));
-    Mat out = Mat::Zero(tokens, h);
-    for (std::size_t q = 0; q < c.gate.size(); ++q) out.row(static_cast<Index>(q / ku)) += c.gate[q] * c.out.row(static_cast<Index>(q));
-    cur = res + out;
+    c.combined = Mat::Zero(tokens, h);
+    for (std::size_t q = 0; q < c.gate.size(); ++q) c.combined.row(static_cast<Index>(q / ku)) += c.gate[q] * c.out.row(static_cast<Index>(q));
+  } else if (op == "mlp_residual" && forward) {
+    cur = res + c.combined;
+    c.combined = Mat();
   } else if (op == "mlp_residual" && phase == OpPhase::backward_input) {
+    // The residual's gradient passes to both branches: kept in `res` for the norm's backward,
+    // and left in `cur` for the experts' (moe_unpermute).
+    res = cur;
+  } else if (op == "moe_unpermute" && phase == OpPhase::backward_input) {
     // Each pair's expert output gets gate * dy; its gate gets dy . output.
     const Mat& dy = cur;
-    res = cur;
     const Index tokens = lc.y2.rows(), h = lc.y2.cols();
     c.back.resize(static_cast<Index>(c.order.size()), h);
-    c.dlogits = Mat::Zero(tokens, c.probs.cols());  // the probabilities' gradient until the router's backward
+    c.dlogits = Mat::Zero(tokens, c.probs.cols());  // the probabilities' gradient until router_topk's backward
     for (std::size_t i = 0; i < c.order.size(); ++i) {
       const std::size_t q = c.order[i];
       c.back.row(static_cast<Index>(i)) = c.gate[q] * dy.row(static_cast<Index>(q / ku));
@@ -178,18 +188,21 @@ void GptChunk::run_moe_op(std::string_view op, OpPhase phase, std::int64_t l, Ca
       if (c.x[e].rows() > 0) put_rows(le, Mat(c.du[e] * expert_param(le, "fc1.weight").value.transpose()), c.partial);
     }
     if (tp == 1) moe_tp_reduce(c, true);
-  } else if (op == "router" && phase == OpPhase::backward_input) {
+  } else if (op == "moe_permute" && phase == OpPhase::backward_input) {
+    // The rows' gradients summed back into their tokens.
     if (ep == 1) dispatch(c, true);
     const Index tokens = lc.y2.rows(), h = lc.y2.cols();
     Mat dyin = Mat::Zero(tokens, h);
     for (std::size_t i = 0; i < c.order.size(); ++i) dyin.row(static_cast<Index>(c.order[i] / ku)) += c.send.row(static_cast<Index>(i));
+    cur = std::move(dyin);
+  } else if (op == "router_topk" && phase == OpPhase::backward_input) {
     // Softmax backward: dlogits = p * (dp - sum(p * dp)) per row.
-    for (Index t = 0; t < tokens; ++t) {
+    for (Index t = 0; t < c.dlogits.rows(); ++t) {
       const float dot = c.probs.row(t).dot(c.dlogits.row(t));
       c.dlogits.row(t) = (c.probs.row(t).array() * (c.dlogits.row(t).array() - dot)).matrix();
     }
-    dyin.noalias() += c.dlogits * p(l, "router.weight").value.transpose();
-    cur = std::move(dyin);
+  } else if (op == "router" && phase == OpPhase::backward_input) {
+    cur.noalias() += c.dlogits * p(l, "router.weight").value.transpose();
   } else if (op == "router" && phase == OpPhase::backward_weight) {
     p(l, "router.weight").grad.noalias() += lc.y2.transpose() * c.dlogits;
     c.dlogits = Mat();

@@ -17,9 +17,10 @@ class ComputeTimer {
  public:
   explicit ComputeTimer(const plan::Plan& plan);
   // Seconds for an op of `kind` doing `flops` and moving `bytes` through HBM; an FP8 GEMM's
-  // operand casts (`cast_bytes`, Op::cast_bytes) at the memory-bound rate on top.
-  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes, double cast_bytes = 0) const;
-  [[nodiscard]] double operator()(const Op& op) const { return (*this)(op.kind, op.flops, op.bytes, op.cast_bytes); }
+  // operand casts (`cast_bytes`, Op::cast_bytes) at the memory-bound rate on top; a grouped
+  // GEMM of `gemm_groups` members (Op::gemm_groups) at the efficiency of one member's size.
+  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes, double cast_bytes = 0, double gemm_groups = 1) const;
+  [[nodiscard]] double operator()(const Op& op) const { return (*this)(op.kind, op.flops, op.bytes, op.cast_bytes, op.gemm_groups); }
   [[nodiscard]] double hbm_bytes_per_s() const { return hbm_bytes_per_s_; }
   // The streaming rate of an op of `kind` (memory-bound kinds): a calibrated kernel's where
   // `meshwork calibrate` measured one, the achievable memory bandwidth otherwise.

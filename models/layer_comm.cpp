@@ -63,19 +63,21 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
     auto tp = [&](Collective c) {
       if (t > 1) out.push_back({Stream::tp, c, plan::GroupKind::tp, routed * t, "moe_tp"});
     };
-    if (forward && !before && op == "router") {
+    // The dispatch follows the permute (the rows leave in their experts' order) and the
+    // combine precedes the unpermute, in the forward and mirrored in the backward.
+    if (forward && !before && op == "moe_permute") {
       a2a("ep_dispatch");
       tp(Collective::all_gather);
     }
-    if (forward && before && op == "mlp_residual") {
+    if (forward && before && op == "moe_unpermute") {
       tp(Collective::reduce_scatter);
       a2a("ep_combine");
     }
-    if (!forward && !before && op == "mlp_residual") {
+    if (!forward && !before && op == "moe_unpermute") {
       a2a("ep_combine");
       tp(Collective::all_gather);
     }
-    if (!forward && before && op == "router") {
+    if (!forward && before && op == "moe_permute") {
       tp(Collective::reduce_scatter);
       a2a("ep_dispatch");
     }

@@ -22,13 +22,21 @@ struct Builder {
   // each with the forward's FLOPs. A layer's linear GEMM in FP8 casts its input [m x k] in the
   // forward and its output's gradient [m x n] in the backward (kFp8CastBytesPerElement); the
   // router stays in bf16 (`linear` false), as Megatron with Transformer Engine runs it.
-  void gemm(const std::string& name, double m, double n, double k, bool linear = true) {
+  // `groups`: a grouped GEMM of that many members (an MoE layer's local experts), each
+  // [m / groups x k] x [k x n] with weights of its own: `m` rows in all, groups x k x n weights.
+  void gemm(const std::string& name, double m, double n, double k, bool linear = true, double groups = 1) {
     const double flops = 2 * m * n * k;
-    const double bytes = e * (m * k + k * n + m * n);
+    const double bytes = e * (m * k + groups * k * n + m * n);
     const double cast = fp8 && linear ? kFp8CastBytesPerElement : 0;
-    ops.push_back({name, OpKind::gemm, OpPhase::forward, flops, bytes, {m, n, k}, cast * m * k});
-    ops.push_back({name, OpKind::gemm, OpPhase::backward_input, flops, bytes, {m, k, n}, cast * m * n});
-    ops.push_back({name, OpKind::gemm, OpPhase::backward_weight, flops, bytes, {k, n, m}});
+    ops.push_back({name, OpKind::gemm, OpPhase::forward, flops, bytes, {m, n, k}, cast * m * k, groups});
+    ops.push_back({name, OpKind::gemm, OpPhase::backward_input, flops, bytes, {m, k, n}, cast * m * n, groups});
+    ops.push_back({name, OpKind::gemm, OpPhase::backward_weight, flops, bytes, {k, n, m}, 0, groups});
+  }
+
+  // A memory-bound op whose backward moves `backward_bytes` (not twice its forward's).
+  void streamed(const std::string& name, double forward_bytes, double backward_bytes) {
+    ops.push_back({name, OpKind::elementwise, OpPhase::forward, 0, forward_bytes, {}});
+    ops.push_back({name, OpKind::elementwise, OpPhase::backward_input, 0, backward_bytes, {}});
   }
 
   // Memory-bound op over `elements` values read and written `passes` times; backward twice.
@@ -108,21 +116,44 @@ std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer, bool recomputed) 
   // MLP block.
   b.elementwise("mlp_norm", OpKind::norm, b.sp_tokens * h, 2);
   const bool gated = m.activation == plan::Activation::swiglu;
-  auto mlp = [&](const std::string& prefix, double tokens, double ffn) {
-    b.gemm(prefix + "_fc1", tokens, (gated ? 2 : 1) * ffn / b.t, h);
+  auto mlp = [&](const std::string& prefix, double tokens, double ffn, double groups = 1) {
+    b.gemm(prefix + "_fc1", tokens, (gated ? 2 : 1) * ffn / b.t, h, true, groups);
     b.elementwise(prefix + "_act", OpKind::elementwise, tokens * ffn / b.t, gated ? 3 : 2);
-    b.gemm(prefix + "_fc2", tokens, h, ffn / b.t);
+    b.gemm(prefix + "_fc2", tokens, h, ffn / b.t, true, groups);
   };
   if (moe_layer) {
+    // Megatron-core's MoE layer (TopKRouter, then the all-to-all token dispatcher's permute,
+    // the experts, and its unpermute), op by op; with SP each TP rank routes its 1/TP of the
+    // tokens. The dispatch and combine between them are models/layer_comm's.
     const auto& moe = m.moe;
-    b.gemm("router", b.sp_tokens, d(moe.num_moe_experts), h, false);
+    const double experts = d(moe.num_moe_experts);
+    const double k = d(moe.moe_router_topk);
+    b.gemm("router", b.sp_tokens, experts, h, false);
+    // The router's softmax and top-k in fp32 (TopKRouter's scores are computed in float32):
+    // read the logits, write the probabilities, read them for the top-k, write each token's k
+    // expert indices (8 bytes) and gates (4). Backward: the softmax's gradient reads the
+    // probabilities and their gradient and writes the logits'.
+    const double router_scores = 4 * b.sp_tokens * experts;
+    b.streamed("router_topk", 3 * router_scores + 12 * b.sp_tokens * k, 3 * router_scores);
+    // Permute: each of the k copies of a token read and written in its expert's order
+    // (moe_utils.permute's index_select); backward, the copies' gradients read and summed back
+    // into their token (a scatter-add of as many rows).
+    const double copies = b.e * b.sp_tokens * k * h;
+    b.streamed("moe_permute", 2 * copies, 2 * copies);
     // Each rank's experts take, on average, k tokens per token of its EP group's ranks; the
-    // hottest rank takes routing_imbalance times that.
-    const double routed = b.tokens * d(moe.moe_router_topk) *
+    // hottest rank takes routing_imbalance times that. Its local experts run as one grouped
+    // GEMM (Megatron-core's GroupedMLP, --moe-grouped-gemm), each member at its own size.
+    const double routed = b.tokens * k *
                           (moe.capacity_factor > 0 ? std::min(moe.routing_imbalance, std::max(1.0, moe.capacity_factor))
                                                    : moe.routing_imbalance);
-    mlp("expert", routed, d(moe.moe_ffn_hidden_size));
+    const double local_experts = experts / d(std::max<std::int64_t>(1, par.expert_model_parallel_size));
+    mlp("expert", routed, d(moe.moe_ffn_hidden_size), local_experts);
     if (moe.moe_shared_expert_intermediate_size > 0) mlp("shared_expert", b.tokens, d(moe.moe_shared_expert_intermediate_size));
+    // Unpermute: each token's k expert outputs read back into token order, weighted by their
+    // gates and summed (moe_utils.unpermute). Backward: the output's gradient read, written
+    // once per copy times its gate, and the copies' outputs read again for the gates' gradient.
+    const double token_rows = b.e * b.sp_tokens * h;
+    b.streamed("moe_unpermute", copies + token_rows, 2 * copies + token_rows);
   } else {
     mlp("mlp", b.tokens, d(m.ffn_hidden_size));
   }

@@ -6,6 +6,7 @@
 // estimate times it. FLOPs count what eq. 7 of Korthikanti et al. counts (GEMMs and the
 // attention matmuls); norms and elementwise ops carry bytes only.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,9 @@ inline double activation_bytes(plan::Precision p) { return p == plan::Precision:
 
 namespace meshwork::models {
 
-enum class OpKind { gemm, attention, elementwise, norm, embedding, loss, optimizer };
-enum class OpPhase { forward, backward_input, backward_weight, recompute };
+// One byte each, so that a Program instruction stays 72 bytes (models/program.hpp).
+enum class OpKind : std::uint8_t { gemm, attention, elementwise, norm, embedding, loss, optimizer };
+enum class OpPhase : std::uint8_t { forward, backward_input, backward_weight, recompute };
 
 struct GemmShape {
   double m = 0, n = 0, k = 0;  // [m x k] x [k x n]
@@ -39,6 +41,11 @@ struct Op {
   // activation or gradient operand to e4m3 (fp8_cast_bytes_per_element per element), timed at
   // the memory-bound rate on top of the GEMM; 0 for every other op and precision.
   double cast_bytes = 0;
+  // A grouped GEMM (an MoE layer's local experts in one launch, Megatron-core's GroupedMLP):
+  // `gemm_groups` members of equal share, `flops` and `shape` their sum. Each member tiles
+  // the GPU at its own size, so the op runs at the efficiency of flops / gemm_groups
+  // (ComputeTimer). 1 for every other op.
+  double gemm_groups = 1;
 };
 
 // Bytes an FP8 GEMM's operand costs to cast, per element: Transformer Engine's fused

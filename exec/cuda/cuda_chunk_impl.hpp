@@ -119,6 +119,7 @@ class CudaChunk final : public Chunk {
   // (token, choice), index token * topk + choice; the send rows are the pairs sorted by expert.
   // The routing (softmax, top-k, the sort) is decided on the host from the router's logits.
   struct MoeCache {
+    DVec logits;                              // [tokens, experts] the router's GEMM in fp32, until router_topk
     std::vector<float> probs;                 // host [tokens, experts]
     std::vector<std::int64_t> expert;         // per pair
     std::vector<float> gate;                  // per pair
@@ -134,6 +135,7 @@ class CudaChunk final : public Chunk {
     std::vector<float> dprobs;              // host: the probabilities' gradient until the router's backward
     DMat dlogits;                           // [tokens, experts], for the router's weight gradient
     DMat gathered, partial, send, rows, results, back, out;
+    DMat combined;                          // per token: the residual plus its pairs' gated outputs (moe_unpermute), until mlp_residual
     std::vector<DMat> x, u, a, dout, du;    // per local expert
   };
   struct LayerCache {

@@ -23,7 +23,7 @@ void CudaChunk::run_layer_op(std::string_view op, OpPhase phase, I l, Cache& c) 
   const std::string p = "layers." + std::to_string(l) + ".";
   const I ffn_local = m_.ffn_hidden_size / t_, ffn_in_local = ffn_local * (swiglu_ ? 2 : 1);
   const I q_cols = heads_ * hd_, kv_cols = groups_ * hd_;
-  if (is_moe_layer(m_, l) && (op == "router" || op.starts_with("expert_") || op == "mlp_residual")) {
+  if (is_moe_layer(m_, l) && (op.starts_with("router") || op.starts_with("moe_") || op.starts_with("expert_") || op == "mlp_residual")) {
     run_moe_op(op, phase, l, c, lc);
     return;
   }

@@ -100,13 +100,18 @@ void CudaChunk::run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, L
   auto rows_of = [&](std::size_t e) { return e < c.x.size() ? c.x[e].rows() : I{0}; };
 
   if (op == "router" && forward) {
+    // The router's GEMM; its softmax and top-k (router_topk), the rows' sort by expert
+    // (moe_permute) and their return (moe_unpermute) are ops of their own, as on the CPU.
     lc.y2 = clone(cur);
     const I tokens = lc.y2.rows();
-    DVec logits(tokens, experts, s_);
-    ctx_.gemm.matmul(lc.y2.data(), W(router), logits.data(), tokens, experts, H, false, false, 1.0F, 0.0F, s_);
+    c.logits = DVec(tokens, experts, s_);
+    ctx_.gemm.matmul(lc.y2.data(), W(router), c.logits.data(), tokens, experts, H, false, false, 1.0F, 0.0F, s_);
+  } else if (op == "router_topk" && forward) {
+    const I tokens = lc.y2.rows();
     std::vector<float> host(static_cast<std::size_t>(tokens * experts));
-    MESHWORK_CUDA_CHECK(cudaMemcpyAsync(host.data(), logits.data(), logits.bytes(), cudaMemcpyDeviceToHost, s_));
+    MESHWORK_CUDA_CHECK(cudaMemcpyAsync(host.data(), c.logits.data(), c.logits.bytes(), cudaMemcpyDeviceToHost, s_));
     MESHWORK_CUDA_CHECK(cudaStreamSynchronize(s_));
+    c.logits = DVec();
     // GptChunk's routing, on the host (exec/moe.cpp cites it).
     c.probs.assign(host.size(), 0.0F);
     for (I t = 0; t < tokens; ++t) {
@@ -149,9 +154,10 @@ void CudaChunk::run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, L
     c.send_of_pair = upload(send_of, s_);
     c.gate_pairs = upload(c.gate, s_);
     c.gate_sends = upload(gate_sends, s_);
+    MESHWORK_CUDA_CHECK(cudaStreamSynchronize(s_));  // the host vectors above are temporaries
+  } else if (op == "moe_permute" && forward) {
     c.send = DMat(static_cast<I>(c.order.size()), H, s_);
     gather_rows_scaled(lc.y2.data(), c.send_token.data(), nullptr, c.send.data(), c.send.rows(), H, s_);
-    MESHWORK_CUDA_CHECK(cudaStreamSynchronize(s_));  // the host vectors above are temporaries
     if (ep == 1) dispatch(c, false);  // no EP instruction: the exchange is a copy
   } else if (op == "expert_fc1" && forward) {
     if (tp == 1) moe_tp_gather(c, false);
@@ -178,17 +184,24 @@ void CudaChunk::run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, L
       if (rows_of(static_cast<std::size_t>(le)) > 0) put_rows(le, linear(c.a[static_cast<std::size_t>(le)], W(expert_name(le, "fc2.weight")), H, false), c.partial);
     }
     if (tp == 1) moe_tp_reduce(c, false);
-  } else if (op == "mlp_residual" && forward) {
+  } else if (op == "moe_unpermute" && forward) {
     if (ep == 1) combine(c, false);
     const I tokens = lc.y2.rows();
     c.out = DMat(c.back.rows(), H, s_);
     scatter_rows(c.back.data(), c.pair_of_send.data(), c.out.data(), c.back.rows(), H, s_);
-    DMat y(tokens, H, s_);
-    moe_combine(res.data(), c.out.data(), c.gate_pairs.data(), k, tokens, H, y.data(), s_);
-    cur = std::move(y);
+    // The gated sum with the residual added in the same kernel (moe_combine): mlp_residual
+    // then only hands it on.
+    c.combined = DMat(tokens, H, s_);
+    moe_combine(res.data(), c.out.data(), c.gate_pairs.data(), k, tokens, H, c.combined.data(), s_);
+  } else if (op == "mlp_residual" && forward) {
+    cur = std::move(c.combined);
+    c.combined = DMat();
   } else if (op == "mlp_residual" && phase == OpPhase::backward_input) {
-    // Each pair's expert output gets gate * dy; its gate gets dy . output.
+    // The residual's gradient passes to both branches: kept in `res` for the norm's backward,
+    // and left in `cur` for the experts' (moe_unpermute).
     res = clone(cur);
+  } else if (op == "moe_unpermute" && phase == OpPhase::backward_input) {
+    // Each pair's expert output gets gate * dy; its gate gets dy . output.
     const I tokens = lc.y2.rows(), pairs = tokens * k;
     c.back = DMat(pairs, H, s_);
     gather_rows_scaled(cur.data(), c.send_token.data(), c.gate_sends.data(), c.back.data(), pairs, H, s_);
@@ -226,11 +239,15 @@ void CudaChunk::run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, L
       if (rows_of(static_cast<std::size_t>(le)) > 0) put_rows(le, linear(c.du[static_cast<std::size_t>(le)], W(expert_name(le, "fc1.weight")), H, true), c.partial);
     }
     if (tp == 1) moe_tp_reduce(c, true);
-  } else if (op == "router" && phase == OpPhase::backward_input) {
+  } else if (op == "moe_permute" && phase == OpPhase::backward_input) {
+    // The rows' gradients summed back into their tokens.
     if (ep == 1) dispatch(c, true);
     const I tokens = lc.y2.rows();
     DMat dyin(tokens, H, s_);
     sum_pair_rows(c.send.data(), c.send_of_pair.data(), k, tokens, H, dyin.data(), s_);
+    cur = std::move(dyin);
+  } else if (op == "router_topk" && phase == OpPhase::backward_input) {
+    const I tokens = lc.y2.rows();
     // Softmax backward on the host: dlogits = p * (dp - sum(p * dp)) per row.
     std::vector<float> dlogits(c.dprobs.size());
     for (I t = 0; t < tokens; ++t) {
@@ -243,13 +260,16 @@ void CudaChunk::run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, L
     const Dev<float> wide = upload(dlogits, s_);
     c.dlogits = DMat(tokens, experts, s_);
     convert(wide.data(), c.dlogits.data(), wide.size(), s_);
+    MESHWORK_CUDA_CHECK(cudaStreamSynchronize(s_));  // `dlogits` (host) is a temporary
+  } else if (op == "router" && phase == OpPhase::backward_input) {
     // dyin += dlogits W_r^T, summed in fp32 and rounded once.
+    const I tokens = lc.y2.rows();
+    const DMat dyin = std::move(cur);
     DVec sum(tokens, H, s_);
     widen(dyin.data(), sum.data(), dyin.size(), s_);
     ctx_.gemm.matmul(c.dlogits.data(), W(router), sum.data(), tokens, H, experts, false, true, 1.0F, 1.0F, s_);
     cur = DMat(tokens, H, s_);
     convert(sum.data(), cur.data(), sum.size(), s_);
-    MESHWORK_CUDA_CHECK(cudaStreamSynchronize(s_));  // `dlogits` (host) is a temporary
   } else if (op == "router" && phase == OpPhase::backward_weight) {
     weight_grad(lc.y2, c.dlogits, router);
     c.dlogits = DMat();
