@@ -14,6 +14,22 @@ constexpr double kFlashOverGemm = 0.8;
 // Decoder attention is causal: a flash kernel computes about half of the s x s blocks.
 constexpr double kCausalFlashFraction = 0.5;
 
+// A generation's size curve is measured on its 16-bit GEMMs (docs/reference/gemm, `meshwork
+// calibrate`). Its half size is a fixed time, not a count of multiply-adds: a GEMM costs
+// 2 (macs + half) / (peak max), so a small GEMM's fixed part, 2 half / (peak max), is its
+// launch, prologue and epilogue and the last wave's idle SMs, which do not shrink when the
+// tensor cores multiply faster. The two curves fitted on measured tables say the same:
+// Hopper's half (2.58e9 at 989 TFLOP/s) and Blackwell's (5.57e9 at 2,250) are each 8 us of
+// fixed time (models/hardware.cpp). So a GEMM whose peak is another (FP8's, twice BF16's on
+// Hopper and Blackwell) keeps the 16-bit curve's fixed time: its half size scales with its
+// peak. A curve `meshwork calibrate` measured is the plan's own precision's already.
+GemmCurve curve_at(const HardwareProfile& hw, double peak_flops, const plan::GpuSpec& gpu) {
+  const double max = hw.gemm_max_efficiency, half_macs = hw.gemm_half_macs;
+  const double sixteen_bit = (gpu.peak_tflops.bf16 > 0 ? gpu.peak_tflops.bf16 : gpu.peak_tflops.fp16) * 1e12;
+  if (hw.generation == "measured" || sixteen_bit <= 0 || peak_flops <= sixteen_bit) return {max, half_macs};
+  return {max, half_macs * peak_flops / sixteen_bit};
+}
+
 }  // namespace
 
 double ComputeTimer::bytes_per_s(OpKind kind) const {
@@ -36,20 +52,15 @@ ComputeTimer::ComputeTimer(const plan::Plan& p)
       peak_flops_(plan::peak_tflops(p.cluster.gpu, p.training.precision) * 1e12),
       attention_peak_flops_(plan::attention_peak_tflops(p.cluster.gpu, p.training) * 1e12),
       hbm_bytes_per_s_(p.cluster.gpu.hbm_gbytes_per_s * 1e9 * hw_.memory_efficiency),
+      gemm_curve_(curve_at(hw_, peak_flops_, p.cluster.gpu)),
+      attention_curve_(curve_at(hw_, attention_peak_flops_, p.cluster.gpu)),
       flash_(p.training.flash_attention) {}
 
-double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double cast_bytes, double gemm_groups) const {
+double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double cast_bytes) const {
   double t = hw_.kernel_overhead_s;
   switch (kind) {
     case OpKind::gemm:
-      // A grouped GEMM's members each tile the GPU at their own size (wave quantisation and
-      // the per-tile prologue are a member's; only the launch is shared): the size curve at
-      // one member's multiply-adds. What is published agrees in direction: NVIDIA's blog
-      // "Introducing Grouped GEMM APIs in cuBLAS" gives 1.2x over looping batched calls for an
-      // MoE's small batches (launches saved), and TensorRT-LLM's "MoE as Dense GEMM" names
-      // small per-expert shapes as what grouped GEMMs pay for. No measured grouped-GEMM table
-      // is at hand: this is the curve's own assumption, said in docs/efficiency-constants.md.
-      t += flops / (peak_flops_ * gemm_efficiency(hw_, flops / 2 / std::max(1.0, gemm_groups)));
+      t += flops / (peak_flops_ * gemm_curve_.efficiency(flops / 2));
       // FP8: the cast kernels run before the GEMM, memory-bound, as elementwise kernels do, each
       // a launch of its own (models/op_table.hpp, kFp8CastBytesPerElement).
       if (cast_bytes > 0) t += hw_.kernel_overhead_s + cast_bytes / bytes_per_s(OpKind::elementwise);
@@ -65,7 +76,7 @@ double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double 
       // Causal flash attention skips the masked half of the score blocks (Dao 2023 §3.1); the
       // op's FLOPs stay the full matrix, as MFU counts them.
       const double executed = flash_ ? flops * kCausalFlashFraction : flops;
-      const double compute = executed / (attention_peak_flops_ * gemm_efficiency(hw_, flops / 2) * (flash_ ? kFlashOverGemm : 1));
+      const double compute = executed / (attention_peak_flops_ * attention_curve_.efficiency(flops / 2) * (flash_ ? kFlashOverGemm : 1));
       const double memory = bytes / hbm_bytes_per_s_;
       // Fused (flash) attention overlaps its memory traffic with its math; unfused attention
       // runs batched GEMMs and separate softmax/dropout passes over the scores.

@@ -3,6 +3,7 @@
 // hardware profile (models/hardware.hpp). The estimate sums it over the per-op table; the
 // simulator times each compute instruction of the Program with it.
 
+#include "models/gemm_fit.hpp"
 #include "models/hardware.hpp"
 #include "models/op_table.hpp"
 #include "plan/plan.hpp"
@@ -17,10 +18,10 @@ class ComputeTimer {
  public:
   explicit ComputeTimer(const plan::Plan& plan);
   // Seconds for an op of `kind` doing `flops` and moving `bytes` through HBM; an FP8 GEMM's
-  // operand casts (`cast_bytes`, Op::cast_bytes) at the memory-bound rate on top; a grouped
-  // GEMM of `gemm_groups` members (Op::gemm_groups) at the efficiency of one member's size.
-  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes, double cast_bytes = 0, double gemm_groups = 1) const;
-  [[nodiscard]] double operator()(const Op& op) const { return (*this)(op.kind, op.flops, op.bytes, op.cast_bytes, op.gemm_groups); }
+  // operand casts (`cast_bytes`, Op::cast_bytes) at the memory-bound rate on top. A grouped
+  // GEMM (Op::gemm_groups) is timed as one GEMM of its whole size (op_table.hpp says why).
+  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes, double cast_bytes = 0) const;
+  [[nodiscard]] double operator()(const Op& op) const { return (*this)(op.kind, op.flops, op.bytes, op.cast_bytes); }
   [[nodiscard]] double hbm_bytes_per_s() const { return hbm_bytes_per_s_; }
   // The streaming rate of an op of `kind` (memory-bound kinds): a calibrated kernel's where
   // `meshwork calibrate` measured one, the achievable memory bandwidth otherwise.
@@ -34,6 +35,8 @@ class ComputeTimer {
   // Engine runs dot-product attention in BF16 unless its recipe sets fp8_dpa).
   double attention_peak_flops_ = 0;
   double hbm_bytes_per_s_ = 0;
+  // The size curves of GEMMs and of the attention at their own peaks (gemm_curve_at).
+  GemmCurve gemm_curve_, attention_curve_;
   bool flash_ = false;
 };
 

@@ -142,7 +142,7 @@ std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer, bool recomputed) 
     b.streamed("moe_permute", 2 * copies, 2 * copies);
     // Each rank's experts take, on average, k tokens per token of its EP group's ranks; the
     // hottest rank takes routing_imbalance times that. Its local experts run as one grouped
-    // GEMM (Megatron-core's GroupedMLP, --moe-grouped-gemm), each member at its own size.
+    // GEMM (Op::gemm_groups).
     const double routed = b.tokens * k *
                           (moe.capacity_factor > 0 ? std::min(moe.routing_imbalance, std::max(1.0, moe.capacity_factor))
                                                    : moe.routing_imbalance);

@@ -41,10 +41,15 @@ struct Op {
   // activation or gradient operand to e4m3 (fp8_cast_bytes_per_element per element), timed at
   // the memory-bound rate on top of the GEMM; 0 for every other op and precision.
   double cast_bytes = 0;
-  // A grouped GEMM (an MoE layer's local experts in one launch, Megatron-core's GroupedMLP):
-  // `gemm_groups` members of equal share, `flops` and `shape` their sum. Each member tiles
-  // the GPU at its own size, so the op runs at the efficiency of flops / gemm_groups
-  // (ComputeTimer). 1 for every other op.
+  // A grouped GEMM (an MoE layer's local experts in one launch, Megatron-core's GroupedMLP,
+  // --moe-grouped-gemm): `gemm_groups` members of equal share, `flops` and `shape` their sum,
+  // each with weights of its own (counted in `bytes`). It is timed as one GEMM of its whole
+  // size: the members' tiles share one grid, so the launch and the last wave's idle SMs are
+  // paid once, and block-sparse expert kernels run within a few percent of dense GEMMs of
+  // the same total (MegaBlocks, Gale et al. 2023, arXiv:2211.15841). What that leaves out:
+  // each member's rows padded to the kernel's tile (64 to 256 rows in CUTLASS's Hopper
+  // grouped GEMM, examples/57_hopper_grouped_gemm), which matters only when a member gets
+  // fewer rows than a tile, as in inference, not in training's thousands. 1 for every other op.
   double gemm_groups = 1;
 };
 

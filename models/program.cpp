@@ -127,7 +127,6 @@ class StageLowering {
     in.flops = op.flops;
     in.bytes = op.bytes;
     in.cast_bytes = static_cast<float>(op.cast_bytes);
-    in.gemm_groups = static_cast<std::uint16_t>(std::clamp(op.gemm_groups, 1.0, 65535.0));
     in.after = blocking_;
     in.also_after = also_blocking_;
     if (in.after < 0) std::swap(in.after, in.also_after);

@@ -69,7 +69,6 @@ struct Instr {
   std::int32_t tail_after = -1;
   float tail_fraction = 0;  // beside tail_after, so that an Instr stays 72 bytes
   float cast_bytes = 0;     // compute: Op::cast_bytes (FP8 casts), in the 4 bytes the one-byte enums leave
-  std::uint16_t gemm_groups = 1;  // compute: Op::gemm_groups (a grouped GEMM's members), beside the one-byte op and phase
   double flops = 0;
   double bytes = 0;             // HBM traffic (compute) or payload per rank (communication)
 };

@@ -354,7 +354,9 @@ TEST(ComputeTimer, MeasuredKernelsPriceTheirOwnKinds) {
 
 // FP8 training runs its GEMMs at the FP8 peak and, unless training.fp8_attention (Transformer
 // Engine's fp8_dpa), its attention at the BF16 peak: the attention takes as long as in a BF16
-// plan, the GEMMs half as long (both peaks H100's datasheet figures, 1,979 and 989 TFLOP/s).
+// plan, the GEMMs' multiply-adds half as long (both peaks H100's datasheet figures, 1,979 and
+// 989 TFLOP/s) and their fixed part as long: a GEMM costs 2 (macs + half) / (peak max), with
+// FP8's half size BF16's times the peaks' ratio (models/compute_time.cpp, curve_at).
 TEST(ComputeTimer, Fp8RunsTheAttentionInBf16UnlessAsked) {
   auto plan = [](const char* precision, bool fp8_attention) {
     auto r = plan::load_plan_text(std::string("model: {preset: llama3-8b, seq_length: 8192}\ntraining: {global_batch_size: 8, precision: ") + precision +
@@ -366,8 +368,17 @@ TEST(ComputeTimer, Fp8RunsTheAttentionInBf16UnlessAsked) {
   const ComputeTimer bf16(plan("bf16", false)), fp8(plan("fp8", false)), fp8_dpa(plan("fp8", true));
   const double flops = 1e12, overhead = bf16(OpKind::gemm, 0, 0);
   EXPECT_DOUBLE_EQ(fp8(OpKind::attention, flops, 1e6), bf16(OpKind::attention, flops, 1e6));
-  EXPECT_NEAR(fp8_dpa(OpKind::attention, flops, 1e6) - overhead, (bf16(OpKind::attention, flops, 1e6) - overhead) * 989.0 / 1979, 1e-12);
-  EXPECT_NEAR(fp8(OpKind::gemm, flops, 0) - overhead, (bf16(OpKind::gemm, flops, 0) - overhead) * 989.0 / 1979, 1e-12);
+  const HardwareProfile& hw = bf16.hardware();
+  const double macs = flops / 2, half = hw.gemm_half_macs, max = hw.gemm_max_efficiency;
+  EXPECT_NEAR(bf16(OpKind::gemm, flops, 0) - overhead, 2 * (macs + half) / (989e12 * max), 1e-12);
+  const double fp8_half = half * 1979.0 / 989;  // the peaks' ratio
+  EXPECT_NEAR(fp8(OpKind::gemm, flops, 0) - overhead, 2 * (macs + fp8_half) / (1979e12 * max), 1e-12);
+  // The same fixed time: a GEMM of no size costs 2 half / (989e12 max) at either peak.
+  EXPECT_NEAR(fp8(OpKind::gemm, 2, 0) - overhead, bf16(OpKind::gemm, 2, 0) - overhead, 1e-9 * (bf16(OpKind::gemm, 2, 0) - overhead));
+  // FP8 attention (fp8_dpa) on the same terms: the causal flash kernel executes half the FLOPs,
+  // at 0.8 of the GEMM curve, at FP8's peak with FP8's half size.
+  const double executed = flops / 2;
+  EXPECT_NEAR(fp8_dpa(OpKind::attention, flops, 1e6) - overhead, executed / (1979e12 * 0.8 * max * macs / (macs + fp8_half)), 1e-12);
   // And so the step: an FP8 plan's attention is not halved.
   const auto est = estimate(plan("fp8", false)), est_dpa = estimate(plan("fp8", true));
   EXPECT_GT(est.step_time_s, est_dpa.step_time_s);

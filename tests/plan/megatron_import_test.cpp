@@ -290,7 +290,7 @@ TEST(MegatronImport, Mixtral8x7bExampleScript) {
   EXPECT_EQ(p.parallelism.zero_stage, 1);
   EXPECT_EQ(p.cluster.num_gpus, 32);  // --nnodes ${SLURM_NNODES:-"1"} given as 4
   EXPECT_EQ(derive(p).data_parallel_size, 8);
-  EXPECT_TRUE(mentions(r.ignored, "--moe-grouped-gemm: expert GEMMs are priced as dense GEMMs"));
+  EXPECT_TRUE(mentions(r.ignored, "--moe-grouped-gemm: the local experts are always priced as one grouped GEMM"));
 }
 
 TEST(MegatronImport, ArgumentsAloneAndMegatronDefaults) {
