@@ -49,6 +49,17 @@ Trainer::Trainer(const plan::Plan& plan, Groups groups, std::int64_t world_rank,
   for (const auto& in : sp.instrs) {
     if (in.tag > 32767) throw std::invalid_argument("more than 16383 micro-batches x chunks per step: past MPI's tag range");
   }
+  // The gradients are zeroed only where the Program says: exactly once, before the first item,
+  // or they would pile up across steps.
+  int zeroings = 0;
+  bool items_begun = false;
+  for (const auto& in : sp.instrs) {
+    if (in.kind == models::InstrKind::compute && in.item >= 0) items_begun = true;
+    if (in.kind != models::InstrKind::compute || program_.name(in) != "zero_grad_buffer") continue;
+    if (items_begun || in.item >= 0 || zeroings > 0) throw std::logic_error("the Program zeroes the gradient buffer other than once before its first item");
+    ++zeroings;
+  }
+  if (zeroings == 0) throw std::logic_error("the Program never zeroes the gradient buffer");
   // Each chunk's layers as the Program holds them (chunk c of stage s is virtual stage c p + s,
   // Narayanan et al. 2021 §2.2); the first virtual stage holds the embedding, the last the head.
   for (std::int64_t c = 0; c < chunks_per_stage_; ++c) {
@@ -158,10 +169,8 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
   }
   const auto& par = plan_.parallelism;
   const bool zero3 = par.zero_stage == 3 && g_.dp->size() > 1;
-  for (auto& c : chunks_) {
-    c->reset_loss();
-    c->zero_grads();
-  }
+  // The gradients are zeroed where the Program says (its zero_grad_buffer instruction).
+  for (auto& c : chunks_) c->reset_loss();
   const models::StageProgram& sp = program_.classes[static_cast<std::size_t>(stage_)];
   // Rows a pipeline transfer carries: this rank's share of the micro-batch's tokens (over CP,
   // then over TP with SP).
@@ -198,7 +207,9 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     if (in.kind == models::InstrKind::collective && in.stream == models::Stream::dp) continue;
     if (in.item != item) enter(in.item);
     const auto t0 = Clock::now();
-    if (in.item < 0) {
+    if (in.item < 0 && in.kind == models::InstrKind::compute && program_.name(in) == "zero_grad_buffer") {
+      for (auto& c : chunks_) c->zero_grads();
+    } else if (in.item < 0) {
       if (in.kind != models::InstrKind::compute || in.op != models::OpKind::optimizer) {
         throw std::logic_error("a Program instruction outside the schedule items the executor does not play: " + program_.name(in));
       }

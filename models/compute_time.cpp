@@ -15,19 +15,27 @@ constexpr double kFlashOverGemm = 0.8;
 constexpr double kCausalFlashFraction = 0.5;
 
 // A generation's size curve is measured on its 16-bit GEMMs (docs/reference/gemm, `meshwork
-// calibrate`). Its half size is a fixed time, not a count of multiply-adds: a GEMM costs
-// 2 (macs + half) / (peak max), so a small GEMM's fixed part, 2 half / (peak max), is its
-// launch, prologue and epilogue and the last wave's idle SMs, which do not shrink when the
-// tensor cores multiply faster. The two curves fitted on measured tables say the same:
-// Hopper's half (2.58e9 at 989 TFLOP/s) and Blackwell's (5.57e9 at 2,250) are each 8 us of
-// fixed time (models/hardware.cpp). So a GEMM whose peak is another (FP8's, twice BF16's on
-// Hopper and Blackwell) keeps the 16-bit curve's fixed time: its half size scales with its
-// peak. A curve `meshwork calibrate` measured is the plan's own precision's already.
+// calibrate`). Its half size stands for a fixed time, not a count of multiply-adds: a GEMM
+// costs 2 (macs + half) / (peak max), so a small GEMM's fixed part, 2 half / (peak max), is
+// its launch, prologue, epilogue and the last wave's idle SMs. The two curves fitted on
+// measured tables put it at 8 us each: Hopper's half (2.58e9 at 989 TFLOP/s) and Blackwell's
+// (5.57e9 at 2,250) (models/hardware.cpp). A GEMM at another peak (FP8's, twice BF16's on
+// Hopper and Blackwell; fp32's, far below) keeps that time, so its half size scales with its
+// peak. It is the upper end of what is physical: the launch and the 16-bit epilogue do not
+// shrink, but an FP8 prologue loads 1-byte operands and the last wave's tiles multiply faster,
+// so FP8's true fixed time lies between half and all of BF16's (half is what the curve gave
+// before, unscaled). No measured FP8 table says where (docs/efficiency-constants.md). A half
+// size measured on the machine (`meshwork calibrate` fits it at the plan's own peak) is kept.
+double sixteen_bit_peak_flops(const plan::GpuSpec& gpu) {
+  // As models/hardware.cpp reads a GPU's 16-bit peak: half the FP8 one where only that is given.
+  const double tflops = gpu.peak_tflops.bf16 > 0 ? gpu.peak_tflops.bf16 : gpu.peak_tflops.fp16 > 0 ? gpu.peak_tflops.fp16 : gpu.peak_tflops.fp8 / 2;
+  return tflops * 1e12;
+}
+
 GemmCurve curve_at(const HardwareProfile& hw, double peak_flops, const plan::GpuSpec& gpu) {
-  const double max = hw.gemm_max_efficiency, half_macs = hw.gemm_half_macs;
-  const double sixteen_bit = (gpu.peak_tflops.bf16 > 0 ? gpu.peak_tflops.bf16 : gpu.peak_tflops.fp16) * 1e12;
-  if (hw.generation == "measured" || sixteen_bit <= 0 || peak_flops <= sixteen_bit) return {max, half_macs};
-  return {max, half_macs * peak_flops / sixteen_bit};
+  const double sixteen_bit = sixteen_bit_peak_flops(gpu);
+  if (gpu.calibration.gemm_half_macs > 0 || sixteen_bit <= 0 || peak_flops <= 0) return {hw.gemm_max_efficiency, hw.gemm_half_macs};
+  return {hw.gemm_max_efficiency, hw.gemm_half_macs * peak_flops / sixteen_bit};
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ class ComputeTimer {
   // Engine runs dot-product attention in BF16 unless its recipe sets fp8_dpa).
   double attention_peak_flops_ = 0;
   double hbm_bytes_per_s_ = 0;
-  // The size curves of GEMMs and of the attention at their own peaks (gemm_curve_at).
+  // The size curves of GEMMs and of the attention at their own peaks (compute_time.cpp, curve_at).
   GemmCurve gemm_curve_, attention_curve_;
   bool flash_ = false;
 };

@@ -108,6 +108,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
       }
       awaited.assign(chunks.size(), 0);
     }
+    run(stage.start_s);
     auto await_params = [&](std::size_t c, std::int64_t layer) {
       if (buckets.empty()) return;
       for (std::size_t& j = awaited[c]; j < buckets[c].size() && buckets[c][j].first_layer <= layer; ++j) {

@@ -42,6 +42,10 @@ struct DpStage {
   const StageTimes& first_ops;                     // the embedding's (first stage)
   const StageTimes& last_ops;                      // the head's and the loss's (last stage)
   double params = 0, expert_params = 0;            // per GPU
+  // Compute before its first item, after the step's first DP collectives are issued (the
+  // gradient buffer zeroed, the Program's zero_grad_buffer): the parameter gathers the
+  // distributed optimizer dispatched run under it.
+  double start_s = 0;
 };
 
 struct DpReplay {

@@ -338,12 +338,17 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   b.tp_s = micro_batches * slow.tp_s;
   b.cp_s = micro_batches * slow.cp_s;
   b.ep_s = micro_batches * slow.ep_s;
+  // Once a step, outside the micro-batches: the gradient buffer zeroed (the Program's
+  // zero_grad_buffer, models/program.cpp), compute of the stage like its layers'.
+  const double zero_grads_s = timer(OpKind::elementwise, 0, gradient_buffer_bytes(p, slow.params, slow.expert_params));
+  b.compute_s += zero_grads_s;
   // The same compute by op kind: per step, as compute_s and recompute_s count it.
   for (const OpKind k : kOpKinds) {
     const auto i = static_cast<std::size_t>(k);
-    if (slow.kinds.count[i] <= 0) continue;
-    r.op_times.push_back({std::string(to_string(k)), micro_batches * slow.kinds.seconds[i],
-                          std::llround(micro_batches * slow.kinds.count[i])});
+    const bool zeroing = k == OpKind::elementwise;
+    if (slow.kinds.count[i] <= 0 && !zeroing) continue;
+    r.op_times.push_back({std::string(to_string(k)), micro_batches * slow.kinds.seconds[i] + (zeroing ? zero_grads_s : 0),
+                          std::llround(micro_batches * slow.kinds.count[i]) + (zeroing ? 1 : 0)});
   }
 
   // DP by the Program's rules, replayed on the slowest stage's schedule (models/dp_replay).
@@ -351,7 +356,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const DpReplay dp = replay_dp(p, hw, counts,
                                 {dp_net, edp_net, dp_replica_net, edp_replica_net, dense_groups.replicas, expert_groups.replicas},
                                 {slow_stage, derived.micro_batches_per_step, chunks[slow_index], firsts[slow_index], layer_times, first_ops,
-                                 last_ops, slow.params, slow.expert_params},
+                                 last_ops, slow.params, slow.expert_params, zero_grads_s},
                                 collective_time);
   b.dp_s = dp.dp_s;
 

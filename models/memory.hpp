@@ -65,6 +65,11 @@ struct ModelStateBytes {
 // Bytes of one gradient value as reduced and kept.
 double gradient_bytes(plan::Precision precision);
 ModelStateBytes model_state_bytes_per_param(std::int64_t zero_stage, double shards, plan::Precision precision);
+// The gradient buffer one GPU keeps for the `dense` and `expert` parameters it holds (after TP
+// and EP sharding): whole, or its ZeRO 2/3 shard, as stage_memory counts it without the
+// buckets in flight. Megatron-core zeroes it at the start of every step
+// (DistributedDataParallel.zero_grad_buffer in training.py's train_step): one write of it.
+double gradient_buffer_bytes(const plan::Plan& plan, double dense, double expert);
 
 // Runtime memory outside the model on every GPU (see memory.cpp for its parts).
 double runtime_overhead_bytes();

@@ -70,6 +70,11 @@ class StageLowering {
         }
       }
     }
+    // The step starts by zeroing the gradient buffer (Megatron-core's zero_grad_buffer at the
+    // top of train_step), once, whatever the micro-batches; the executor zeroes there too.
+    item_ = -1;
+    const GpuParams held = held_params();
+    compute({"zero_grad_buffer", OpKind::elementwise, OpPhase::forward, 0, gradient_buffer_bytes(p_, held.dense, held.expert), {}}, OpPhase::forward, -1);
     // The last item that produces weight gradients of each chunk: DP reduces after it.
     std::vector<std::int64_t> last_grad_item(static_cast<std::size_t>(prog_.chunks), -1);
     for (std::size_t i = 0; i < sp.schedule.size(); ++i) {
@@ -458,14 +463,20 @@ class StageLowering {
     }
   }
 
-  void optimizer() {
-    item_ = -1;
+  // The parameters one GPU of this stage holds (after TP and EP sharding).
+  GpuParams held_params() const {
     GpuParams params;
     for (std::int64_t c = 0; c < prog_.chunks; ++c) {
       const auto [lo, hi] = layers(c);
       for (std::int64_t l = lo; l < hi; ++l) params += layer_params_per_gpu(p_, counts_, moe_layer(l));
       params += end_params_per_gpu(p_, counts_, first_virtual(c), last_virtual(c));
     }
+    return params;
+  }
+
+  void optimizer() {
+    item_ = -1;
+    const GpuParams params = held_params();
     // The distributed optimizer shards over data and context parallelism together (Megatron-core's
     // data-parallel group with context parallelism), expert parameters over expert-DP, or over
     // one instance of each (models::dp_groups).

@@ -53,6 +53,7 @@ TEST(CudaMesh, ExpertParallelMoe) {
   check_mesh("moe-ep2-dp2", json_mesh_named("moe-ep2-dp2"));
   check_mesh("moe-tp2-ep2-zero1", json_mesh_named("moe-tp2-ep2-zero1"));
   check_mesh("moe-tp2-pp2", json_mesh_named("moe-tp2-pp2"));
+  check_mesh("moe-zb-pp2-ep2", json_mesh_named("moe-zb-pp2-ep2"));
 }
 
 // The layers' GEMMs in e4m3 (precision fp8, CudaChunk::linear), dense with TP, SP and PP and

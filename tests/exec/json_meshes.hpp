@@ -51,6 +51,10 @@ inline std::vector<NamedMesh> json_meshes() {
       // Expert tensor parallelism (TP 2) with EP 2, ZeRO-1 over the experts' data parallelism.
       {"moe-tp2-ep2-zero1", json_mesh(moe, training, R"({"tp": 2, "ep": 2, "sequence_parallel": true, "zero_stage": 1})")},
       {"moe-tp2-pp2", json_mesh(moe, full, R"({"tp": 2, "pp": 2, "sequence_parallel": true})")},
+      // The zero-bubble schedule's weight-gradient items run the router's and the experts'
+      // weight gradients apart from their input gradients (and from the routing ops, which
+      // have none).
+      {"moe-zb-pp2-ep2", json_mesh(moe, training, R"({"pp": 2, "ep": 2, "pipeline_schedule": "zero_bubble"})")},
   };
 }
 

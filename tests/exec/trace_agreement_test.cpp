@@ -92,10 +92,12 @@ TEST(TraceAgreement, SimulatedAndMeasuredTimelinesHaveOneShape) {
     ASSERT_TRUE(e.count(key)) << "rank " << key.first << " thread " << key.second;
     EXPECT_EQ(e.at(key), list) << "rank " << key.first << " thread " << key.second;
   }
-  // Blocks are named by pass and layers, with their ops inside.
+  // The step starts by zeroing the gradient buffer; blocks are named by pass and layers, with
+  // their ops inside.
   const auto& rank0 = s.at({0, 0});
-  EXPECT_EQ(rank0.front(), "forward L0-0");
-  EXPECT_EQ(rank0[1], "embedding");
+  EXPECT_EQ(rank0.front(), "zero_grad_buffer");
+  EXPECT_EQ(rank0[1], "forward L0-0");
+  EXPECT_EQ(rank0[2], "embedding");
   const report::TraceComparison c = report::compare_traces(sim, exec);
   EXPECT_TRUE(c.mismatches.empty()) << c.mismatches.front();
   EXPECT_GT(c.rows.size(), 400U);

@@ -16,6 +16,7 @@
 #include "models/estimate.hpp"
 #include "models/hardware.hpp"
 #include "models/layer_comm.hpp"
+#include "models/memory.hpp"
 #include "models/op_table.hpp"
 #include "models/params.hpp"
 #include "plan/plan_io.hpp"
@@ -228,9 +229,16 @@ TEST(Tiers, ParameterGatherUnderTheForwardMovesBothTiersAlike) {
   // Under the forward the gathers hold their SMs (models/sm_share.hpp): the forward beside them
   // loses that fraction of their time.
   const double hand = (1 - hw.collective_sm_fraction) * (counts.total - counts.embedding - counts.dense_layer()) * 2 * 15.0 / 16 / 8 / nic;
+  // The step also starts by zeroing the gradient buffer (4 bytes a parameter): exposed when the
+  // gathers wait for the end, partly under them when they run ahead (the first buckets arrive
+  // while it runs). So the flag saves the gathers' time less their SM share, plus at most the
+  // zeroing.
+  const models::ComputeTimer timer(under);
+  const double zero_s = timer(models::OpKind::elementwise, 0, 4 * models::stage_memory(under)[0].params);
   const double estimated = blocking.estimated_s - ahead.estimated_s, simulated = blocking.simulated_s - ahead.simulated_s;
   EXPECT_GT(estimated, 0.10 * ahead.estimated_s);
-  EXPECT_NEAR(estimated, hand, 0.10 * hand);
+  EXPECT_GT(estimated, 0.90 * hand);
+  EXPECT_LT(estimated, 1.10 * (hand + zero_s));
   EXPECT_NEAR(simulated, estimated, 0.05 * estimated);
   EXPECT_NEAR(ahead.simulated_s, ahead.estimated_s, 0.03 * ahead.estimated_s);
   // Two interleaved stages: each chunk's first forward waits for its activation and its first

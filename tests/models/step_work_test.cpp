@@ -1,0 +1,91 @@
+// Per-step fixed work (issue 20): every stage starts its step by zeroing its gradient buffer
+// (Megatron-core's zero_grad_buffer), once whatever the micro-batches, in the Program the
+// simulator and the executor play and in the estimate.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "models/compute_time.hpp"
+#include "models/estimate.hpp"
+#include "models/memory.hpp"
+#include "models/program.hpp"
+#include "plan/plan_io.hpp"
+
+namespace meshwork::models {
+namespace {
+
+plan::Plan load(const std::string& parallelism, int gpus) {
+  auto r = plan::load_plan_text("model: llama3-8b\ntraining: {global_batch_size: 32, micro_batch_size: 1, precision: bf16}\n"
+                                "cluster: {gpu: h100-sxm, num_gpus: " + std::to_string(gpus) + ", gpus_per_node: " + std::to_string(std::min(gpus, 8)) +
+                                    "}\nparallelism: " + parallelism + "\n",
+                                plan::Format::yaml);
+  EXPECT_TRUE(r.ok()) << (r.diagnostics.items().empty() ? "" : r.diagnostics.items().front().message);
+  return r.plan;
+}
+
+// bf16 with Megatron's fp32 main gradients: 4 bytes a held parameter, whole under ZeRO-1.
+TEST(StepWork, EveryStageFirstZeroesItsGradientBuffer) {
+  const plan::Plan p = load("{tp: 2, pp: 2, dp: 2, zero_stage: 1}", 8);
+  auto lowered = lower(p);
+  ASSERT_TRUE(lowered.program) << lowered.error;
+  const auto memory = stage_memory(p);
+  for (const StageProgram& sp : lowered.program->classes) {
+    int zeroings = 0;
+    const Instr* first_compute = nullptr;
+    for (const Instr& in : sp.instrs) {
+      if (in.kind != InstrKind::compute) continue;
+      if (first_compute == nullptr) first_compute = &in;
+      if (lowered.program->name(in) == "zero_grad_buffer") ++zeroings;
+    }
+    ASSERT_NE(first_compute, nullptr);
+    EXPECT_EQ(zeroings, 1) << "stage " << sp.stage;
+    EXPECT_EQ(lowered.program->name(*first_compute), "zero_grad_buffer");
+    EXPECT_EQ(first_compute->item, -1);
+    // It waits for nothing: the parameter gathers dispatched before it run under it.
+    EXPECT_EQ(first_compute->after, -1);
+    EXPECT_EQ(first_compute->op, OpKind::elementwise);
+    const double params = memory[static_cast<std::size_t>(sp.stage)].params;
+    EXPECT_GT(params, 1e9);
+    // The memory model splits the final norm over TP, the Program holds it whole on each TP
+    // rank (2,048 parameters of the last stage's 4e9).
+    EXPECT_NEAR(first_compute->bytes, 4 * params, 1e-5 * first_compute->bytes) << "stage " << sp.stage;
+  }
+  // ZeRO-2 keeps a shard of the gradients (over DP 2), and zeroes that.
+  plan::Plan sharded = p;
+  sharded.parallelism.zero_stage = 2;
+  auto lowered2 = lower(sharded);
+  ASSERT_TRUE(lowered2.program) << lowered2.error;
+  const auto& instrs2 = lowered2.program->classes[0].instrs;
+  std::size_t at = 0;
+  while (at < instrs2.size() && lowered2.program->name(instrs2[at]) != "zero_grad_buffer") ++at;
+  ASSERT_LT(at, instrs2.size());
+  const Instr& zero2 = instrs2[at];
+  EXPECT_NEAR(zero2.bytes, 4 * memory[0].params / 2, 1e-5 * zero2.bytes);
+}
+
+// On one GPU (no DP to hide it under) the estimate's compute is the Program's compute
+// instructions, the zeroing once among them, at the elementwise rate.
+TEST(StepWork, TheEstimateChargesTheZeroingOnceAStep) {
+  const plan::Plan p = load("{}", 1);
+  auto lowered = lower(p);
+  ASSERT_TRUE(lowered.program) << lowered.error;
+  const ComputeTimer timer(p);
+  double compute_s = 0, zero_s = 0;
+  for (const Instr& in : lowered.program->classes[0].instrs) {
+    if (in.kind != InstrKind::compute || in.op == OpKind::optimizer || in.phase == OpPhase::recompute) continue;
+    const double dt = timer(in.op, in.flops, in.bytes, in.cast_bytes);
+    compute_s += dt;
+    if (lowered.program->name(in) == "zero_grad_buffer") zero_s = dt;
+  }
+  const double params = stage_memory(p)[0].params;
+  EXPECT_NEAR(zero_s, timer.hardware().kernel_overhead_s + 4 * params / timer.bytes_per_s(OpKind::elementwise), 1e-5 * zero_s);
+  const report::Report r = estimate(p);
+  EXPECT_NEAR(r.breakdown.compute_s, compute_s, 1e-9 * compute_s);
+  // 32 micro-batches of one sequence; the zeroing a few milliseconds of a step of seconds.
+  EXPECT_GT(zero_s, 1e-3);
+  EXPECT_LT(zero_s, 0.01 * r.breakdown.compute_s);
+}
+
+}  // namespace
+}  // namespace meshwork::models
