@@ -195,7 +195,6 @@ void CudaChunk::run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, L
     moe_combine(res.data(), c.out.data(), c.gate_pairs.data(), k, tokens, H, c.combined.data(), s_);
   } else if (op == "mlp_residual" && forward) {
     cur = std::move(c.combined);
-    c.combined = DMat();
   } else if (op == "mlp_residual" && phase == OpPhase::backward_input) {
     // The residual's gradient passes to both branches: kept in `res` for the norm's backward,
     // and left in `cur` for the experts' (moe_unpermute).
@@ -261,6 +260,7 @@ void CudaChunk::run_moe_op(std::string_view op, OpPhase phase, I l, Cache& ca, L
     c.dlogits = DMat(tokens, experts, s_);
     convert(wide.data(), c.dlogits.data(), wide.size(), s_);
     MESHWORK_CUDA_CHECK(cudaStreamSynchronize(s_));  // `dlogits` (host) is a temporary
+    std::vector<float>().swap(c.dprobs);  // read: its host memory back
   } else if (op == "router" && phase == OpPhase::backward_input) {
     // dyin += dlogits W_r^T, summed in fp32 and rounded once.
     const I tokens = lc.y2.rows();
