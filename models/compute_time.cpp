@@ -26,14 +26,8 @@ constexpr double kCausalFlashFraction = 0.5;
 // so FP8's true fixed time lies between half and all of BF16's (half is what the curve gave
 // before, unscaled). No measured FP8 table says where (docs/efficiency-constants.md). A half
 // size measured on the machine (`meshwork calibrate` fits it at the plan's own peak) is kept.
-double sixteen_bit_peak_flops(const plan::GpuSpec& gpu) {
-  // As models/hardware.cpp reads a GPU's 16-bit peak: half the FP8 one where only that is given.
-  const double tflops = gpu.peak_tflops.bf16 > 0 ? gpu.peak_tflops.bf16 : gpu.peak_tflops.fp16 > 0 ? gpu.peak_tflops.fp16 : gpu.peak_tflops.fp8 / 2;
-  return tflops * 1e12;
-}
-
 GemmCurve curve_at(const HardwareProfile& hw, double peak_flops, const plan::GpuSpec& gpu) {
-  const double sixteen_bit = sixteen_bit_peak_flops(gpu);
+  const double sixteen_bit = sixteen_bit_peak_tflops(gpu) * 1e12;
   if (gpu.calibration.gemm_half_macs > 0 || sixteen_bit <= 0 || peak_flops <= 0) return {hw.gemm_max_efficiency, hw.gemm_half_macs};
   return {hw.gemm_max_efficiency, hw.gemm_half_macs * peak_flops / sixteen_bit};
 }

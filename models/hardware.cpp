@@ -110,8 +110,7 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.generation = "generic";
     hw.calibrated = false;
     hw.gemm_max_efficiency = kInTrainingGemmFraction * 271.2 / 312;
-    const double sixteen_bit = gpu.peak_tflops.bf16 > 0 ? gpu.peak_tflops.bf16 : gpu.peak_tflops.fp16 > 0 ? gpu.peak_tflops.fp16 : gpu.peak_tflops.fp8 / 2;
-    hw.gemm_half_macs = 1e8 * sixteen_bit / 312;
+    hw.gemm_half_macs = 1e8 * sixteen_bit_peak_tflops(gpu) / 312;
     hw.memory_efficiency = 0.85;
     hw.kernel_overhead_s = 0;
     hw.nvlink_efficiency = 232.5 / 300;
@@ -159,6 +158,10 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.calibrated = true;
   }
   return hw;
+}
+
+double sixteen_bit_peak_tflops(const plan::GpuSpec& gpu) {
+  return gpu.peak_tflops.bf16 > 0 ? gpu.peak_tflops.bf16 : gpu.peak_tflops.fp16 > 0 ? gpu.peak_tflops.fp16 : gpu.peak_tflops.fp8 / 2;
 }
 
 double gemm_efficiency(const HardwareProfile& hw, double macs) { return GemmCurve{hw.gemm_max_efficiency, hw.gemm_half_macs}.efficiency(macs); }

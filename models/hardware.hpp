@@ -66,5 +66,8 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu);
 
 // Efficiency of one GEMM of m*n*k multiply-adds.
 double gemm_efficiency(const HardwareProfile& hw, double macs);
+// A GPU's 16-bit tensor peak, TFLOP/s: BF16's, else FP16's, else half FP8's (every tensor-core
+// generation doubles it); 0 for a device without one (a CPU host).
+double sixteen_bit_peak_tflops(const plan::GpuSpec& gpu);
 
 }  // namespace meshwork::models

@@ -150,11 +150,20 @@ double peak_in_flight_bytes(const plan::Plan& p, std::int64_t stage, std::int64_
 
 }  // namespace
 
+namespace {
+
+// The kept gradient buffer of `dense` and `expert` held parameters at their states' bytes.
+double buffer_bytes(double dense, double expert, const ModelStateBytes& dense_state, const ModelStateBytes& expert_state) {
+  return dense * dense_state.gradients + expert * expert_state.gradients;
+}
+
+}  // namespace
+
 double gradient_buffer_bytes(const plan::Plan& p, double dense, double expert) {
   const auto& par = p.parallelism;
   const auto dense_state = model_state_bytes_per_param(par.zero_stage, d(dp_groups(p, false).shard_size), p.training.precision);
   const auto expert_state = model_state_bytes_per_param(par.zero_stage, d(dp_groups(p, true).shard_size), p.training.precision);
-  return dense * dense_state.gradients + expert * expert_state.gradients;
+  return buffer_bytes(dense, expert, dense_state, expert_state);
 }
 
 std::vector<StageMemory> stage_memory(const plan::Plan& p) {
@@ -235,7 +244,7 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
     expert /= t * ep;
     sm.params = dense + expert;
     sm.weights_bytes = dense * dense_state.weights + expert * expert_state.weights;
-    sm.gradients_bytes = gradient_buffer_bytes(p, dense, expert);
+    sm.gradients_bytes = buffer_bytes(dense, expert, dense_state, expert_state);
     sm.optimizer_bytes = dense * dense_state.optimizer + expert * expert_state.optimizer;
     // ZeRO-3 (FSDP) gathers a layer's parameters before each use and frees them after (reshard
     // after forward, FSDP's default): the layer in use and the one prefetched (FSDP prefetches
