@@ -87,6 +87,9 @@ class Backend {
   // kernels::adamw_step over spans in the backend's memory.
   virtual void adamw(std::span<float> params, std::span<const float> grads, std::span<float> exp_avg, std::span<float> exp_avg_sq, std::int64_t step,
                      const kernels::AdamWHyperparams& hp) = 0;
+  // The sum of the squares of the values, in double, in an order fixed for a size (a
+  // gradient norm's partial sum).
+  [[nodiscard]] virtual double sum_squares(std::span<const float> x) = 0;
   // kernels::checksum_fnv1a64_chunked of the values in chunks of kChecksumChunkElems (the
   // CUDA kernel's definition is the same), so equal floats give equal checksums on every backend.
   [[nodiscard]] virtual std::uint64_t checksum(std::span<const float> x) = 0;

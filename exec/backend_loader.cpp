@@ -1,5 +1,6 @@
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -50,7 +51,9 @@ Loaded load() {
   }
   const CudaBackendModule* m = reinterpret_cast<Entry>(symbol)();
   if (m == nullptr || m->abi != module_abi() || m->make_rank == nullptr) {
-    out.why = path.string() + " comes from another build of meshwork (" + kVersion + ", " + kGitCommit + " here): rebuild both";
+    char abi[96] = "";
+    if (m != nullptr) std::snprintf(abi, sizeof abi, "; its fingerprint %016llx, this build's %016llx", static_cast<unsigned long long>(m->abi), static_cast<unsigned long long>(module_abi()));
+    out.why = path.string() + " comes from another build of meshwork (" + kVersion + ", " + kGitCommit + " here" + abi + "): rebuild both";
     return out;
   }
   out.module = m;

@@ -38,6 +38,11 @@ class CpuBackend final : public Backend {
              const kernels::AdamWHyperparams& hp) override {
     kernels::adamw_step<float>(params, grads, exp_avg, exp_avg_sq, step, hp);
   }
+  [[nodiscard]] double sum_squares(std::span<const float> x) override {
+    double sum = 0;
+    for (const float v : x) sum += static_cast<double>(v) * static_cast<double>(v);
+    return sum;
+  }
   [[nodiscard]] std::uint64_t checksum(std::span<const float> x) override { return kernels::checksum_fnv1a64_chunked<float>(x, kChecksumChunkElems); }
   void synchronize() override {}
 };

@@ -173,7 +173,10 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
       run->delay_s = options.slow_s;
     }
     run->keep_reduced = options.verify;
-    if (options.verify) ref.emplace(single_rank(plan), local_groups(), 0, nullptr);
+    if (options.verify) {
+      ref.emplace(single_rank(plan), local_groups(), 0, nullptr);
+      ref->keep_reduced = true;  // its gradients before clipping, for compare_with_reference
+    }
     const std::string plan_hash = checkpoint_plan_key(plan);
     std::int64_t first = 1;
     if (options.resume) {
@@ -194,6 +197,8 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
       rec.step = s;
       const auto t0 = Clock::now();
       rec.loss = run->step(s, options);
+      rec.grad_norm = run->grad_norm();
+      rec.skipped = run->skipped();
       // The step's time and, at this boundary, whether any rank was asked to stop.
       // Host values: gathered as integers (a float span is a tensor in the backend's memory).
       const std::array<std::uint64_t, 2> mine{std::bit_cast<std::uint64_t>(std::chrono::duration<double>(Clock::now() - t0).count()),
@@ -229,15 +234,20 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
         out.checkpoint_step = s;
       }
       if (rank == 0 && options.progress) {
-        char line[256];
+        // Megatron's log line names the norm that clipping used; the exact bits of the loss
+        // too without --verify: a resumed run's trajectory is compared bit for bit.
+        char norm[64] = "";
+        if (rec.skipped) std::snprintf(norm, sizeof norm, "  skipped (a non-finite gradient)");
+        else if (plan.training.clip_grad > 0) std::snprintf(norm, sizeof norm, "  grad norm %.6f", rec.grad_norm);
+        char line[320];
         if (ref) {
-          std::snprintf(line, sizeof line, "step %lld  loss %.6f  reference %.6f  worst ||a-b||/||b|| %.2e (%s)  %.3f s", static_cast<long long>(s), rec.loss,
-                        rec.reference_loss, rec.worst_relative_error, rec.worst_tensor.c_str(), rec.seconds);
+          std::snprintf(line, sizeof line, "step %lld  loss %.6f  reference %.6f%s  worst ||a-b||/||b|| %.2e (%s)  %.3f s", static_cast<long long>(s), rec.loss,
+                        rec.reference_loss, norm, rec.worst_relative_error, rec.worst_tensor.c_str(), rec.seconds);
         } else {
-          // The exact bits too: a resumed run's trajectory is compared bit for bit.
-          std::snprintf(line, sizeof line, "step %lld  loss %.6f (%a)  %.3f s", static_cast<long long>(s), rec.loss, rec.loss, rec.seconds);
+          std::snprintf(line, sizeof line, "step %lld  loss %.6f (%a)%s  %.3f s", static_cast<long long>(s), rec.loss, rec.loss, norm, rec.seconds);
         }
-        options.progress(line);
+        const std::string text = line;
+        options.progress(text);
       }
       out.steps.push_back(rec);
       if (stop) {

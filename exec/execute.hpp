@@ -82,8 +82,11 @@ struct StepRecord {
   std::int64_t step = 0;
   double loss = 0;
   double seconds = 0;
+  double grad_norm = 0;               // the gradients' global norm before clipping (0: the plan does not clip)
+  bool skipped = false;               // fp16: a non-finite gradient, the update skipped
   double reference_loss = 0;          // --verify
-  double worst_relative_error = 0;    // --verify: over every tensor's gradient
+  double reference_grad_norm = 0;     // --verify
+  double worst_relative_error = 0;    // --verify: over every tensor's gradient, the loss and the gradient norm
   std::string worst_tensor;
 };
 

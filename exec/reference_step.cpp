@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,14 +62,16 @@ void compare_with_reference(Trainer& run, Trainer& ref, const plan::Plan& plan, 
   const auto names = all_names(plan.model);
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < names.size(); ++i) index[names[i]] = i;
-  // The reference's gradients, whole tensors on the host (its slots are the CPU backend's).
+  // The reference's gradients, whole tensors on the host, as it reduced them (over groups of
+  // one) and before clipping scaled them: its `keep_reduced` copy.
+  if (ref.reduced().empty()) throw std::logic_error("--verify: the reference kept no gradients (set its keep_reduced)");
   std::map<std::string, Mat> reference;
-  for (auto& c : ref.chunks()) {
-    for (const auto& slot : c->slots()) {
-      Mat& g = reference[slot.spec->name];
-      g.resize(slot.rows, slot.cols);
-      ref.backend().to_host(slot.grad, std::span<float>(g.data(), slot.size()));
-    }
+  for (const auto& r : ref.reduced()) {
+    // One rank holds every tensor whole.
+    if (static_cast<Index>(r.grad.size()) != r.spec->rows * r.spec->cols) throw std::logic_error("--verify: the reference's " + r.spec->name + " is not whole");
+    Mat& g = reference[r.spec->name];
+    g.resize(r.spec->rows, r.spec->cols);
+    std::copy(r.grad.begin(), r.grad.end(), g.data());
   }
   const int tp = run.groups().tp->size(), tp_rank = run.groups().tp->rank();
   // Dense parameters are counted on DP rank 0; an expert's on expert-DP rank 0 (its one
@@ -114,6 +117,16 @@ void compare_with_reference(Trainer& run, Trainer& ref, const plan::Plan& plan, 
   if (!(loss_err <= rec.worst_relative_error)) {  // NaN is worst
     rec.worst_relative_error = loss_err;
     rec.worst_tensor = "loss";
+  }
+  // The norm that clipping scaled by: each element counted once over the run's world.
+  rec.grad_norm = run.grad_norm();
+  rec.reference_grad_norm = ref.grad_norm();
+  if (plan.training.clip_grad > 0) {
+    const double norm_err = std::abs(rec.grad_norm - rec.reference_grad_norm) / std::max(1e-30, std::abs(rec.reference_grad_norm));
+    if (!(norm_err <= rec.worst_relative_error)) {
+      rec.worst_relative_error = norm_err;
+      rec.worst_tensor = "grad_norm";
+    }
   }
 }
 

@@ -21,7 +21,7 @@ namespace meshwork::exec {
 
 // ||a - b|| / ||b|| per tensor between `run`'s reduced gradients of the step just taken (each
 // rank its shard, counted once) and `ref`'s, summed over the world; the worst in `rec`, and the
-// loss's when it is worse. Throws CollectiveError when a tensor was not compared whole.
+// loss's or the gradient norm's when it is worse. Throws CollectiveError when a tensor was not compared whole.
 void compare_with_reference(Trainer& run, Trainer& ref, const plan::Plan& plan, std::int64_t rank, StepRecord& rec);
 
 // The reference takes the run's parameters (assembled from their shards, counted once).

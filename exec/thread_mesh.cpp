@@ -30,6 +30,7 @@ ThreadMeshResult run_mesh_in_threads(const plan::Plan& plan, std::int64_t steps,
       Trainer run(plan, std::move(g), rank, nullptr, std::move(backend));
       run.keep_reduced = true;
       Trainer ref(single_rank(plan), local_groups(), 0, nullptr);
+      ref.keep_reduced = true;  // its gradients before clipping, for compare_with_reference
       for (std::int64_t s = 1; s <= steps; ++s) {
         StepRecord rec;
         rec.step = s;

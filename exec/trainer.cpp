@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <bit>
 #include <csignal>
@@ -210,15 +211,22 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     if (in.item < 0 && in.kind == models::InstrKind::compute && program_.name(in) == "zero_grad_buffer") {
       for (auto& c : chunks_) c->zero_grads();
     } else if (in.item < 0) {
-      if (in.kind != models::InstrKind::compute || in.op != models::OpKind::optimizer) {
-        throw std::logic_error("a Program instruction outside the schedule items the executor does not play: " + program_.name(in));
+      const std::string& name = program_.name(in);
+      if (in.kind != models::InstrKind::compute || in.op != models::OpKind::optimizer ||
+          (name != "unscale_grads" && name != "clip_grads" && name != "optimizer_step")) {
+        throw std::logic_error("a Program instruction outside the schedule items the executor does not play: " + name);
       }
-      // Sends still buffered (NcclGroup posts a send with the next receive, or at flush) go
-      // out before the optimizer's collectives: the tied embedding's all-reduce spans the
-      // first and last stages, and the last stage's buffered gradient is what the first
-      // stage's last receive waits for; held back, each would wait for the other.
-      g_.pp->flush();
-      optimizer_step(step, options);
+      if (!pending_) {
+        // Sends still buffered (NcclGroup posts a send with the next receive, or at flush) go
+        // out before the optimizer's collectives: the tied embedding's all-reduce spans the
+        // first and last stages, and the last stage's buffered gradient is what the first
+        // stage's last receive waits for; held back, each would wait for the other.
+        g_.pp->flush();
+        reduce_gradients(step, options);
+      }
+      if (name == "unscale_grads") unscale_gradients();
+      else if (name == "clip_grads") clip_gradients();
+      else update(step);
     } else {
       const models::ScheduleItem& it = sp.schedule[static_cast<std::size_t>(in.item)];
       Chunk& chunk = *chunks_[static_cast<std::size_t>(it.chunk)];
@@ -265,16 +273,11 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
   return total[0];
 }
 
-void Trainer::optimizer_step(std::int64_t step, const ExecuteOptions& options) {
+// The tied embedding's, sequence parallelism's, data parallelism's (ZeRO 0-3) and the experts'
+// reductions; AdamW's gradients are left in pending_.
+void Trainer::reduce_gradients(std::int64_t step, const ExecuteOptions& options) {
   const auto& par = plan_.parallelism;
-  const bool zero3 = par.zero_stage == 3 && g_.dp->size() > 1;
   Backend& b = *backend_;
-  auto adamw = [&](std::span<float> params, std::span<const float> grads, std::span<float> m, std::span<float> v) {
-    const auto start = Clock::now();
-    b.adamw(params, grads, m, v, adam_step_, kExecutorAdamW);
-    b.synchronize();
-    if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
-  };
   // The tied word embedding: its two copies (first and last stage) sum their gradients.
   if (stages_ > 1 && !plan_.model.untie_embeddings_and_output_weights) {
     for (auto& c : chunks_) {
@@ -291,25 +294,27 @@ void Trainer::optimizer_step(std::int64_t step, const ExecuteOptions& options) {
     }
   }
   const auto dp = static_cast<std::size_t>(g_.dp->size());
-  const bool flip = options.bitflip.step == step && options.bitflip.rank == world_rank_;
+  Pending& u = pending_.emplace();
+  u.flip = options.bitflip.step == step && options.bitflip.rank == world_rank_;
   // One data-parallel replica and nothing to keep or corrupt: AdamW updates each dense
   // parameter where its chunk holds it, with no flat copy of the gradients or the parameters
   // (params_ is refreshed from the chunks when a checkpoint asks for it).
-  const bool in_place = dp == 1 && !keep_reduced && !flip;
-  Buffer grads;
-  if (!in_place) {
-    grads = b.allocate(shard_ * dp);  // zero padding past n_
-    pack(false, true, grads.span());
+  u.in_place = dp == 1 && !keep_reduced && !u.flip;
+  u.sharded = !u.in_place && par.zero_stage >= 1 && dp > 1;
+  u.experts_sharded = par.zero_stage >= 1 && g_.expert_dp->size() > 1;
+  if (!u.in_place) {
+    u.grads = b.allocate(shard_ * dp);  // zero padding past n_
+    pack(false, true, u.grads.span());
   }
-  Buffer expert_grads = b.allocate(ne_);
-  pack(true, true, expert_grads.span());
+  u.expert_grads = b.allocate(ne_);
+  pack(true, true, u.expert_grads.span());
   // Experts' gradients are divided by the whole DP size too: an expert's owner already holds the
   // sum over its EP group's tokens, and the expert-data-parallel sum adds the other replicas'.
   const float inv_dp = 1.0F / static_cast<float>(dp);
   if (keep_reduced) {
-    Buffer copy = b.allocate(grads.size()), expert_copy = b.allocate(ne_);
-    b.copy(grads.span(), copy.span());
-    b.copy(expert_grads.span(), expert_copy.span());
+    Buffer copy = b.allocate(u.grads.size()), expert_copy = b.allocate(ne_);
+    b.copy(u.grads.span(), copy.span());
+    b.copy(u.expert_grads.span(), expert_copy.span());
     g_.dp->all_reduce_sum(copy.span());
     if (ne_ > 0) g_.expert_dp->all_reduce_sum(expert_copy.span());
     b.scale(copy.span(), inv_dp);
@@ -329,15 +334,183 @@ void Trainer::optimizer_step(std::int64_t step, const ExecuteOptions& options) {
       }
     }
   }
+  if (u.in_place) {
+    // The chunks' gradients are AdamW's as they are.
+  } else if (!u.sharded) {
+    // This rank's own gradients, kept to reduce again if the replicas disagree.
+    Buffer local;
+    if (dp > 1) {
+      local = b.allocate(u.grads.size());
+      b.copy(u.grads.span(), local.span());
+    }
+    g_.dp->all_reduce_sum(u.grads.span());
+    b.scale(u.grads.span(), inv_dp);
+    const std::span<float> reduced = u.grads.span().first(n_);
+    // A flipped bit in the reduced gradient (memory or compute corruption after the all-reduce).
+    if (u.flip) flip_bit(reduced, n_ / 2);
+    check_replicas(reduced, step, "reduced gradients", [&] {
+      Buffer again = b.allocate(local.size());
+      b.copy(local.span(), again.span());
+      g_.dp->all_reduce_sum(again.span());
+      b.scale(again.span(), inv_dp);
+      return b.checksum(again.span().first(n_)) != b.checksum(reduced);
+    });
+  } else {
+    // ZeRO 1-3: each rank reduce-scatters to its shard (Rajbhandari et al. 2020 §5.1-5.2).
+    u.mine = b.allocate(shard_);
+    g_.dp->reduce_scatter_sum(u.grads.span(), u.mine.span());
+    b.scale(u.mine.span(), inv_dp);
+    if (keep_reduced) {
+      // What AdamW is given is what --verify compared: this rank's slice of the all-reduce.
+      std::vector<float> host(shard_);
+      b.to_host(u.mine.span(), host);
+      const std::size_t begin = shard_ * static_cast<std::size_t>(g_.dp->rank());
+      for (std::size_t i = 0; i < shard_ && begin + i < n_; ++i) {
+        if (std::abs(host[i] - reduced_flat_[begin + i]) > 1e-6F * (std::abs(reduced_flat_[begin + i]) + 1e-30F) + 1e-12F) {
+          throw CollectiveError("--verify: the reduce-scatter's shard of rank " + std::to_string(world_rank_) + " differs from the all-reduce at element " +
+                                std::to_string(begin + i));
+        }
+      }
+    }
+  }
+  if (ne_ > 0) {
+    // MoE experts over their expert-data-parallel group: an all-reduce (ZeRO 0), or with ZeRO
+    // 1-2 a reduce-scatter to this rank's shard. Their replicas are not checksummed.
+    if (u.experts_sharded) {
+      const auto edp = static_cast<std::size_t>(g_.expert_dp->size());
+      Buffer padded = b.allocate(expert_shard_ * edp);
+      b.copy(u.expert_grads.span(), padded.span().first(ne_));
+      u.expert_mine = b.allocate(expert_shard_);
+      g_.expert_dp->reduce_scatter_sum(padded.span(), u.expert_mine.span());
+      b.scale(u.expert_mine.span(), inv_dp);
+    } else {
+      g_.expert_dp->all_reduce_sum(u.expert_grads.span());
+      b.scale(u.expert_grads.span(), inv_dp);
+    }
+  }
+}
+
+void Trainer::for_each_update_gradient(const std::function<void(std::span<float>)>& f) {
+  Pending& u = *pending_;
+  if (u.in_place) {
+    for (auto& c : chunks_) {
+      for (const auto& slot : c->slots()) {
+        if (!slot.spec->is_expert()) f(slot.grad);
+      }
+    }
+  } else {
+    f(u.sharded ? u.mine.span() : u.grads.span().first(n_));
+  }
+  if (ne_ > 0) f(u.experts_sharded ? u.expert_mine.span() : u.expert_grads.span());
+}
+
+// fp16's loss scaler (the Program's unscale_grads), as Megatron-core's
+// MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan runs it: every gradient AdamW
+// takes read, checked for inf and NaN and written times the inverse loss scale; a non-finite
+// gradient on any rank skips the step's clipping and update on every rank. The executor
+// computes in fp32 (bf16 on CUDA) and scales no loss, so its inverse scale is 1.
+void Trainer::unscale_gradients() {
+  Backend& b = *backend_;
+  const auto start = Clock::now();
+  double squares = 0;  // non-finite exactly when a gradient is (a float's square fits a double)
+  for_each_update_gradient([&](std::span<float> g) {
+    squares += b.sum_squares(g);
+    b.scale(g, 1.0F);
+  });
+  b.synchronize();
+  if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
+  std::array<double, 1> found{std::isfinite(squares) ? 0.0 : 1.0};
+  g_.world->all_reduce_sum(std::span<double>(found));
+  pending_->skip = found[0] > 0;
+}
+
+// The gradients' global norm and their clipping (the Program's clip_grads), as Megatron-core
+// with Transformer Engine does it (megatron/core/optimizer/clip_grads.py, NVIDIA/Megatron-LM
+// @0293807e): the sum of squares of every gradient element, each counted once over the world
+// (a parameter replicated over TP by TP rank 0 only, the tied embedding by its first stage's
+// copy, a gradient replicated over DP by DP rank 0, a shard by its owner), all-reduced; then
+// every gradient AdamW takes is scaled by min(1, clip_grad / (norm + 1e-6)), every step.
+void Trainer::clip_gradients() {
+  Pending& u = *pending_;
+  Backend& b = *backend_;
+  grad_norm_ = 0;
+  if (u.skip) return;
+  auto start = Clock::now();
+  const bool tp_lead = g_.tp->rank() == 0;
+  double sum = 0;
+  // The counted elements of `flat`, which holds elements [begin, begin + flat.size()) of the
+  // flat order of the dense parameters (or of the experts).
+  auto add = [&](bool experts, std::span<const float> flat, std::size_t begin) {
+    std::size_t at = 0;
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      for (const auto& slot : chunks_[c]->slots()) {
+        if (slot.spec->is_expert() != experts) continue;
+        const std::size_t lo = std::max(at, begin), hi = std::min(at + slot.size(), begin + flat.size());
+        at += slot.size();
+        if (lo >= hi) continue;
+        if (slot.spec->split == Split::replicated && !tp_lead) continue;
+        if (slot.spec->name == "embedding.word" && !program_.first_virtual(stage_, static_cast<std::int64_t>(c))) continue;
+        sum += b.sum_squares(flat.subspan(lo - begin, hi - lo));
+      }
+    }
+  };
+  if (u.in_place) {
+    // Slot by slot: the dense gradients are where the chunks hold them.
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      for (const auto& slot : chunks_[c]->slots()) {
+        if (slot.spec->is_expert()) continue;
+        if (slot.spec->split == Split::replicated && !tp_lead) continue;
+        if (slot.spec->name == "embedding.word" && !program_.first_virtual(stage_, static_cast<std::int64_t>(c))) continue;
+        sum += b.sum_squares(slot.grad);
+      }
+    }
+  } else if (u.sharded) {
+    add(false, u.mine.span(), shard_ * static_cast<std::size_t>(g_.dp->rank()));
+  } else if (g_.dp->rank() == 0) {
+    add(false, u.grads.span().first(n_), 0);
+  }
+  if (ne_ > 0) {
+    if (u.experts_sharded) add(true, u.expert_mine.span(), expert_shard_ * static_cast<std::size_t>(g_.expert_dp->rank()));
+    else if (g_.expert_dp->rank() == 0) add(true, u.expert_grads.span(), 0);
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::array<double, 1> total{sum};
+  g_.world->all_reduce_sum(std::span<double>(total));
+  start = Clock::now();
+  grad_norm_ = std::sqrt(total[0]);
+  const auto coefficient = static_cast<float>(std::min(1.0, plan_.training.clip_grad / (grad_norm_ + 1e-6)));
+  for_each_update_gradient([&](std::span<float> g) { b.scale(g, coefficient); });
+  b.synchronize();
+  seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += seconds;
+}
+
+// AdamW on what reduce_gradients left, and the distributed optimizer's gathers of the updated
+// parameters.
+void Trainer::update(std::int64_t step) {
+  Pending u = std::move(*pending_);
+  pending_.reset();
+  skipped_ = u.skip;
+  if (u.skip) return;
+  const auto& par = plan_.parallelism;
+  const bool zero3 = par.zero_stage == 3 && g_.dp->size() > 1;
+  const auto dp = static_cast<std::size_t>(g_.dp->size());
+  Backend& b = *backend_;
+  auto adamw = [&](std::span<float> params, std::span<const float> grads, std::span<float> m, std::span<float> v) {
+    const auto start = Clock::now();
+    b.adamw(params, grads, m, v, adam_step_, kExecutorAdamW);
+    b.synchronize();
+    if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
+  };
   ++adam_step_;
   // A step that updated in place left params_ behind the chunks; the flat path below updates
   // params_ and writes it back, so it must start from the chunks' values (a bit flip or
   // --verify on a later step of a one-replica run takes it).
-  if (!in_place && params_stale_) {
+  if (!u.in_place && params_stale_) {
     pack(false, false, params_.span());
     params_stale_ = false;
   }
-  if (in_place) {
+  if (u.in_place) {
     const auto start = Clock::now();
     std::size_t at = 0;
     for (auto& c : chunks_) {
@@ -351,57 +524,24 @@ void Trainer::optimizer_step(std::int64_t step, const ExecuteOptions& options) {
     b.synchronize();
     if (timing_ != nullptr) (*timing_)[models::OpKind::optimizer] += std::chrono::duration<double>(Clock::now() - start).count();
     params_stale_ = true;
-  } else if (par.zero_stage == 0 || dp == 1) {
-    // This rank's own gradients, kept to reduce again if the replicas disagree.
-    Buffer local;
-    if (dp > 1) {
-      local = b.allocate(grads.size());
-      b.copy(grads.span(), local.span());
-    }
-    g_.dp->all_reduce_sum(grads.span());
-    b.scale(grads.span(), inv_dp);
-    const std::span<float> reduced = grads.span().first(n_);
-    // A flipped bit in the reduced gradient (memory or compute corruption after the all-reduce).
-    if (flip) flip_bit(reduced, n_ / 2);
-    check_replicas(reduced, step, "reduced gradients", [&] {
-      Buffer again = b.allocate(local.size());
-      b.copy(local.span(), again.span());
-      g_.dp->all_reduce_sum(again.span());
-      b.scale(again.span(), inv_dp);
-      return b.checksum(again.span().first(n_)) != b.checksum(reduced);
-    });
-    adamw(params_.span(), reduced, exp_avg_.span(), exp_avg_sq_.span());
+  } else if (!u.sharded) {
+    adamw(params_.span(), u.grads.span().first(n_), exp_avg_.span(), exp_avg_sq_.span());
     unpack(false, params_.span());
   } else {
-    // ZeRO 1-2: reduce-scatter, AdamW on this rank's shard, all-gather the parameters
-    // (Rajbhandari et al. 2020 §5.1-5.2); ZeRO-3 keeps the shard.
-    Buffer mine = b.allocate(shard_);
-    g_.dp->reduce_scatter_sum(grads.span(), mine.span());
-    b.scale(mine.span(), inv_dp);
-    if (keep_reduced) {
-      // What AdamW is given is what --verify compared: this rank's slice of the all-reduce.
-      std::vector<float> host(shard_);
-      b.to_host(mine.span(), host);
-      const std::size_t begin = shard_ * static_cast<std::size_t>(g_.dp->rank());
-      for (std::size_t i = 0; i < shard_ && begin + i < n_; ++i) {
-        if (std::abs(host[i] - reduced_flat_[begin + i]) > 1e-6F * (std::abs(reduced_flat_[begin + i]) + 1e-30F) + 1e-12F) {
-          throw CollectiveError("--verify: the reduce-scatter's shard of rank " + std::to_string(world_rank_) + " differs from the all-reduce at element " +
-                                std::to_string(begin + i));
-        }
-      }
-    }
+    // ZeRO 1-2: AdamW on this rank's shard, then the parameters all-gathered (Rajbhandari et
+    // al. 2020 §5.1-5.2); ZeRO-3 keeps the shard.
     Buffer full;
     if (!zero3) {
       full = b.allocate(shard_ * dp);
       b.copy(params_.span(), full.span().first(n_));
     }
     const std::span<float> shard = zero3 ? params_.span() : full.span().subspan(shard_ * static_cast<std::size_t>(g_.dp->rank()), shard_);
-    adamw(shard, mine.span(), exp_avg_.span(), exp_avg_sq_.span());
+    adamw(shard, u.mine.span(), exp_avg_.span(), exp_avg_sq_.span());
     if (!zero3) {
       Buffer gathered = b.allocate(full.size());
       g_.dp->all_gather(shard, gathered.span());
       const std::span<float> params = gathered.span().first(n_);
-      if (flip) flip_bit(params, n_ / 2);
+      if (u.flip) flip_bit(params, n_ / 2);
       check_replicas(params, step, "gathered parameters", [&] {
         // Each shard's owner vouches for it: its checksum of what it sent against this
         // rank's copy of that block.
@@ -422,28 +562,19 @@ void Trainer::optimizer_step(std::int64_t step, const ExecuteOptions& options) {
     }
   }
   if (ne_ > 0) {
-    // MoE experts over their expert-data-parallel group: an all-reduce and AdamW on every local
-    // expert (ZeRO 0), or with ZeRO 1-2 a reduce-scatter, AdamW on this rank's shard and an
-    // all-gather of the parameters (Rajbhandari et al. 2020 §5.1-5.2). Their replicas are not
-    // checksummed.
-    const auto edp = static_cast<std::size_t>(g_.expert_dp->size());
-    if (par.zero_stage >= 1 && edp > 1) {
-      Buffer padded = b.allocate(expert_shard_ * edp);
-      b.copy(expert_grads.span(), padded.span().first(ne_));
-      Buffer mine = b.allocate(expert_shard_);
-      g_.expert_dp->reduce_scatter_sum(padded.span(), mine.span());
-      b.scale(mine.span(), inv_dp);
+    // The experts: AdamW on every local expert (ZeRO 0), or on this rank's shard and an
+    // all-gather of the parameters over expert data parallelism (ZeRO 1-2).
+    if (u.experts_sharded) {
+      const auto edp = static_cast<std::size_t>(g_.expert_dp->size());
       Buffer full = b.allocate(expert_shard_ * edp);
       b.copy(expert_params_.span(), full.span().first(ne_));
       const std::span<float> shard = full.span().subspan(expert_shard_ * static_cast<std::size_t>(g_.expert_dp->rank()), expert_shard_);
-      adamw(shard, mine.span(), expert_exp_avg_.span(), expert_exp_avg_sq_.span());
+      adamw(shard, u.expert_mine.span(), expert_exp_avg_.span(), expert_exp_avg_sq_.span());
       Buffer gathered = b.allocate(full.size());
       g_.expert_dp->all_gather(shard, gathered.span());
       b.copy(gathered.span().first(ne_), expert_params_.span());
     } else {
-      g_.expert_dp->all_reduce_sum(expert_grads.span());
-      b.scale(expert_grads.span(), inv_dp);
-      adamw(expert_params_.span(), expert_grads.span(), expert_exp_avg_.span(), expert_exp_avg_sq_.span());
+      adamw(expert_params_.span(), u.expert_grads.span(), expert_exp_avg_.span(), expert_exp_avg_sq_.span());
     }
     unpack(true, expert_params_.span());
   }

@@ -2,10 +2,11 @@
 // One rank's training loop, the same on every backend (exec/backend.hpp): it plays its
 // pipeline stage's instructions of the plan's Program (models/program.hpp) in order. Compute instructions go by op-table name to the chunk's
 // kernels, TP and EP collectives to their groups, pipeline transfers to the neighbours with the
-// Program's peers and tags; layer ranges and the schedule are the Program's. At the optimizer
-// instruction it reduces the gradients (sequence-parallel partials over TP, the tied embedding
+// Program's peers and tags; layer ranges and the schedule are the Program's. At the optimizer's
+// instructions it reduces the gradients (sequence-parallel partials over TP, the tied embedding
 // between first and last stage, data parallelism with ZeRO 0-3, MoE experts over expert data
-// parallelism) and runs AdamW; the Program's per-bucket DP instructions are not played one by
+// parallelism), unscales them with fp16 (unscale_grads), clips them by their global norm
+// (clip_grads) and runs AdamW; the Program's per-bucket DP instructions are not played one by
 // one yet (the reduction is one call per group at the optimizer), nor its per-layer ZeRO-3
 // gathers (each schedule item gathers every parameter of the stage). The same class with
 // groups of one on the CPU backend is the single-rank reference of --verify.
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "exec/backend.hpp"
@@ -46,6 +48,12 @@ class Trainer {
     std::vector<float> grad;
   };
   [[nodiscard]] const std::vector<Reduced>& reduced() const { return reduced_; }
+  // The global norm of the last step's reduced gradients, before clipping (training.clip_grad;
+  // 0 when the plan does not clip, as Megatron reports none).
+  [[nodiscard]] double grad_norm() const { return grad_norm_; }
+  // Whether the last step's update was skipped: with fp16's loss scaler, a non-finite gradient
+  // on some rank (Megatron skips the iteration).
+  [[nodiscard]] bool skipped() const { return skipped_; }
   [[nodiscard]] std::vector<std::unique_ptr<Chunk>>& chunks() { return chunks_; }
   [[nodiscard]] Backend& backend() { return *backend_; }
 
@@ -95,8 +103,23 @@ class Trainer {
   // The value of element `i` with one bit flipped (a test's corruption).
   void flip_bit(std::span<float> x, std::size_t i);
   void check_replicas(std::span<const float> data, std::int64_t step, const char* what, const std::function<bool()>& corrupt);
-  // The reductions and AdamW of the optimizer instruction.
-  void optimizer_step(std::int64_t step, const ExecuteOptions& options);
+  // The optimizer's instructions, in three parts: the gradients' reductions (at the first of
+  // clip_grads and optimizer_step), the norm and clipping (clip_grads), AdamW (optimizer_step).
+  // What the first leaves for the others: where AdamW's gradients are.
+  struct Pending {
+    bool in_place = false;        // the dense gradients where the chunks hold them
+    bool sharded = false;         // the dense gradients reduce-scattered to `mine` (ZeRO >= 1)
+    bool experts_sharded = false; // the experts' to `expert_mine`
+    bool flip = false;            // a test's bit flip on this rank this step
+    bool skip = false;            // fp16: a non-finite gradient somewhere; no clipping, no update
+    Buffer grads, mine, expert_grads, expert_mine;
+  };
+  void reduce_gradients(std::int64_t step, const ExecuteOptions& options);
+  // Calls `f` on every span of gradients AdamW will take (this rank's, after the reductions).
+  void for_each_update_gradient(const std::function<void(std::span<float>)>& f);
+  void unscale_gradients();
+  void clip_gradients();
+  void update(std::int64_t step);
 
   plan::Plan plan_;
   plan::RankLayout layout_;
@@ -119,6 +142,9 @@ class Trainer {
   std::size_t ne_ = 0;  // expert parameters of this rank
   std::size_t expert_shard_ = 0;  // their expert-DP shard (ZeRO 1-2)
   Buffer expert_params_, expert_exp_avg_, expert_exp_avg_sq_;
+  std::optional<Pending> pending_;
+  double grad_norm_ = 0;
+  bool skipped_ = false;
   std::int64_t adam_step_ = 0;
   std::int64_t replica_check_every_ = 1;
   std::vector<Reduced> reduced_;

@@ -13,6 +13,20 @@ namespace meshwork::models {
 // Adam's step streams, per parameter a GPU owns: fp32 master weight, m and v read and written
 // (24 bytes), the gradient read (4) and the 16-bit weight written (2).
 inline constexpr double kOptimizerBytesPerParam = 30;
+// Gradient clipping (training.clip_grad > 0), per parameter a GPU owns: its fp32 gradient read
+// for the norm (multi_tensor_l2norm) and read and written again when scaled by the clipping
+// coefficient, which Megatron-core with Transformer Engine does every step, the coefficient
+// clamped to 1 on the device rather than tested on the host (megatron/core/optimizer/
+// clip_grads.py, get_grad_norm_fp32 and clip_grad_by_total_norm_fp32, NVIDIA/Megatron-LM
+// @0293807e). The norm's all-reduce of one float over the model-parallel and data-parallel
+// ranks is latency alone and is not priced.
+inline constexpr double kClipGradBytesPerParam = 12;
+// fp16's loss scaler, per parameter a GPU owns, once a step before clipping: the fp32 gradient
+// read, checked for inf and NaN and written unscaled (torch._amp_foreach_non_finite_check_and_
+// unscale_ in MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan, megatron/core/
+// optimizer/optimizer.py, NVIDIA/Megatron-LM @0293807e); a step with a non-finite gradient is
+// skipped. The found-inf flag's all-reduce is latency alone and is not priced.
+inline constexpr double kUnscaleGradBytesPerParam = 8;
 
 class ComputeTimer {
  public:

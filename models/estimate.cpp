@@ -398,7 +398,12 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   {
     const double owned_dense = par.zero_stage >= 1 ? slow.params / d(std::max<std::int64_t>(1, dense_groups.shard_size)) : slow.params;
     const double owned_expert = par.zero_stage >= 1 ? slow.expert_params / d(std::max<std::int64_t>(1, expert_groups.shard_size)) : slow.expert_params;
-    b.optimizer_s = (owned_dense + owned_expert) * optimizer_bytes_per_param(p) / timer.bytes_per_s(OpKind::optimizer);
+    // The Program's optimizer_step, and before it fp16's unscale and gradient clipping (its
+    // unscale_grads and clip_grads).
+    const double owned = owned_dense + owned_expert;
+    b.optimizer_s = timer(OpKind::optimizer, 0, owned * optimizer_bytes_per_param(p)) +
+                    (p.training.precision == plan::Precision::fp16 ? timer(OpKind::optimizer, 0, owned * kUnscaleGradBytesPerParam) : 0) +
+                    (p.training.clip_grad > 0 ? timer(OpKind::optimizer, 0, owned * kClipGradBytesPerParam) : 0);
   }
 
   set_headline_figures(r, p, b.total(), step_flops(p, options.flops), peak);

@@ -486,8 +486,14 @@ class StageLowering {
     for (const auto& [n, l] : deferred_) emit_grads(n, l, false);
     deferred_.clear();
     Op step{"optimizer_step", OpKind::optimizer, OpPhase::forward, 0, owned * optimizer_bytes_per_param(p_), {}};
-    // The step updates with reduced gradients: it waits for the last bucket.
+    // The step updates with reduced gradients: it waits for the last bucket. fp16's unscale and
+    // clipping come first, on the gradients this GPU owns (kUnscaleGradBytesPerParam,
+    // kClipGradBytesPerParam), in MixedPrecisionOptimizer.step's order.
     wait_for(last_grad_);
+    if (p_.training.precision == plan::Precision::fp16) {
+      compute({"unscale_grads", OpKind::optimizer, OpPhase::forward, 0, owned * kUnscaleGradBytesPerParam, {}}, OpPhase::forward, -1);
+    }
+    if (p_.training.clip_grad > 0) compute({"clip_grads", OpKind::optimizer, OpPhase::forward, 0, owned * kClipGradBytesPerParam, {}}, OpPhase::forward, -1);
     compute(step, OpPhase::forward, -1);
     // The distributed optimizer gathers the updated 16-bit parameters (ZeRO 1 and 2).
     if (sharded && p_.parallelism.zero_stage < 3 && !gathers_params_ahead()) {

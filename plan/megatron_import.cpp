@@ -232,6 +232,7 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
   }
   if (auto method = a.value("--recompute-method")) training["recompute_method"] = *method;
   if (auto n = num.integer(a, "--recompute-num-layers")) training["recompute_num_layers"] = *n;
+  if (auto c = num.real(a, "--clip-grad")) training["clip_grad"] = *c;
   // Megatron-core's attention backend defaults to auto (Transformer Engine picks flash or fused
   // attention); unfused and local materialise the score matrix.
   const std::string backend = a.value("--attention-backend").value_or(a.has("--use-flash-attn") ? "flash" : "auto");

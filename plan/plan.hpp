@@ -82,6 +82,9 @@ struct TrainingConfig {
   // With precision fp8: the attention's matmuls in FP8 too (Transformer Engine's recipe
   // fp8_dpa, False by default: FP8 training runs the attention in BF16).
   bool fp8_attention = false;
+  // Gradient clipping by the global norm (Megatron's --clip-grad, 1.0 by default): every step
+  // computes the norm and scales the gradients by min(1, clip_grad / norm); 0: neither.
+  double clip_grad = 1.0;
   double tokens = 0;  // tokens to train on, for time to train; 0: not given
   AttentionFlops attention_flops = AttentionFlops::full;  // MFU's convention
 

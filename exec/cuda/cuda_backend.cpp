@@ -69,6 +69,17 @@ class CudaBackend final : public Backend {
     kernels::cuda::adamw_step<float>(params.data(), grads.data(), exp_avg.data(), exp_avg_sq.data(), nullptr, static_cast<std::int64_t>(params.size()), step, hp,
                                      stream_.get());
   }
+  [[nodiscard]] double sum_squares(std::span<const float> x) override {
+    if (x.empty()) return 0;
+    double* d = nullptr;
+    MESHWORK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), sizeof(double), stream_.get()));
+    exec::cuda::sum_squares(x.data(), static_cast<std::int64_t>(x.size()), d, stream_.get());
+    double v = 0;
+    MESHWORK_CUDA_CHECK(cudaMemcpyAsync(&v, d, sizeof v, cudaMemcpyDeviceToHost, stream_.get()));
+    MESHWORK_CUDA_CHECK(cudaFreeAsync(d, stream_.get()));
+    stream_.synchronize();
+    return v;
+  }
   [[nodiscard]] std::uint64_t checksum(std::span<const float> x) override {
     std::uint64_t* d = nullptr;
     MESHWORK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), sizeof(std::uint64_t), stream_.get()));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/reduce.cuh"
 #include "kernels/rope_base.hpp"
 
 namespace meshwork::exec::cuda {
@@ -59,6 +60,22 @@ __global__ void accumulate_kernel(const float* src, float* dst, std::int64_t n) 
 
 __global__ void scale_kernel(float* x, float factor, std::int64_t n) {
   for (std::int64_t i = thread_index(); i < n; i += thread_stride()) x[i] *= factor;
+}
+
+// A fixed grid, whatever the device: its partials are what make the sum's order.
+constexpr unsigned kSumSquaresBlocks = 256;
+
+__global__ void sum_squares_partials_kernel(const float* x, std::int64_t n, double* partials) {
+  double v = 0;
+  for (std::int64_t i = thread_index(); i < n; i += thread_stride()) v += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  v = kernels::cuda::block_reduce(v, kernels::cuda::SumOp{}, 0.0);
+  if (threadIdx.x == 0) partials[blockIdx.x] = v;
+}
+
+__global__ void sum_partials_kernel(const double* partials, unsigned count, double* out) {
+  double v = threadIdx.x < count ? partials[threadIdx.x] : 0.0;
+  v = kernels::cuda::block_reduce(v, kernels::cuda::SumOp{}, 0.0);
+  if (threadIdx.x == 0) *out = v;
 }
 
 __global__ void add_bias_kernel(bf16* x, const bf16* bias, std::int64_t rows, std::int64_t cols) {
@@ -238,6 +255,17 @@ void scale(float* x, float factor, std::int64_t count, cudaStream_t stream) {
   if (count <= 0) return;
   scale_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, factor, count);
   check_launch();
+}
+
+void sum_squares(const float* x, std::int64_t count, double* out, cudaStream_t stream) {
+  double* partials = nullptr;
+  MESHWORK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partials), kSumSquaresBlocks * sizeof(double), stream));
+  sum_squares_partials_kernel<<<kSumSquaresBlocks, kThreads, 0, stream>>>(x, count, partials);
+  check_launch();
+  static_assert(kSumSquaresBlocks % 32 == 0 && kSumSquaresBlocks <= 1024, "one block sums the partials");
+  sum_partials_kernel<<<1, kSumSquaresBlocks, 0, stream>>>(partials, kSumSquaresBlocks, out);
+  check_launch();
+  MESHWORK_CUDA_CHECK(cudaFreeAsync(partials, stream));
 }
 
 void add_bias(bf16* x, const bf16* bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {

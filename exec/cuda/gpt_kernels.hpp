@@ -22,6 +22,9 @@ void add(const bf16* a, const bf16* b, bf16* out, std::int64_t count, cudaStream
 void accumulate(const float* src, float* dst, std::int64_t count, cudaStream_t stream);
 // x *= factor (the data-parallel mean after an all-reduce's sum).
 void scale(float* x, float factor, std::int64_t count, cudaStream_t stream);
+// *out = sum of x[i]^2 in double, in a fixed order (partials per block of a fixed grid, then
+// one block over them): the same bits on every run. `out` is device memory.
+void sum_squares(const float* x, std::int64_t count, double* out, cudaStream_t stream);
 // x[r, c] += bias[c], x: [rows, cols].
 void add_bias(bf16* x, const bf16* bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
 // sums[c] += sum over r of d[r, c], rows in order.

@@ -96,6 +96,7 @@ class CountingBackend final : public Backend {
   void adamw(std::span<float> p, std::span<const float> g, std::span<float> m, std::span<float> v, std::int64_t step, const kernels::AdamWHyperparams& hp) override {
     cpu_->adamw(p, g, m, v, step, hp);
   }
+  [[nodiscard]] double sum_squares(std::span<const float> x) override { return cpu_->sum_squares(x); }
   [[nodiscard]] std::uint64_t checksum(std::span<const float> x) override { return cpu_->checksum(x); }
   void synchronize() override {}
 

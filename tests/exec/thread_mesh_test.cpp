@@ -5,12 +5,16 @@
 // runs these meshes with the CUDA backend, tests/exec/cuda_mesh_test.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "exec/executor_adamw.hpp"
 #include "exec/reference_step.hpp"
 #include "exec/thread_group.hpp"
 #include "exec/thread_mesh.hpp"
@@ -154,6 +158,85 @@ TEST(Trainer, TheFlatPathAfterInPlaceStepsStartsFromTheirParameters) {
     EXPECT_EQ(switched.step(s, ExecuteOptions{}), flat.step(s, ExecuteOptions{})) << "step " << s;
   }
   EXPECT_EQ(switched.state().params, flat.state().params);
+}
+
+
+// Clipping (training.clip_grad) by the global norm of the reduced gradients: after one step,
+// AdamW's first moment is (1 - beta1) times the clipped gradient, min(1, clip / (norm + 1e-6))
+// times the reduced one, with the norm computed by hand from the reduced gradients.
+TEST(Trainer, ClipsTheReducedGradientsByTheirGlobalNorm) {
+  for (const double clip : {1e-3, 1e6}) {
+    plan::Plan p = single_rank(test::json_mesh_named("tp2-pp2"));
+    p.training.clip_grad = clip;
+    Trainer t(p, local_groups(), 0, nullptr);
+    t.keep_reduced = true;
+    t.step(1, ExecuteOptions{});
+    double sum = 0;
+    for (const auto& r : t.reduced()) {
+      for (const float g : r.grad) sum += static_cast<double>(g) * g;
+    }
+    const double norm = std::sqrt(sum);
+    ASSERT_GT(norm, 1e-2) << "clip " << clip;
+    EXPECT_NEAR(t.grad_norm(), norm, 1e-9 * norm);
+    const double coefficient = std::min(1.0, clip / (norm + 1e-6));
+    const RankState st = t.state();
+    std::size_t at = 0, wrong = 0;
+    for (const auto& r : t.reduced()) {
+      for (const float g : r.grad) {
+        const double expected = (1 - kExecutorAdamW.beta1) * coefficient * g;
+        if (std::abs(st.exp_avg.at(at++) - expected) > 1e-6 * std::abs(expected) + 1e-30) ++wrong;
+      }
+    }
+    EXPECT_EQ(at, st.exp_avg.size());
+    EXPECT_EQ(wrong, 0u) << "clip " << clip;
+  }
+}
+
+// The norm over a mesh counts every element once: a parameter TP replicates by TP rank 0,
+// the tied embedding by the first stage, DP replicas and ZeRO shards by their owner, experts
+// over EP and expert DP. Each mesh's norm is the single-rank reference's.
+TEST(ThreadMesh, TheGradientNormCountsEveryElementOnce) {
+  for (const char* name : {"tp2-pp2", "llama-tp2-pp2-sp", "zero3-dp4", "cp2-dp2", "moe-ep2-dp2", "moe-tp2-ep2-zero1", "interleaved-pp2-dp2"}) {
+    const plan::Plan p = test::json_mesh_named(name);
+    ASSERT_GT(p.training.clip_grad, 0) << name;
+    const ThreadMeshResult r = run_mesh_in_threads(p, 2, cpu, false);
+    ASSERT_TRUE(r.error.empty()) << name << ": " << r.error;
+    for (const auto& s : r.steps) {
+      EXPECT_GT(s.reference_grad_norm, 1e-3) << name;
+      EXPECT_NEAR(s.grad_norm, s.reference_grad_norm, 1e-6 * s.reference_grad_norm) << name << " step " << s.step;
+    }
+  }
+}
+
+
+// fp16's loss scaler on the executor: with finite gradients it changes no bit (the executor
+// scales no loss, so it unscales by 1); a non-finite gradient skips the update, as Megatron
+// skips the iteration, where a plan without a loss scaler updates regardless.
+TEST(Trainer, TheLossScalerSkipsAStepWithANonFiniteGradient) {
+  plan::Plan fp32 = single_rank(test::json_mesh_named("tp2-pp2"));
+  plan::Plan fp16 = fp32;
+  fp16.training.precision = plan::Precision::fp16;
+  {
+    Trainer a(fp32, local_groups(), 0, nullptr), b(fp16, local_groups(), 0, nullptr);
+    for (std::int64_t s = 1; s <= 2; ++s) EXPECT_EQ(a.step(s, ExecuteOptions{}), b.step(s, ExecuteOptions{}));
+    EXPECT_FALSE(b.skipped());
+    EXPECT_EQ(a.state().params, b.state().params);
+  }
+  for (const plan::Plan& p : {fp16, fp32}) {
+    Trainer t(p, local_groups(), 0, nullptr);
+    for (auto& c : t.chunks()) {
+      for (const auto& slot : c->slots()) slot.value[0] = std::numeric_limits<float>::quiet_NaN();
+    }
+    t.load_from_chunks();
+    t.step(1, ExecuteOptions{});
+    const bool scaler = p.training.precision == plan::Precision::fp16;
+    EXPECT_EQ(t.skipped(), scaler);
+    const RankState st = t.state();
+    EXPECT_EQ(st.step, scaler ? 0 : 1);
+    if (scaler) {
+      EXPECT_TRUE(std::all_of(st.exp_avg.begin(), st.exp_avg.end(), [](float m) { return m == 0.0F; }));
+    }
+  }
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
 // Per-step fixed work (issue 20): every stage starts its step by zeroing its gradient buffer
-// (Megatron-core's zero_grad_buffer), once whatever the micro-batches, in the Program the
+// (Megatron-core's zero_grad_buffer), once whatever the micro-batches, and clips the reduced
+// gradients by their global norm before the update (training.clip_grad), in the Program the
 // simulator and the executor play and in the estimate.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "models/compute_time.hpp"
 #include "models/estimate.hpp"
+#include "models/layer_comm.hpp"
 #include "models/memory.hpp"
 #include "models/program.hpp"
 #include "plan/plan_io.hpp"
@@ -85,6 +88,93 @@ TEST(StepWork, TheEstimateChargesTheZeroingOnceAStep) {
   // 32 micro-batches of one sequence; the zeroing a few milliseconds of a step of seconds.
   EXPECT_GT(zero_s, 1e-3);
   EXPECT_LT(zero_s, 0.01 * r.breakdown.compute_s);
+}
+
+
+// Clipping (Megatron's default --clip-grad 1.0) reads the gradients the GPU owns for their
+// norm and scales them (12 bytes a parameter, kClipGradBytesPerParam): one clip_grads per
+// stage, after the reductions and right before the update, on ZeRO-1's shard.
+TEST(StepWork, ClippingReadsAndScalesTheOwnedGradientsBeforeTheUpdate) {
+  const plan::Plan p = load("{tp: 2, pp: 2, dp: 2, zero_stage: 1}", 8);
+  EXPECT_EQ(p.training.clip_grad, 1.0);
+  auto lowered = lower(p);
+  ASSERT_TRUE(lowered.program) << lowered.error;
+  const auto memory = stage_memory(p);
+  for (const StageProgram& sp : lowered.program->classes) {
+    std::vector<const Instr*> computes;
+    for (const Instr& in : sp.instrs) {
+      if (in.kind == InstrKind::compute) computes.push_back(&in);
+    }
+    ASSERT_GE(computes.size(), 2u);
+    int clips = 0;
+    for (const Instr* in : computes) clips += lowered.program->name(*in) == "clip_grads" ? 1 : 0;
+    EXPECT_EQ(clips, 1) << "stage " << sp.stage;
+    const Instr& update = *computes.back();
+    const Instr& clip = *computes[computes.size() - 2];
+    ASSERT_EQ(lowered.program->name(update), "optimizer_step");
+    ASSERT_EQ(lowered.program->name(clip), "clip_grads");
+    EXPECT_EQ(clip.item, -1);
+    EXPECT_EQ(clip.op, OpKind::optimizer);
+    // It waits for the last gradient reduction (the update follows it on the compute stream).
+    ASSERT_GE(clip.after, 0);
+    EXPECT_EQ(sp.instrs[static_cast<std::size_t>(clip.after)].kind, InstrKind::collective);
+    const double owned = memory[static_cast<std::size_t>(sp.stage)].params / 2;
+    EXPECT_NEAR(clip.bytes, 12 * owned, 1e-5 * clip.bytes) << "stage " << sp.stage;
+    EXPECT_NEAR(update.bytes, optimizer_bytes_per_param(p) * owned, 1e-5 * update.bytes);
+  }
+  plan::Plan unclipped = p;
+  unclipped.training.clip_grad = 0;
+  auto lowered0 = lower(unclipped);
+  ASSERT_TRUE(lowered0.program) << lowered0.error;
+  for (const StageProgram& sp : lowered0.program->classes) {
+    for (const Instr& in : sp.instrs) EXPECT_NE(lowered0.program->name(in), "clip_grads");
+  }
+}
+
+// The estimate's optimizer time grows by the clipping's bytes at the optimizer's streaming
+// rate; nothing else moves.
+TEST(StepWork, TheEstimateChargesClippingWithTheOptimizer) {
+  const plan::Plan p = load("{tp: 2, dp: 4, zero_stage: 1}", 8);
+  plan::Plan unclipped = p;
+  unclipped.training.clip_grad = 0;
+  const report::Report clipped = estimate(p), plain = estimate(unclipped);
+  const ComputeTimer timer(p);
+  const double owned = stage_memory(p)[0].params / 4;
+  const double hand = 12 * owned / timer.bytes_per_s(OpKind::optimizer);
+  EXPECT_GT(hand, 1e-4);
+  EXPECT_NEAR(clipped.breakdown.optimizer_s - plain.breakdown.optimizer_s, hand, 1e-6 * hand);
+  EXPECT_NEAR(clipped.step_time_s - plain.step_time_s, hand, 1e-6 * hand);
+  EXPECT_EQ(clipped.breakdown.compute_s, plain.breakdown.compute_s);
+}
+
+
+// fp16's loss scaler: the gradients read, checked and written unscaled (8 bytes an owned
+// parameter, kUnscaleGradBytesPerParam), before clipping and the update; the estimate's
+// optimizer is the three passes' time.
+TEST(StepWork, Fp16UnscalesTheOwnedGradientsBeforeClipping) {
+  plan::Plan p = load("{tp: 2, dp: 4, zero_stage: 1}", 8);
+  p.training.precision = plan::Precision::fp16;
+  auto lowered = lower(p);
+  ASSERT_TRUE(lowered.program) << lowered.error;
+  std::vector<std::string> tail;
+  const Instr* unscale = nullptr;
+  for (const Instr& in : lowered.program->classes[0].instrs) {
+    if (in.kind != InstrKind::compute || in.item >= 0) continue;
+    tail.push_back(lowered.program->name(in));
+    if (tail.back() == "unscale_grads") unscale = &in;
+  }
+  EXPECT_EQ(tail, (std::vector<std::string>{"zero_grad_buffer", "unscale_grads", "clip_grads", "optimizer_step"}));
+  ASSERT_NE(unscale, nullptr);
+  const double owned = stage_memory(p)[0].params / 4;
+  EXPECT_NEAR(unscale->bytes, 8 * owned, 1e-5 * unscale->bytes);
+  const ComputeTimer timer(p);
+  const double hand = timer(OpKind::optimizer, 0, 30 * owned) + timer(OpKind::optimizer, 0, 8 * owned) + timer(OpKind::optimizer, 0, 12 * owned);
+  EXPECT_NEAR(estimate(p).breakdown.optimizer_s, hand, 1e-5 * hand);
+  // bf16 keeps no loss scale: no unscale.
+  p.training.precision = plan::Precision::bf16;
+  auto bf16 = lower(p);
+  ASSERT_TRUE(bf16.program) << bf16.error;
+  for (const Instr& in : bf16.program->classes[0].instrs) EXPECT_NE(bf16.program->name(in), "unscale_grads");
 }
 
 }  // namespace
