@@ -252,14 +252,14 @@ CalibrationRun calibrate(Group& world, const plan::GpuSpec& spec, plan::Precisio
       }, 0.01, 3);
       return std::pair{act_word * static_cast<double>(tokens * hidden) * 2 * 2, t};
     });
-    // AdamW over parameter shards (the executor's hyperparameters); the cost model counts
-    // models::kOptimizerBytesPerParam bytes per parameter.
+    // AdamW over parameter shards (the executor's hyperparameters): the fused kernel's
+    // models::kAdamBytesPerParam bytes per parameter (fp32: no master copy after it).
     const std::size_t opt_grid[] = {std::size_t{16} << 10, std::size_t{128} << 10, std::size_t{1} << 20};
     std::int64_t adam_step = 0;
     out.calibration.optimizer_efficiency = rate(opt_grid, [&](std::size_t n) {
       std::vector<float> params(n, 0.5F), grads(n, 1e-3F), m(n, 0.0F), v(n, 0.0F);
       const double t = slowest_seconds_per_call(world, [&] { kernels::adamw_step<float>(params, grads, m, v, ++adam_step, kExecutorAdamW); }, 0.01, 3);
-      return std::pair{models::kOptimizerBytesPerParam * static_cast<double>(n), t};
+      return std::pair{models::kAdamBytesPerParam * static_cast<double>(n), t};
     });
   }
   // A small op's fixed cost: bias + GeLU on one row, less its bytes at the streaming rate.

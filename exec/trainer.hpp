@@ -31,6 +31,19 @@
 
 namespace meshwork::exec {
 
+// Where AdamW's gradients are once the Trainer has reduced them (Trainer::reduce_gradients),
+// for its unscale, clipping and update. At namespace scope: a nested class with default member
+// initializers is not default-constructible inside its enclosing class's definition, where
+// std::optional<Pending> would be instantiated (clang rejects the emplace).
+struct PendingUpdate {
+  bool in_place = false;        // the dense gradients where the chunks hold them
+  bool sharded = false;         // the dense gradients reduce-scattered to `mine` (ZeRO >= 1)
+  bool experts_sharded = false; // the experts' to `expert_mine`
+  bool flip = false;            // a test's bit flip on this rank this step
+  bool skip = false;            // fp16: a non-finite gradient somewhere; no clipping, no update
+  Buffer grads, mine, expert_grads, expert_mine;
+};
+
 class Trainer {
  public:
   // Throws std::invalid_argument when the plan cannot be lowered to a Program, or when the
@@ -104,16 +117,9 @@ class Trainer {
   void flip_bit(std::span<float> x, std::size_t i);
   void check_replicas(std::span<const float> data, std::int64_t step, const char* what, const std::function<bool()>& corrupt);
   // The optimizer's instructions, in three parts: the gradients' reductions (at the first of
-  // clip_grads and optimizer_step), the norm and clipping (clip_grads), AdamW (optimizer_step).
-  // What the first leaves for the others: where AdamW's gradients are.
-  struct Pending {
-    bool in_place = false;        // the dense gradients where the chunks hold them
-    bool sharded = false;         // the dense gradients reduce-scattered to `mine` (ZeRO >= 1)
-    bool experts_sharded = false; // the experts' to `expert_mine`
-    bool flip = false;            // a test's bit flip on this rank this step
-    bool skip = false;            // fp16: a non-finite gradient somewhere; no clipping, no update
-    Buffer grads, mine, expert_grads, expert_mine;
-  };
+  // unscale_grads, clip_grads and optimizer_step), fp16's unscale, the norm and clipping, and
+  // AdamW (exec/trainer_optimizer.cpp). What the first leaves for the others: PendingUpdate.
+  using Pending = PendingUpdate;
   void reduce_gradients(std::int64_t step, const ExecuteOptions& options);
   // Calls `f` on every span of gradients AdamW will take (this rank's, after the reductions).
   void for_each_update_gradient(const std::function<void(std::span<float>)>& f);

@@ -10,9 +10,14 @@
 
 namespace meshwork::models {
 
-// Adam's step streams, per parameter a GPU owns: fp32 master weight, m and v read and written
-// (24 bytes), the gradient read (4) and the 16-bit weight written (2).
-inline constexpr double kOptimizerBytesPerParam = 30;
+// Adam's step streams, per parameter a GPU owns: the fused kernel (apex's or Transformer
+// Engine's FusedAdam) reads and writes the fp32 master weight, m and v (24 bytes) and reads the
+// gradient (4); with 16-bit weights a second pass copies the master weights into them, 4 read
+// and 2 written (MixedPrecisionOptimizer._copy_main_params_to_model_params, a multi-tensor copy
+// after the step, megatron/core/optimizer/optimizer.py, NVIDIA/Megatron-LM @0293807e; the
+// distributed optimizer's copy_main_params_to_model_shards does the same for its shard).
+inline constexpr double kAdamBytesPerParam = 28;
+inline constexpr double kMasterCopyBytesPerParam = 6;
 // Gradient clipping (training.clip_grad > 0), per parameter a GPU owns: its fp32 gradient read
 // for the norm (multi_tensor_l2norm) and read and written again when scaled by the clipping
 // coefficient, which Megatron-core with Transformer Engine does every step, the coefficient

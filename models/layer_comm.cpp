@@ -160,7 +160,8 @@ GradientReduction gradient_reduction(const plan::Plan& p, bool expert) {
 }
 
 double optimizer_bytes_per_param(const plan::Plan& p) {
-  return kOptimizerBytesPerParam + (p.parallelism.gradient_compression != plan::GradientCompression::none ? 12 : 0);
+  return kAdamBytesPerParam + (p.training.precision != plan::Precision::fp32 ? kMasterCopyBytesPerParam : 0) +
+         (p.parallelism.gradient_compression != plan::GradientCompression::none ? 12 : 0);
 }
 
 double grad_bucket_params(const plan::Plan& p) { return std::max(40e6, 1e6 * d(p.parallelism.data_parallel_size)); }

@@ -97,8 +97,9 @@ struct GradientReduction {
   double replica_bytes_per_param = 0;  // 0: no all-reduce across instances
 };
 GradientReduction gradient_reduction(const plan::Plan& plan, bool expert);
-// Bytes of HBM the optimizer step reads and writes per parameter it owns: the optimizer's
-// (kOptimizerBytesPerParam), and with compression the error-feedback residual (fp32, read and
+// Bytes of HBM the optimizer step reads and writes per parameter it owns: Adam's
+// (kAdamBytesPerParam), the master weights' copy into 16-bit weights unless the plan trains in
+// fp32 (kMasterCopyBytesPerParam), and with compression the error-feedback residual (fp32, read and
 // written: 12 more, with the compensated gradient).
 double optimizer_bytes_per_param(const plan::Plan& plan);
 
