@@ -23,8 +23,9 @@ namespace {
 
 // Version 02 appends the experts' three vectors to 01's payload; 01 shards still load (no
 // experts).
-constexpr char kMagic[8] = {'M', 'W', 'C', 'K', 'P', 'T', '0', '2'};
-constexpr char kMagicV1[8] = {'M', 'W', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr char kMagic[8] = {'M', 'W', 'C', 'K', 'P', 'T', '0', '3'};
+constexpr char kMagicV2[8] = {'M', 'W', 'C', 'K', 'P', 'T', '0', '2'};  // no adam_step
+constexpr char kMagicV1[8] = {'M', 'W', 'C', 'K', 'P', 'T', '0', '1'};  // no adam_step, no experts
 
 void put(std::string& out, const void* p, std::size_t n) {
   if (n > 0) out.append(static_cast<const char*>(p), n);  // an empty vector's data() may be null
@@ -104,6 +105,7 @@ std::filesystem::path shard_path(const std::filesystem::path& dir, std::int64_t 
 std::string serialize_shard(const RankState& s) {
   std::string payload;
   put_i64(payload, s.step);
+  put_i64(payload, s.adam_step);
   put_i64(payload, s.rank);
   put_i64(payload, s.world_size);
   put_i64(payload, static_cast<std::int64_t>(s.plan_hash.size()));
@@ -214,7 +216,8 @@ std::vector<std::int64_t> prune_checkpoints(const std::filesystem::path& dir, st
 
 RankState parse_shard(const std::string& bytes, const std::string& file) {
   const bool v1 = bytes.size() >= sizeof kMagicV1 && std::memcmp(bytes.data(), kMagicV1, sizeof kMagicV1) == 0;
-  if (bytes.size() < sizeof kMagic + sizeof(std::uint64_t) || (!v1 && std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)) {
+  const bool v2 = bytes.size() >= sizeof kMagicV2 && std::memcmp(bytes.data(), kMagicV2, sizeof kMagicV2) == 0;
+  if (bytes.size() < sizeof kMagic + sizeof(std::uint64_t) || (!v1 && !v2 && std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)) {
     throw std::runtime_error(file + ": not a meshwork checkpoint shard (truncated, or another file)");
   }
   std::uint64_t sum = 0;
@@ -224,6 +227,8 @@ RankState parse_shard(const std::string& bytes, const std::string& file) {
   Reader r{payload, 0, file};
   RankState s;
   s.step = r.i64();
+  s.adam_step = v1 || v2 ? s.step : r.i64();
+  if (s.adam_step < 0 || s.adam_step > s.step) throw std::runtime_error(file + ": corrupt checkpoint shard (" + std::to_string(s.adam_step) + " updates in " + std::to_string(s.step) + " steps)");
   s.rank = r.i64();
   s.world_size = r.i64();
   const std::int64_t n = r.i64();

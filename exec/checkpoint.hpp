@@ -22,6 +22,9 @@ namespace meshwork::exec {
 
 struct RankState {
   std::int64_t step = 0;  // steps completed
+  // AdamW's updates (its bias correction's count): fewer than `step` when fp16's loss scaler
+  // skipped some. Shards before format 03 hold none: it equals their step there.
+  std::int64_t adam_step = 0;
   std::int64_t rank = 0, world_size = 1;
   std::string plan_hash;
   std::vector<float> params, exp_avg, exp_avg_sq;

@@ -161,6 +161,7 @@ void Trainer::check_replicas(std::span<const float> data, std::int64_t step, con
 }
 
 double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
+  steps_done_ = step;
   replica_check_every_ = options.replica_check_every;
   if (options.death.step == step && options.death.rank == world_rank_) std::raise(SIGKILL);
   // A preemption notice: the handler records it and the step runs to its end.
@@ -290,7 +291,8 @@ RankState Trainer::state() {
     return out;
   };
   RankState s;
-  s.step = adam_step_;
+  s.step = steps_done_;
+  s.adam_step = adam_step_;
   s.params = host(params_);
   s.exp_avg = host(exp_avg_);
   s.exp_avg_sq = host(exp_avg_sq_);
@@ -311,7 +313,8 @@ void Trainer::restore(const RankState& s) {
   backend_->from_host(s.expert_params, expert_params_.span());
   backend_->from_host(s.expert_exp_avg, expert_exp_avg_.span());
   backend_->from_host(s.expert_exp_avg_sq, expert_exp_avg_sq_.span());
-  adam_step_ = s.step;
+  steps_done_ = s.step;
+  adam_step_ = s.adam_step;
   params_stale_ = false;
   unpack(true, expert_params_.span());
   if (!(plan_.parallelism.zero_stage == 3 && g_.dp->size() > 1)) unpack(false, params_.span());

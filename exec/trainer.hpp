@@ -93,7 +93,8 @@ class Trainer {
   [[nodiscard]] const plan::Plan& plan() const { return plan_; }
   [[nodiscard]] std::int64_t stage() const { return stage_; }
   // Seconds per instruction of this rank's stage, summed over the steps since the last reset
-  // (DP instructions, which the optimizer instruction plays, stay 0). On a device backend each
+  // (DP instructions, which the first of the optimizer's instructions plays, stay 0; that one
+  // holds the reductions' time). On a device backend each
   // instruction is waited for only when the Trainer times it (an OpSeconds, `tracing` or a
   // delay); otherwise the device runs ahead and these are the host's enqueue times.
   [[nodiscard]] const std::vector<double>& instr_seconds() const { return instr_seconds_; }
@@ -108,7 +109,8 @@ class Trainer {
  private:
   // The dense parameters' (or the experts') values or gradients, flat in the chunks' order,
   // into the front of `flat`; unpack writes values back. The experts are reduced and updated
-  // apart from the dense ones, over the expert-data-parallel group, and never sharded by ZeRO.
+  // apart from the dense ones, over the expert-data-parallel group (ZeRO 1-2 shard their
+  // optimizer state there; ZeRO-3 does not shard their parameters).
   void pack(bool experts, bool grads, std::span<float> flat);
   void unpack(bool experts, std::span<const float> flat);
   void release_params();
@@ -151,7 +153,8 @@ class Trainer {
   std::optional<Pending> pending_;
   double grad_norm_ = 0;
   bool skipped_ = false;
-  std::int64_t adam_step_ = 0;
+  std::int64_t adam_step_ = 0;   // AdamW's updates
+  std::int64_t steps_done_ = 0;  // the last step played (more than adam_step_ after fp16 skips)
   std::int64_t replica_check_every_ = 1;
   std::vector<Reduced> reduced_;
   std::vector<float> reduced_flat_;  // --verify: the all-reduced gradients, flat, on the host

@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -225,6 +226,12 @@ void Trainer::clip_gradients() {
   g_.world->all_reduce_sum(std::span<double>(total));
   start = Clock::now();
   grad_norm_ = std::sqrt(total[0]);
+  // A NaN or inf in the gradients without fp16's scaler to skip the step: Megatron stops the
+  // run here (--check-for-nan-in-loss-and-grad, on by default); every rank has the same norm.
+  if (!std::isfinite(grad_norm_)) {
+    throw std::runtime_error("step " + std::to_string(steps_done_) + ": the gradients' global norm is not finite (" + std::to_string(grad_norm_) +
+                             "): a NaN or inf reached them; the update is not applied");
+  }
   const auto coefficient = static_cast<float>(std::min(1.0, plan_.training.clip_grad / (grad_norm_ + 1e-6)));
   for_each_update_gradient([&](std::span<float> g) { b.scale(g, coefficient); });
   b.synchronize();

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 
@@ -274,6 +275,22 @@ TEST_F(Checkpoint, StepsAreListedNewestFirstAndSetAsideOnesAreNot) {
   EXPECT_EQ(prune_checkpoints(dir_, checkpoint_steps(dir_), 1), (std::vector<std::int64_t>{2}));
   EXPECT_EQ(checkpoint_steps(dir_), (std::vector<std::int64_t>{4}));
   EXPECT_TRUE(std::filesystem::exists(dir_ / "step-00000010.damaged"));  // retention leaves damaged ones alone
+}
+
+// Format 03 keeps AdamW's update count apart from the step (fp16 skips make them differ);
+// a format-02 shard, written before skips existed, reads with the two equal.
+TEST_F(Checkpoint, TheUpdateCountTravelsAndOlderShardsReadWithTheirStep) {
+  state_.adam_step = 3;
+  const RankState back = parse_shard(serialize_shard(state_), "x");
+  EXPECT_EQ(back.step, 4);
+  EXPECT_EQ(back.adam_step, 3);
+  state_.adam_step = 5;  // more updates than steps: damage
+  EXPECT_THROW((void)parse_shard(serialize_shard(state_), "x"), std::runtime_error);
+  std::ifstream in(std::filesystem::path(MESHWORK_SOURCE_DIR) / "fuzz/corpus/checkpoint/shard-v2-dense", std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(file.size(), 16u);
+  const RankState v2 = parse_shard(file.substr(1), "shard-v2-dense");  // its first byte is the fuzzer's reader switch
+  EXPECT_EQ(v2.adam_step, v2.step);
 }
 
 TEST_F(Checkpoint, ABitExactRoundTripInMemory) {

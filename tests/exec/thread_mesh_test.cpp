@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "exec/checkpoint.hpp"
 #include "exec/executor_adamw.hpp"
 #include "exec/reference_step.hpp"
 #include "exec/thread_group.hpp"
@@ -211,7 +212,7 @@ TEST(ThreadMesh, TheGradientNormCountsEveryElementOnce) {
 
 // fp16's loss scaler on the executor: with finite gradients it changes no bit (the executor
 // scales no loss, so it unscales by 1); a non-finite gradient skips the update, as Megatron
-// skips the iteration, where a plan without a loss scaler updates regardless.
+// skips the iteration, where a plan without a loss scaler stops with the cause named.
 TEST(Trainer, TheLossScalerSkipsAStepWithANonFiniteGradient) {
   plan::Plan fp32 = single_rank(test::json_mesh_named("tp2-pp2"));
   plan::Plan fp16 = fp32;
@@ -228,15 +229,59 @@ TEST(Trainer, TheLossScalerSkipsAStepWithANonFiniteGradient) {
       for (const auto& slot : c->slots()) slot.value[0] = std::numeric_limits<float>::quiet_NaN();
     }
     t.load_from_chunks();
-    t.step(1, ExecuteOptions{});
     const bool scaler = p.training.precision == plan::Precision::fp16;
-    EXPECT_EQ(t.skipped(), scaler);
+    if (!scaler) {
+      // No scaler to skip it: the norm is not finite, and the step stops with the cause named.
+      try {
+        t.step(1, ExecuteOptions{});
+        ADD_FAILURE() << "a NaN gradient was applied";
+      } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("global norm is not finite"), std::string::npos) << e.what();
+      }
+      continue;
+    }
+    t.step(1, ExecuteOptions{});
+    EXPECT_TRUE(t.skipped());
     const RankState st = t.state();
-    EXPECT_EQ(st.step, scaler ? 0 : 1);
-    if (scaler) {
-      EXPECT_TRUE(std::all_of(st.exp_avg.begin(), st.exp_avg.end(), [](float m) { return m == 0.0F; }));
+    EXPECT_EQ(st.step, 1);
+    EXPECT_EQ(st.adam_step, 0);
+    EXPECT_TRUE(std::all_of(st.exp_avg.begin(), st.exp_avg.end(), [](float m) { return m == 0.0F; }));
+  }
+}
+
+
+// A checkpoint after a skipped fp16 step: its step is the steps played, its AdamW count the
+// updates made, and a Trainer restored from it continues as the original does, bit for bit.
+TEST(Trainer, ACheckpointAfterASkippedStepKeepsBothCounts) {
+  plan::Plan p = single_rank(test::json_mesh_named("tp2-pp2"));
+  p.training.precision = plan::Precision::fp16;
+  Trainer t(p, local_groups(), 0, nullptr);
+  std::vector<std::vector<float>> kept;
+  for (auto& c : t.chunks()) {
+    for (const auto& slot : c->slots()) {
+      kept.emplace_back(slot.value.begin(), slot.value.end());
+      slot.value[0] = std::numeric_limits<float>::quiet_NaN();
     }
   }
+  t.load_from_chunks();
+  t.step(1, ExecuteOptions{});
+  ASSERT_TRUE(t.skipped());
+  // The values put back; step 2 updates.
+  std::size_t k = 0;
+  for (auto& c : t.chunks()) {
+    for (const auto& slot : c->slots()) std::copy(kept[k].begin(), kept[k].end(), slot.value.begin()), ++k;
+  }
+  t.load_from_chunks();
+  t.step(2, ExecuteOptions{});
+  ASSERT_FALSE(t.skipped());
+  const RankState saved = t.state();
+  EXPECT_EQ(saved.step, 2);
+  EXPECT_EQ(saved.adam_step, 1);
+  EXPECT_EQ(parse_shard(serialize_shard(saved), "x"), saved);
+  Trainer resumed(p, local_groups(), 0, nullptr);
+  resumed.restore(saved);
+  EXPECT_EQ(t.step(3, ExecuteOptions{}), resumed.step(3, ExecuteOptions{}));
+  EXPECT_EQ(t.state(), resumed.state());
 }
 
 }  // namespace
