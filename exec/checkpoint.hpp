@@ -35,7 +35,8 @@ struct RankState {
 };
 
 std::filesystem::path shard_path(const std::filesystem::path& dir, std::int64_t step, std::int64_t rank);
-// A shard's bytes: magic, checksum, then the state.
+// A shard's bytes: magic (format 03: "MWCKPT03"; 01 and 02 are still read), checksum, then
+// the state.
 std::string serialize_shard(const RankState& state);
 // Writes the shard atomically; throws std::runtime_error naming the file on I/O failure.
 void save_shard(const std::filesystem::path& dir, const RankState& state);
