@@ -186,6 +186,12 @@ void Trainer::clip_gradients() {
   auto start = Clock::now();
   const bool tp_lead = g_.tp->rank() == 0;
   double sum = 0;
+  // Whether this rank counts a slot of chunk `c`: a TP-replicated parameter on TP rank 0 only,
+  // the tied embedding on its first stage's copy only.
+  auto counted = [&](std::size_t c, const ParamSlot& slot) {
+    if (slot.spec->split == Split::replicated && !tp_lead) return false;
+    return !(slot.spec->name == "embedding.word" && !program_.first_virtual(stage_, static_cast<std::int64_t>(c)));
+  };
   // The counted elements of `flat`, which holds elements [begin, begin + flat.size()) of the
   // flat order of the dense parameters (or of the experts).
   auto add = [&](bool experts, std::span<const float> flat, std::size_t begin) {
@@ -195,10 +201,7 @@ void Trainer::clip_gradients() {
         if (slot.spec->is_expert() != experts) continue;
         const std::size_t lo = std::max(at, begin), hi = std::min(at + slot.size(), begin + flat.size());
         at += slot.size();
-        if (lo >= hi) continue;
-        if (slot.spec->split == Split::replicated && !tp_lead) continue;
-        if (slot.spec->name == "embedding.word" && !program_.first_virtual(stage_, static_cast<std::int64_t>(c))) continue;
-        sum += b.sum_squares(flat.subspan(lo - begin, hi - lo));
+        if (lo < hi && counted(c, slot)) sum += b.sum_squares(flat.subspan(lo - begin, hi - lo));
       }
     }
   };
@@ -206,10 +209,7 @@ void Trainer::clip_gradients() {
     // Slot by slot: the dense gradients are where the chunks hold them.
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       for (const auto& slot : chunks_[c]->slots()) {
-        if (slot.spec->is_expert()) continue;
-        if (slot.spec->split == Split::replicated && !tp_lead) continue;
-        if (slot.spec->name == "embedding.word" && !program_.first_virtual(stage_, static_cast<std::int64_t>(c))) continue;
-        sum += b.sum_squares(slot.grad);
+        if (!slot.spec->is_expert() && counted(c, slot)) sum += b.sum_squares(slot.grad);
       }
     }
   } else if (u.sharded) {
