@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "models/hardware.hpp"
 #include "models/params.hpp"
 #include "report/report_io.hpp"
 #include "plan/derived.hpp"
@@ -13,6 +14,17 @@
 
 namespace meshwork::cli {
 namespace {
+
+// "unfused", or the fused kernel, auto's choice named as such: "cudnn (auto on hopper)".
+std::string attention_text(const plan::Plan& p) {
+  if (!p.training.flash_attention) return "unfused";
+  const auto hw = models::hardware_profile(p.cluster.gpu);
+  if (hw.attention_max_efficiency > 0) return "fused, as measured (cluster.gpu.calibration)";
+  if (hw.generation == "cpu") return "fused, the executor's own";
+  const std::string kernel(plan::to_string(models::attention_kernel(hw, p.training.attention_kernel)));
+  if (p.training.attention_kernel != plan::AttentionKernel::automatic) return kernel;
+  return kernel + " (auto on " + std::string(hw.generation) + ")";
+}
 
 std::string num(double v) {
   std::ostringstream s;
@@ -49,7 +61,7 @@ void print_summary(std::ostream& os, const plan::Plan& p) {
   }
   os << "training  global batch " << p.training.global_batch_size << " x micro-batch " << p.training.micro_batch_size
      << ", " << to_string(p.training.precision) << ", recompute " << to_string(p.training.recompute)
-     << ", flash attention " << (p.training.flash_attention ? "on" : "off") << '\n';
+     << ", attention " << attention_text(p) << '\n';
   os << "mesh      TP " << par.tensor_model_parallel_size << " x CP " << par.context_parallel_size << " x PP "
      << par.pipeline_model_parallel_size << " x DP " << par.data_parallel_size << " = " << c.num_gpus << " GPUs";
   if (par.expert_model_parallel_size > 1) os << " (EP " << par.expert_model_parallel_size << " x expert-DP " << d.expert_data_parallel_size << ")";

@@ -8,9 +8,6 @@
 namespace meshwork::models {
 namespace {
 
-// FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward against ~87% for the
-// best GEMM (Dao 2023, arXiv:2307.08691 §4.1): 0.8 of a GEMM of the same size.
-constexpr double kFlashOverGemm = 0.8;
 // Decoder attention is causal: a flash kernel computes about half of the s x s blocks.
 constexpr double kCausalFlashFraction = 0.5;
 
@@ -30,6 +27,15 @@ GemmCurve curve_at(const HardwareProfile& hw, double peak_flops, const plan::Gpu
   const double sixteen_bit = sixteen_bit_peak_tflops(gpu) * 1e12;
   if (gpu.calibration.gemm_half_macs > 0 || sixteen_bit <= 0 || peak_flops <= 0) return {hw.gemm_max_efficiency, hw.gemm_half_macs};
   return {hw.gemm_max_efficiency, hw.gemm_half_macs * peak_flops / sixteen_bit};
+}
+
+// The keys one call of the attention kernel loops over, which its pace follows (models::
+// AttentionPace): the sequence, or with context parallelism's p2p ring one chunk of it, a call
+// per step of the ring; all_gather's one call runs its queries over all s keys.
+double keys_per_call(const plan::Plan& p) {
+  const double s = static_cast<double>(p.model.seq_length);
+  const std::int64_t cp = p.parallelism.context_parallel_size;
+  return cp > 1 && p.parallelism.context_parallel_comm_type == plan::CpCommType::p2p ? s / static_cast<double>(cp) : s;
 }
 
 }  // namespace
@@ -56,7 +62,8 @@ ComputeTimer::ComputeTimer(const plan::Plan& p)
       hbm_bytes_per_s_(p.cluster.gpu.hbm_gbytes_per_s * 1e9 * hw_.memory_efficiency),
       gemm_curve_(curve_at(hw_, peak_flops_, p.cluster.gpu)),
       attention_curve_(curve_at(hw_, attention_peak_flops_, p.cluster.gpu)),
-      flash_(p.training.flash_attention) {}
+      flash_(p.training.flash_attention),
+      fused_over_gemm_(attention_over_gemm(hw_, p.training.attention_kernel, keys_per_call(p))) {}
 
 double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double cast_bytes) const {
   double t = hw_.kernel_overhead_s;
@@ -76,9 +83,15 @@ double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double 
         break;
       }
       // Causal flash attention skips the masked half of the score blocks (Dao 2023 §3.1); the
-      // op's FLOPs stay the full matrix, as MFU counts them.
+      // op's FLOPs stay the full matrix, as MFU counts them. A fused kernel runs at its measured
+      // pace over the best GEMM's (training.attention_kernel, models/hardware.cpp), forward and
+      // backward alike: the pace is the pair's, so a step's attention time is right while a
+      // recomputed forward is priced at the pair's pace rather than the forward's. FP8
+      // attention (training.fp8_attention) keeps the BF16 kernels' paces over its FP8 peak: no
+      // FP8 table is among docs/reference/attention (FlashAttention-3's FP8 forward, "close to
+      // 1.2 PFLOP/s" of 1,979, Shah et al. 2024's abstract, is about BF16's share).
       const double executed = flash_ ? flops * kCausalFlashFraction : flops;
-      const double compute = executed / (attention_peak_flops_ * attention_curve_.efficiency(flops / 2) * (flash_ ? kFlashOverGemm : 1));
+      const double compute = executed / (attention_peak_flops_ * attention_curve_.efficiency(flops / 2) * (flash_ ? fused_over_gemm_ : 1));
       const double memory = bytes / hbm_bytes_per_s_;
       // Fused (flash) attention overlaps its memory traffic with its math; unfused attention
       // runs batched GEMMs and separate softmax/dropout passes over the scores.

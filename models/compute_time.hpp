@@ -57,6 +57,7 @@ class ComputeTimer {
   // The size curves of GEMMs and of the attention at their own peaks (compute_time.cpp, curve_at).
   GemmCurve gemm_curve_, attention_curve_;
   bool flash_ = false;
+  double fused_over_gemm_ = 0;  // the fused kernel's pace over the best GEMM's (models::attention_over_gemm)
 };
 
 }  // namespace meshwork::models

@@ -1,10 +1,10 @@
 #include "models/gemm_fit.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <fstream>
 #include <string_view>
+
+#include "models/csv_table.hpp"
 
 namespace meshwork::models {
 
@@ -58,64 +58,24 @@ double fit_gemm_half_macs(const std::vector<std::pair<double, double>>& points, 
 }
 
 std::vector<GemmMeasurement> read_gemm_table(const std::filesystem::path& file, std::string& error) {
-  error.clear();
-  std::ifstream in(file);
-  if (!in) {
-    error = file.string() + ": cannot be read";
-    return {};
-  }
   std::vector<GemmMeasurement> out;
-  std::vector<std::string> problems;
-  std::string line;
-  int number = 0;
-  auto trim = [](std::string_view v) {
-    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-    while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r')) v.remove_suffix(1);
-    return v;
-  };
-  while (std::getline(in, line)) {
-    ++number;
-    std::string_view text = line;
-    if (number == 1 && text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte-order mark
-    text = trim(text);
-    if (text.empty() || text[0] == '#' || text.substr(0, 2) == "m,") continue;
-    const std::string where = file.string() + ":" + std::to_string(number) + ": ";
-    std::vector<std::string_view> fields;
-    for (std::size_t from = 0;;) {
-      const std::size_t comma = text.find(',', from);
-      fields.push_back(trim(text.substr(from, comma == std::string_view::npos ? std::string_view::npos : comma - from)));
-      if (comma == std::string_view::npos) break;
-      from = comma + 1;
-    }
-    if (fields.size() != 4) {
-      problems.push_back(where + std::to_string(fields.size()) + " fields, expected 4 (m,n,k,flops_per_s)");
-      continue;
-    }
+  const auto problems = read_csv_rows(file, "m,", [&](const std::vector<std::string_view>& fields) -> std::optional<std::string> {
+    if (fields.size() != 4) return std::to_string(fields.size()) + " fields, expected 4 (m,n,k,flops_per_s)";
     GemmMeasurement g;
-    const char* names[] = {"m", "n", "k", "flops_per_s"};
-    bool ok = true;
-    for (std::size_t i = 0; i < 4 && ok; ++i) {
-      const std::string_view f = fields[i];
-      std::from_chars_result r{};
-      if (i < 3) r = std::from_chars(f.data(), f.data() + f.size(), i == 0 ? g.m : i == 1 ? g.n : g.k);
-      else r = std::from_chars(f.data(), f.data() + f.size(), g.flops_per_s);
-      if (r.ec != std::errc() || r.ptr != f.data() + f.size()) {
-        problems.push_back(where + "field " + names[i] + " is not a number: '" + std::string(f) + "'");
-        ok = false;
-      }
+    std::int64_t* dims[] = {&g.m, &g.n, &g.k};
+    const char* names[] = {"m", "n", "k"};
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (!parse_csv_number(fields[i], *dims[i])) return std::string("field ") + names[i] + " is not a number: '" + std::string(fields[i]) + "'";
     }
-    if (!ok) continue;
+    if (!parse_csv_number(fields[3], g.flops_per_s)) return "field flops_per_s is not a number: '" + std::string(fields[3]) + "'";
     if (g.m <= 0 || g.n <= 0 || g.k <= 0 || !(g.flops_per_s > 0) || !std::isfinite(g.flops_per_s)) {
-      problems.push_back(where + "a shape or throughput that is not positive and finite");
-      continue;
+      return "a shape or throughput that is not positive and finite";
     }
     out.push_back(g);
-  }
-  if (out.empty() && problems.empty()) problems.push_back(file.string() + ": no measurements");
-  if (!problems.empty()) {
-    for (std::size_t i = 0; i < problems.size(); ++i) error += (i > 0 ? "\n" : "") + problems[i];
-    return {};
-  }
+    return std::nullopt;
+  });
+  error = join_problems(problems);
+  if (!problems.empty()) return {};
   return out;
 }
 

@@ -3,22 +3,70 @@
 #include <string>
 
 #include "models/gemm_fit.hpp"
+#include "plan/presets.hpp"
 
 namespace meshwork::models {
 namespace {
-
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 // Fraction of the best isolated matmul that a training step's GEMMs reach (shapes, layouts,
 // allocator and launch effects): 0.68 / 0.869 on Ampere, the one calibrated figure.
 constexpr double kInTrainingGemmFraction = 0.68 / (271.2 / 312);
 
+// Fused attention kernels' pace over a forward and backward, in MFU's FLOPs, over the best
+// measured BF16 matmul of their generation (271.2 TFLOP/s on A100, 794.5 on H100;
+// docs/reference/published-runs.md C3), against the sequence length: models::fit_attention_pace
+// on docs/reference/attention (head dimension 128), which AttentionKernels.
+// TheProfilesCarryTheFitsOfTheirTables recomputes. H100 (Shah et al. 2024, FlashAttention-3,
+// §4.1, 512 to 16K tokens): at 16K, FlashAttention-2 370 forward and 322 backward TFLOP/s,
+// cuDNN 595 and 516, FlashAttention-3 648 and 561; each kernel within 3% of its curve at every
+// length measured.
+constexpr AttentionPace kHopperFlash2{0.36830737604823716, 229.22882554785411};
+constexpr AttentionPace kHopperCudnn{0.606549850080439, 306.2608959326869};
+constexpr AttentionPace kHopperFlash3{0.6601863033941096, 370.2206227455401};
+// FlashAttention-2 on A100: its stated 73% forward and 63% backward of 312 TFLOP/s (Dao 2023
+// §4.1), given without a length, as the maximum; the length at half of it is FlashAttention-2's
+// on H100 (the same kernel; no A100 figure against the length among our sources).
+constexpr AttentionPace kAmpereFlash2{0.6465439864462987, kHopperFlash2.half_seq_length};
+
+// Transformer Engine's choice when both FlashAttention and its cuDNN FusedAttention can run:
+// FusedAttention on Hopper and later ("Disabling FlashAttention to give FusedAttention
+// preference on Hopper+ for performance reasons", get_attention_backend in
+// transformer_engine/pytorch/attention utils), FlashAttention before.
+void set_attention_kernels(HardwareProfile& hw, plan::GpuGeneration generation) {
+  using plan::AttentionKernel;
+  switch (generation) {
+    case plan::GpuGeneration::hopper:
+      hw.flash2 = kHopperFlash2;
+      hw.flash3 = kHopperFlash3;
+      hw.cudnn = kHopperCudnn;
+      hw.auto_attention_kernel = AttentionKernel::cudnn;
+      break;
+    case plan::GpuGeneration::blackwell:
+      // No Blackwell attention microbenchmark among our sources: Hopper's paces over the best
+      // GEMM (FlashAttention-3 does not run here).
+      hw.flash2 = kHopperFlash2;
+      hw.cudnn = kHopperCudnn;
+      hw.auto_attention_kernel = AttentionKernel::cudnn;
+      break;
+    case plan::GpuGeneration::ampere:
+    case plan::GpuGeneration::other:
+      // cuDNN's fused attention on A100 is measured by none of our sources: FlashAttention-2's
+      // pace. A GPU no generation covers, and a CPU host until `meshwork calibrate` measures
+      // the executor's own kernel, take Ampere's.
+      hw.flash2 = kAmpereFlash2;
+      hw.cudnn = kAmpereFlash2;
+      hw.auto_attention_kernel = AttentionKernel::flash2;
+      break;
+  }
+}
+
 }  // namespace
 
 HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
   HardwareProfile hw;
-  const std::string_view name = gpu.name;
-  if (starts_with(name, "a100")) {
+  const plan::GpuGeneration generation = plan::gpu_generation(gpu);
+  set_attention_kernels(hw, generation);
+  if (generation == plan::GpuGeneration::ampere) {
     hw.generation = "ampere";
     // In training, GEMMs reach less than the best isolated matmul (271.2 of 312 TFLOP/s,
     // docs/reference/published-runs.md C3): 0.68 of peak, calibrated once on Ampere against NAR21 Table 1 and
@@ -43,7 +91,7 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     // NCCL's LL ceiling in one Ampere node, 87.7 GB/s (NVIDIA/nccl src/graph/tuning.cc llMaxBws).
     hw.nccl = true;
     hw.ll_busbw_bytes_per_s = 87.7e9;
-  } else if (starts_with(name, "h100") || starts_with(name, "h200") || starts_with(name, "h800")) {
+  } else if (generation == plan::GpuGeneration::hopper) {
     hw.generation = "hopper";
     // Best measured BF16 matmul 794.5 of 989 TFLOP/s (docs/reference/published-runs.md C3,
     // STAS), times the in-training fraction found on Ampere (no Hopper BF16 run is in a
@@ -77,7 +125,7 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     // NCCL's LL ceiling in one Hopper node, 141 GB/s (NVIDIA/nccl src/graph/tuning.cc llMaxBws).
     hw.nccl = true;
     hw.ll_busbw_bytes_per_s = 141e9;
-  } else if (starts_with(name, "b200")) {
+  } else if (generation == plan::GpuGeneration::blackwell) {
     hw.generation = "blackwell";
     // Best measured BF16 matmul 1,745 of 2,250 TFLOP/s (docs/reference/published-runs.md C3, STAS), times the
     // in-training fraction found on Ampere. Half of it at 5.57e9 multiply-adds, fitted as
@@ -158,6 +206,22 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.calibrated = true;
   }
   return hw;
+}
+
+plan::AttentionKernel attention_kernel(const HardwareProfile& hw, plan::AttentionKernel requested) {
+  return requested == plan::AttentionKernel::automatic ? hw.auto_attention_kernel : requested;
+}
+
+double attention_over_gemm(const HardwareProfile& hw, plan::AttentionKernel requested, double seq_length) {
+  AttentionPace pace;
+  switch (attention_kernel(hw, requested)) {
+    case plan::AttentionKernel::flash2: pace = hw.flash2; break;
+    case plan::AttentionKernel::flash3: pace = hw.flash3; break;
+    case plan::AttentionKernel::cudnn: pace = hw.cudnn; break;
+    case plan::AttentionKernel::automatic: break;
+  }
+  // A kernel the generation does not run (plan::validate refuses such a plan): FlashAttention-2's.
+  return (pace.max_over_gemm > 0 ? pace : hw.flash2).at(seq_length);
 }
 
 double sixteen_bit_peak_tflops(const plan::GpuSpec& gpu) {

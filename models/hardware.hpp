@@ -10,6 +10,14 @@
 
 namespace meshwork::models {
 
+// A fused attention kernel's pace over the best GEMM's at sequence length s (the keys a call
+// runs over): max s / (s + half_seq_length). max 0: the kernel does not run on the generation.
+struct AttentionPace {
+  double max_over_gemm = 0;
+  double half_seq_length = 0;
+  [[nodiscard]] double at(double seq_length) const { return seq_length > 0 ? max_over_gemm * seq_length / (seq_length + half_seq_length) : max_over_gemm; }
+};
+
 struct HardwareProfile {
   std::string_view generation;
   bool calibrated = true;  // false: a GPU no generation's calibration covers (generic figures)
@@ -30,6 +38,12 @@ struct HardwareProfile {
   double loss_efficiency = 0;
   double embedding_efficiency = 0;
   double optimizer_efficiency = 0;
+  // Fused attention kernels: each one's pace over a forward and backward as a fraction of the
+  // generation's best measured GEMM, against the sequence length a call runs over, fitted on
+  // the microbenchmarks of docs/reference/attention (models/attention_kernels.hpp). training.
+  // attention_kernel auto takes auto_attention_kernel, the one Transformer Engine picks.
+  AttentionPace flash2, flash3, cudnn;
+  plan::AttentionKernel auto_attention_kernel = plan::AttentionKernel::flash2;
   // Fixed cost per kernel launch, seconds.
   double kernel_overhead_s = 0;
   // Bus bandwidth of large collectives over NVLink and over the NICs, / line rate.
@@ -63,6 +77,12 @@ struct HardwareProfile {
 };
 
 HardwareProfile hardware_profile(const plan::GpuSpec& gpu);
+
+// The fused attention kernel a plan runs: training.attention_kernel, auto resolved for the
+// profile's generation.
+plan::AttentionKernel attention_kernel(const HardwareProfile& hw, plan::AttentionKernel requested);
+// That kernel's pace over the best GEMM's for calls over `seq_length` keys (HardwareProfile::flash2...).
+double attention_over_gemm(const HardwareProfile& hw, plan::AttentionKernel requested, double seq_length);
 
 // Efficiency of one GEMM of m*n*k multiply-adds.
 double gemm_efficiency(const HardwareProfile& hw, double macs);

@@ -19,6 +19,10 @@ enum class Recompute { none, selective, full };
 // et al. 2022 eq. 7, NAR21) or its causal half (Megatron-LM's throughput since 2024).
 enum class AttentionFlops { full, causal };
 enum class RecomputeMethod { uniform, block };
+// Which fused attention kernel runs (Megatron-core's --attention-backend with Transformer Engine):
+// auto, the one Transformer Engine picks on the plan's GPU generation (models/hardware.cpp);
+// FlashAttention-2; FlashAttention-3 (Hopper only); cuDNN's fused attention.
+enum class AttentionKernel { automatic, flash2, flash3, cudnn };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 // Context parallelism's exchange of K and V (Megatron-core's --cp-comm-type).
 enum class CpCommType { p2p, all_gather };
@@ -60,6 +64,10 @@ MESHWORK_ENUM_NAMES(Recompute, std::pair{Recompute::none, std::string_view("none
                     std::pair{Recompute::full, std::string_view("full")});
 MESHWORK_ENUM_NAMES(AttentionFlops, std::pair{AttentionFlops::full, std::string_view("full")},
                     std::pair{AttentionFlops::causal, std::string_view("causal")});
+MESHWORK_ENUM_NAMES(AttentionKernel, std::pair{AttentionKernel::automatic, std::string_view("auto")},
+                    std::pair{AttentionKernel::flash2, std::string_view("flash2")},
+                    std::pair{AttentionKernel::flash3, std::string_view("flash3")},
+                    std::pair{AttentionKernel::cudnn, std::string_view("cudnn")});
 MESHWORK_ENUM_NAMES(RecomputeMethod, std::pair{RecomputeMethod::uniform, std::string_view("uniform")},
                     std::pair{RecomputeMethod::block, std::string_view("block")});
 MESHWORK_ENUM_NAMES(PipelineSchedule, std::pair{PipelineSchedule::gpipe, std::string_view("gpipe")},

@@ -233,15 +233,26 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
   if (auto method = a.value("--recompute-method")) training["recompute_method"] = *method;
   if (auto n = num.integer(a, "--recompute-num-layers")) training["recompute_num_layers"] = *n;
   if (auto c = num.real(a, "--clip-grad")) training["clip_grad"] = *c;
-  // Megatron-core's attention backend defaults to auto (Transformer Engine picks flash or fused
-  // attention); unfused and local materialise the score matrix.
+  // Megatron-core's attention backend (AttnBackend) defaults to auto: Transformer Engine picks
+  // flash or fused attention, as training.attention_kernel auto does for the GPU. flash is
+  // FlashAttention through Transformer Engine, and the older --use-flash-attn the flash-attn
+  // package: FlashAttention-2 (Transformer Engine takes FlashAttention-3 where it is installed,
+  // on Hopper, which the flags do not say); fused is cuDNN's; unfused and local materialise
+  // the score matrix.
   const std::string backend = a.value("--attention-backend").value_or(a.has("--use-flash-attn") ? "flash" : "auto");
-  training["flash_attention"] = backend != "unfused" && backend != "local";
-  const auto seq = model.contains("seq_length") ? std::optional<std::int64_t>(model["seq_length"].get<std::int64_t>()) : std::nullopt;
-  if (auto iters = num.integer(a, "--train-iters"); iters && seq && training.contains("global_batch_size")) {
-    training["tokens"] = static_cast<double>(*iters) * static_cast<double>(training["global_batch_size"].get<std::int64_t>()) * static_cast<double>(*seq);
-  } else if (auto samples = num.integer(a, "--train-samples"); samples && seq) {
-    training["tokens"] = static_cast<double>(*samples) * static_cast<double>(*seq);
+  if (backend == "unfused" || backend == "local") {
+    training["flash_attention"] = false;
+  } else if (backend == "flash" || backend == "fused" || backend == "auto") {
+    training["flash_attention"] = true;
+    training["attention_kernel"] = backend == "flash" ? "flash2" : backend == "fused" ? "cudnn" : "auto";
+  } else {
+    out.diagnostics.error("--attention-backend", "expected flash, fused, unfused, local or auto, got \"" + backend + "\"");
+  }
+  const double seq = model.contains("seq_length") ? static_cast<double>(model["seq_length"].get<std::int64_t>()) : 0;  // 0: not given
+  if (auto iters = num.integer(a, "--train-iters"); iters && seq > 0 && training.contains("global_batch_size")) {
+    training["tokens"] = static_cast<double>(*iters) * static_cast<double>(training["global_batch_size"].get<std::int64_t>()) * seq;
+  } else if (auto samples = num.integer(a, "--train-samples"); samples && seq > 0) {
+    training["tokens"] = static_cast<double>(*samples) * seq;
   }
 
   // Parallelism.

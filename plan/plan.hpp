@@ -79,6 +79,8 @@ struct TrainingConfig {
   RecomputeMethod recompute_method = RecomputeMethod::uniform;
   std::int64_t recompute_num_layers = 1;
   bool flash_attention = true;
+  // With flash_attention: which fused kernel; auto, the generation's default (models/hardware.cpp).
+  AttentionKernel attention_kernel = AttentionKernel::automatic;
   // With precision fp8: the attention's matmuls in FP8 too (Transformer Engine's recipe
   // fp8_dpa, False by default: FP8 training runs the attention in BF16).
   bool fp8_attention = false;

@@ -174,4 +174,13 @@ const ModelPreset* find_model_preset(std::string_view key) {
   return nullptr;
 }
 
+GpuGeneration gpu_generation(const GpuSpec& gpu) {
+  const std::string_view name = gpu.name;
+  const auto starts = [&](std::string_view prefix) { return name.substr(0, prefix.size()) == prefix; };
+  if (starts("a100")) return GpuGeneration::ampere;
+  if (starts("h100") || starts("h200") || starts("h800")) return GpuGeneration::hopper;
+  if (starts("b200")) return GpuGeneration::blackwell;
+  return GpuGeneration::other;
+}
+
 }  // namespace meshwork::plan

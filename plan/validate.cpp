@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "plan/presets.hpp"
 #include "plan/rank_layout.hpp"
 #include "plan/schema.hpp"
 
@@ -303,6 +304,7 @@ class Validator {
     if (plan_.training.fp8_attention && plan_.training.precision != Precision::fp8) {
       d_.warning("training.fp8_attention", "has no effect unless training.precision is fp8");
     }
+    check_attention_kernel();
     if (mesh_ok && c_.gpus_per_node > 0) check_tp_in_node();
     check_fabric();
   }
@@ -361,6 +363,26 @@ class Validator {
 
   // A TP group should sit inside one NVLink domain: its all-reduces are on the critical path
   // of every layer (Narayanan et al. 2021 §3.3: "tensor model parallelism within a node").
+  // A fused kernel runs only where it was built for: FlashAttention-3 on Hopper (sm_90a,
+  // Shah et al. 2024 §1), any of them on a GPU (a CPU host runs the executor's own attention).
+  void check_attention_kernel() {
+    const AttentionKernel k = plan_.training.attention_kernel;
+    if (k == AttentionKernel::automatic) return;
+    const std::string name = "attention_kernel " + std::string(to_string(k));
+    if (!plan_.training.flash_attention) {
+      d_.error("training.attention_kernel", name + " is a fused kernel, but training.flash_attention is false (unfused attention); set one or the other");
+      return;
+    }
+    const std::string gpu = c_.gpu.name.empty() ? std::string("the GPU") : c_.gpu.name;
+    const GpuGeneration g = gpu_generation(c_.gpu);
+    const bool gpu_like = c_.gpu.peak_tflops.bf16 > 0 || c_.gpu.peak_tflops.fp16 > 0 || c_.gpu.peak_tflops.fp8 > 0;
+    if (!gpu_like) {
+      d_.error("training.attention_kernel", name + " is a CUDA kernel, and " + gpu + " is not a GPU (no 16- or 8-bit tensor peak); leave it auto");
+    } else if (k == AttentionKernel::flash3 && g != GpuGeneration::hopper) {
+      d_.error("training.attention_kernel", "FlashAttention-3 runs only on Hopper (H100, H200, H800), not on " + gpu + "; use flash2 or cudnn");
+    }
+  }
+
   void check_tp_in_node() {
     const RankLayout layout = RankLayout::from_plan(p_);
     if (layout.world_size() != c_.num_gpus) return;

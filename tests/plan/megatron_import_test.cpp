@@ -267,6 +267,8 @@ TEST(MegatronImport, Llama3_8bFp8ExampleScript) {
   EXPECT_TRUE(p.parallelism.overlap.param_gather);
   EXPECT_EQ(p.cluster.num_gpus, 8);
   EXPECT_TRUE(mentions(r.mapped, "--fp8-format hybrid -> training.precision"));
+  EXPECT_TRUE(p.training.flash_attention);  // --attention-backend fused: cuDNN's fused attention
+  EXPECT_EQ(p.training.attention_kernel, AttentionKernel::cudnn);
   EXPECT_TRUE(mentions(r.unknowns, "[ ! -f \"$PRETRAIN_SCRIPT_PATH\" ]"));
 }
 
@@ -371,6 +373,36 @@ TEST(MegatronImport, ZeroParallelSizesAreErrorsNotCrashes) {
   }
   const auto huge = import_megatron_script("torchrun --nproc_per_node 8 --nnodes 99999999999 pretrain_gpt.py --num-layers 8\n", "huge");
   EXPECT_FALSE(huge.ok());
+}
+
+// Megatron-core's --attention-backend (AttnBackend): flash is FlashAttention-2, fused cuDNN's,
+// auto Transformer Engine's choice, unfused and local no fused kernel; anything else is named.
+TEST(MegatronImport, TheAttentionBackendPicksTheKernel) {
+  const std::string head = "torchrun --nproc_per_node 8 --nnodes 1 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+                           "--max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --vocab-size 1024 --bf16 ";
+  const std::pair<const char*, AttentionKernel> fused[] = {
+      {"--attention-backend flash", AttentionKernel::flash2}, {"--use-flash-attn", AttentionKernel::flash2},
+      {"--attention-backend fused", AttentionKernel::cudnn}, {"--attention-backend auto", AttentionKernel::automatic},
+      {"", AttentionKernel::automatic}};
+  for (const auto& [flag, kernel] : fused) {
+    SCOPED_TRACE(flag);
+    const MegatronImport r = import_megatron_script(head + flag, "tiny");
+    ASSERT_TRUE(r.ok()) << r.diagnostics.items().size();
+    const Plan p = load(r);
+    EXPECT_TRUE(p.training.flash_attention);
+    EXPECT_EQ(p.training.attention_kernel, kernel);
+  }
+  for (const char* flag : {"--attention-backend unfused", "--attention-backend local"}) {
+    SCOPED_TRACE(flag);
+    const MegatronImport r = import_megatron_script(head + flag, "tiny");
+    ASSERT_TRUE(r.ok());
+    EXPECT_FALSE(load(r).training.flash_attention);
+  }
+  const MegatronImport bad = import_megatron_script(head + "--attention-backend flash4", "tiny");
+  EXPECT_FALSE(bad.ok());
+  bool named = false;
+  for (const auto& item : bad.diagnostics.items()) named = named || (item.path == "--attention-backend" && item.message.find("flash4") != std::string::npos);
+  EXPECT_TRUE(named);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "plan/backend_limits.hpp"
+#include "plan/presets.hpp"
 #include "plan/validate.hpp"
 #include "tests/plan/test_plans.hpp"
 
@@ -484,6 +485,30 @@ TEST(Validate, FailureFieldsOutOfRangeAreDiagnosticsWithTheirPath) {
   EXPECT_TRUE(has_error(r.diagnostics, "failures.sdc_check_s", "")) << dump(r.diagnostics);
   EXPECT_TRUE(has_error(r.diagnostics, "failures.straggler_slowdown", "")) << dump(r.diagnostics);
   EXPECT_TRUE(has_error(r.diagnostics, "checkpoint.snapshot_gbytes_per_s", "")) << dump(r.diagnostics);
+}
+
+// A fused kernel where it runs: FlashAttention-3 on Hopper only, any of them with
+// flash_attention on and on a GPU; auto is always valid.
+TEST(Validate, TheAttentionKernelMustRunOnTheGpu) {
+  Plan p = base_plan();  // h100-sxm
+  for (const AttentionKernel k : {AttentionKernel::automatic, AttentionKernel::flash2, AttentionKernel::flash3, AttentionKernel::cudnn}) {
+    p.training.attention_kernel = k;
+    EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+  }
+  p.cluster.gpu = find_gpu_preset("a100-sxm-80gb")->spec;
+  p.training.attention_kernel = AttentionKernel::flash3;
+  EXPECT_TRUE(has_error(check(p), "training.attention_kernel", "FlashAttention-3 runs only on Hopper")) << dump(check(p));
+  p.training.attention_kernel = AttentionKernel::cudnn;
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+  p.training.flash_attention = false;
+  EXPECT_TRUE(has_error(check(p), "training.attention_kernel", "training.flash_attention is false")) << dump(check(p));
+  p.training.attention_kernel = AttentionKernel::automatic;
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+  p.training.flash_attention = true;
+  p.training.attention_kernel = AttentionKernel::flash2;
+  p.cluster.gpu.peak_tflops = {0, 0, 0, 0, 1};  // a CPU host: no tensor peak
+  p.training.precision = Precision::fp32;
+  EXPECT_TRUE(has_error(check(p), "training.attention_kernel", "is not a GPU")) << dump(check(p));
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+#include "models/attention_kernels.hpp"
+
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "models/csv_table.hpp"
+
+namespace meshwork::models {
+
+std::vector<AttentionMeasurement> read_attention_table(const std::filesystem::path& file, std::string& error) {
+  std::vector<AttentionMeasurement> out;
+  const auto problems = read_csv_rows(file, "gpu,", [&](const std::vector<std::string_view>& fields) -> std::optional<std::string> {
+    if (fields.size() != 6) return std::to_string(fields.size()) + " fields, expected 6 (gpu,kernel,pass,seq_length,head_dim,tflops_per_s)";
+    AttentionMeasurement m;
+    m.gpu = fields[0];
+    m.kernel = fields[1];
+    if (fields[2] != "forward" && fields[2] != "backward") return "field pass is '" + std::string(fields[2]) + "', expected forward or backward";
+    m.backward = fields[2] == "backward";
+    double tflops = 0;
+    if (!parse_csv_number(fields[3], m.seq_length)) return "field seq_length is not a whole number: '" + std::string(fields[3]) + "'";
+    if (!parse_csv_number(fields[4], m.head_dim)) return "field head_dim is not a whole number: '" + std::string(fields[4]) + "'";
+    if (!parse_csv_number(fields[5], tflops)) return "field tflops_per_s is not a number: '" + std::string(fields[5]) + "'";
+    if (m.gpu.empty() || m.kernel.empty()) return std::string("an empty gpu or kernel");
+    if (m.seq_length < 0 || m.head_dim <= 0 || !(tflops > 0) || !std::isfinite(tflops)) return std::string("a size or throughput that is not positive and finite");
+    m.flops_per_s = tflops * 1e12;
+    out.push_back(m);
+    return std::nullopt;
+  });
+  error = join_problems(problems);
+  if (!problems.empty()) return {};
+  return out;
+}
+
+double pass_pair_flops_per_s(double forward_flops_per_s, double backward_flops_per_s) {
+  // Kernel FLOPs: F forward, 2.5 F backward; model FLOPs: 3 F.
+  return 3 / (1 / forward_flops_per_s + 2.5 / backward_flops_per_s);
+}
+
+std::vector<std::pair<double, double>> attention_paces(const std::vector<AttentionMeasurement>& table, const std::string& gpu,
+                                                       const std::string& kernel, std::int64_t head_dim) {
+  std::map<std::int64_t, std::pair<double, double>> passes;  // length -> (forward, backward)
+  for (const auto& m : table) {
+    if (m.gpu != gpu || m.kernel != kernel || m.head_dim != head_dim) continue;
+    auto& pass = passes[m.seq_length];
+    (m.backward ? pass.second : pass.first) = m.flops_per_s;
+  }
+  std::vector<std::pair<double, double>> out;
+  for (const auto& [length, pass] : passes) {
+    if (pass.first > 0 && pass.second > 0) out.emplace_back(static_cast<double>(length), pass_pair_flops_per_s(pass.first, pass.second));
+  }
+  return out;
+}
+
+GemmCurve fit_attention_pace(const std::vector<AttentionMeasurement>& table, const std::string& gpu, const std::string& kernel,
+                             std::int64_t head_dim, double best_gemm_flops_per_s) {
+  std::vector<std::pair<double, double>> points;
+  for (const auto& [length, pace] : attention_paces(table, gpu, kernel, head_dim)) {
+    // A stated maximum without its length: that pace at every length.
+    if (length <= 0) return {pace / best_gemm_flops_per_s, 0};
+    points.emplace_back(length, pace / best_gemm_flops_per_s);
+  }
+  return fit_gemm_curve(points);
+}
+
+}  // namespace meshwork::models
