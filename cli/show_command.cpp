@@ -8,6 +8,7 @@
 #include "report/report_io.hpp"
 #include "plan/derived.hpp"
 #include "plan/plan_io.hpp"
+#include "plan/presets.hpp"
 #include "plan/rank_layout.hpp"
 #include "plan/units.hpp"
 #include "plan/validate.hpp"
@@ -15,15 +16,21 @@
 namespace meshwork::cli {
 namespace {
 
-// "unfused", or the fused kernel, auto's choice named as such: "cudnn (auto on hopper)".
+// "unfused", or the fused kernel, auto's choice named as such: "cudnn (auto on Hopper)".
 std::string attention_text(const plan::Plan& p) {
   if (!p.training.flash_attention) return "unfused";
   const auto hw = models::hardware_profile(p.cluster.gpu);
   if (hw.attention_max_efficiency > 0) return "fused, as measured (cluster.gpu.calibration)";
-  if (hw.generation == "cpu") return "fused, the executor's own";
+  const plan::GpuGeneration generation = plan::gpu_generation(p.cluster.gpu);
+  const bool gpu = p.cluster.gpu.peak_tflops.bf16 > 0 || p.cluster.gpu.peak_tflops.fp16 > 0 || p.cluster.gpu.peak_tflops.fp8 > 0;
+  if (!gpu) return "fused, the executor's own";
   const std::string kernel(plan::to_string(models::attention_kernel(hw, p.training.attention_kernel)));
   if (p.training.attention_kernel != plan::AttentionKernel::automatic) return kernel;
-  return kernel + " (auto on " + std::string(hw.generation) + ")";
+  const char* on = generation == plan::GpuGeneration::ampere   ? "Ampere"
+                   : generation == plan::GpuGeneration::hopper ? "Hopper"
+                   : generation == plan::GpuGeneration::blackwell ? "Blackwell"
+                                                                  : "a GPU no generation covers";
+  return kernel + " (auto on " + on + ")";
 }
 
 std::string num(double v) {

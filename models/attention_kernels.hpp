@@ -1,7 +1,7 @@
 #pragma once
-// Fused attention kernels from their published microbenchmarks (docs/reference/attention): the
-// throughput of a kernel's forward and backward passes together, which a hardware profile keeps
-// as a fraction of its generation's best GEMM (models/hardware.cpp).
+// Fused attention kernels from their published microbenchmarks (docs/reference/attention): each
+// pass's throughput against the sequence length, which a hardware profile keeps as a fraction of
+// its generation's best GEMM (models/hardware.cpp).
 
 #include <cstdint>
 #include <filesystem>
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "models/gemm_fit.hpp"
+#include "models/hardware.hpp"
 
 namespace meshwork::models {
 
@@ -30,21 +30,17 @@ struct AttentionMeasurement {
 // malformed line, returns nothing and says what in `error`, a line each; else `error` is empty.
 std::vector<AttentionMeasurement> read_attention_table(const std::filesystem::path& file, std::string& error);
 
-// The pace of one forward and backward, in the FLOPs MFU counts (the backward as twice the
-// forward, 3 F in all) per second of the two passes' time, F / fwd + 2.5 F / bwd.
-double pass_pair_flops_per_s(double forward_flops_per_s, double backward_flops_per_s);
+// One pass of a kernel on a GPU against the sequence length: (sequence length, FLOP/s) for each
+// length at `head_dim`, shortest first; a repeated length is an error in `error`.
+std::vector<std::pair<double, double>> attention_pass_points(const std::vector<AttentionMeasurement>& table, const std::string& gpu,
+                                                             const std::string& kernel, std::int64_t head_dim, bool backward, std::string& error);
 
-// A kernel's pace on a GPU against the sequence length: (sequence length, pass-pair pace) for
-// each length at `head_dim` that has both passes, shortest first.
-std::vector<std::pair<double, double>> attention_paces(const std::vector<AttentionMeasurement>& table, const std::string& gpu,
-                                                       const std::string& kernel, std::int64_t head_dim);
-
-// A kernel's pace as a fraction of `best_gemm_flops_per_s` against the sequence length s, on
-// the curve max s / (s + half) (GemmCurve's, in the sequence length: a kernel's fixed work per
-// block of queries, the prologue and the last tiles, weighs less as its loop over the keys
-// grows), fitted by models::fit_gemm_curve. A table whose rows give no length (seq_length 0, a
-// stated maximum) gives that pace flat, half 0; no row: {0, 0}.
-GemmCurve fit_attention_pace(const std::vector<AttentionMeasurement>& table, const std::string& gpu, const std::string& kernel,
-                             std::int64_t head_dim, double best_gemm_flops_per_s);
+// A pass's pace as a fraction of `best_gemm_flops_per_s` against the sequence length s, on the
+// curve max s / (s + half) (GemmCurve's, in the sequence length: a kernel's fixed work per block
+// of queries, its prologue and last tiles, weighs less as its loop over the keys grows), fitted
+// by models::fit_gemm_curve. Rows that give no length (seq_length 0, a stated maximum) give that
+// pace flat, half 0; no row: {0, 0}.
+AttentionPace fit_attention_pace(const std::vector<AttentionMeasurement>& table, const std::string& gpu, const std::string& kernel,
+                                 std::int64_t head_dim, bool backward, double best_gemm_flops_per_s);
 
 }  // namespace meshwork::models

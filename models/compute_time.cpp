@@ -10,6 +10,9 @@ namespace {
 
 // Decoder attention is causal: a flash kernel computes about half of the s x s blocks.
 constexpr double kCausalFlashFraction = 0.5;
+// A flash kernel's backward recomputes the scores: 2.5 times its forward's FLOPs (five matmuls
+// against two, Dao 2023 §4.1), where MFU counts the backward as twice the forward.
+constexpr double kFlashBackwardFlopsOverMfu = 2.5 / 2;
 
 // A generation's size curve is measured on its 16-bit GEMMs (docs/reference/gemm, `meshwork
 // calibrate`). Its half size stands for a fixed time, not a count of multiply-adds: a GEMM
@@ -63,9 +66,10 @@ ComputeTimer::ComputeTimer(const plan::Plan& p)
       gemm_curve_(curve_at(hw_, peak_flops_, p.cluster.gpu)),
       attention_curve_(curve_at(hw_, attention_peak_flops_, p.cluster.gpu)),
       flash_(p.training.flash_attention),
-      fused_over_gemm_(attention_over_gemm(hw_, p.training.attention_kernel, keys_per_call(p))) {}
+      forward_over_gemm_(attention_paces(hw_, p.training.attention_kernel).forward.at(keys_per_call(p))),
+      backward_over_gemm_(attention_paces(hw_, p.training.attention_kernel).backward.at(keys_per_call(p))) {}
 
-double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double cast_bytes) const {
+double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double cast_bytes, OpPhase phase) const {
   double t = hw_.kernel_overhead_s;
   switch (kind) {
     case OpKind::gemm:
@@ -83,15 +87,22 @@ double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double 
         break;
       }
       // Causal flash attention skips the masked half of the score blocks (Dao 2023 §3.1); the
-      // op's FLOPs stay the full matrix, as MFU counts them. A fused kernel runs at its measured
-      // pace over the best GEMM's (training.attention_kernel, models/hardware.cpp), forward and
-      // backward alike: the pace is the pair's, so a step's attention time is right while a
-      // recomputed forward is priced at the pair's pace rather than the forward's. FP8
-      // attention (training.fp8_attention) keeps the BF16 kernels' paces over its FP8 peak: no
-      // FP8 table is among docs/reference/attention (FlashAttention-3's FP8 forward, "close to
-      // 1.2 PFLOP/s" of 1,979, Shah et al. 2024's abstract, is about BF16's share).
-      const double executed = flash_ ? flops * kCausalFlashFraction : flops;
-      const double compute = executed / (attention_peak_flops_ * attention_curve_.efficiency(flops / 2) * (flash_ ? fused_over_gemm_ : 1));
+      // op's FLOPs stay the full matrix, as MFU counts them. A fused kernel runs each pass at its
+      // measured pace over the best GEMM's (training.attention_kernel, models/hardware.cpp): the
+      // forward and a recomputed forward at the forward's, the backward at the backward's, which
+      // does 2.5 times the forward's FLOPs where MFU counts 2 (the scores recomputed, Dao 2023
+      // §4.1). Like the GEMMs, it runs at the in-training fraction of its isolated pace (the curve's
+      // maximum, gemm_max_efficiency), and a small op pays the GEMM curve's fixed time; at the
+      // tables' sizes (16K tokens a call) that curve is 0.93 at 512 tokens and above 0.99 from 4K,
+      // so the shortest lengths' fixed work is counted by both curves by at most 7%. FP8 attention
+      // (training.fp8_attention) keeps the BF16 kernels' paces over its FP8 peak: no FP8 table is
+      // among docs/reference/attention (FlashAttention-3's FP8 forward, "close to 1.2 PFLOP/s" of
+      // 1,979, Shah et al. 2024's abstract, is about BF16's share).
+      const bool backward = phase == OpPhase::backward_input || phase == OpPhase::backward_weight;
+      const double kernel_flops = flash_ && backward ? flops * kFlashBackwardFlopsOverMfu : flops;
+      const double executed = flash_ ? kernel_flops * kCausalFlashFraction : flops;
+      const double pace = flash_ ? (backward ? backward_over_gemm_ : forward_over_gemm_) : 1;
+      const double compute = executed / (attention_peak_flops_ * attention_curve_.efficiency(flops / 2) * pace);
       const double memory = bytes / hbm_bytes_per_s_;
       // Fused (flash) attention overlaps its memory traffic with its math; unfused attention
       // runs batched GEMMs and separate softmax/dropout passes over the scores.

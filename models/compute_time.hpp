@@ -39,8 +39,13 @@ class ComputeTimer {
   // Seconds for an op of `kind` doing `flops` and moving `bytes` through HBM; an FP8 GEMM's
   // operand casts (`cast_bytes`, Op::cast_bytes) at the memory-bound rate on top. A grouped
   // GEMM (Op::gemm_groups) is timed as one GEMM of its whole size (op_table.hpp says why).
-  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes, double cast_bytes = 0) const;
-  [[nodiscard]] double operator()(const Op& op) const { return (*this)(op.kind, op.flops, op.bytes, op.cast_bytes); }
+  // An attention op's `phase` picks its kernel's pass: the forward's pace for the forward and a
+  // recomputed forward, the backward's for the backward. Every caller that times instructions or
+  // ops passes both (no default: a backward timed as a forward is wrong without a sign).
+  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes, double cast_bytes, OpPhase phase) const;
+  // A forward op with no FP8 casts: the streaming kinds' (optimizer, elementwise) form.
+  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes) const { return (*this)(kind, flops, bytes, 0, OpPhase::forward); }
+  [[nodiscard]] double operator()(const Op& op) const { return (*this)(op.kind, op.flops, op.bytes, op.cast_bytes, op.phase); }
   [[nodiscard]] double hbm_bytes_per_s() const { return hbm_bytes_per_s_; }
   // The streaming rate of an op of `kind` (memory-bound kinds): a calibrated kernel's where
   // `meshwork calibrate` measured one, the achievable memory bandwidth otherwise.
@@ -57,7 +62,8 @@ class ComputeTimer {
   // The size curves of GEMMs and of the attention at their own peaks (compute_time.cpp, curve_at).
   GemmCurve gemm_curve_, attention_curve_;
   bool flash_ = false;
-  double fused_over_gemm_ = 0;  // the fused kernel's pace over the best GEMM's (models::attention_over_gemm)
+  // The fused kernel's paces over the best GEMM's at the plan's keys per call (models::attention_paces).
+  double forward_over_gemm_ = 0, backward_over_gemm_ = 0;
 };
 
 }  // namespace meshwork::models

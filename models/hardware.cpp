@@ -12,26 +12,27 @@ namespace {
 // allocator and launch effects): 0.68 / 0.869 on Ampere, the one calibrated figure.
 constexpr double kInTrainingGemmFraction = 0.68 / (271.2 / 312);
 
-// Fused attention kernels' pace over a forward and backward, in MFU's FLOPs, over the best
-// measured BF16 matmul of their generation (271.2 TFLOP/s on A100, 794.5 on H100;
-// docs/reference/published-runs.md C3), against the sequence length: models::fit_attention_pace
-// on docs/reference/attention (head dimension 128), which AttentionKernels.
-// TheProfilesCarryTheFitsOfTheirTables recomputes. H100 (Shah et al. 2024, FlashAttention-3,
-// §4.1, 512 to 16K tokens): at 16K, FlashAttention-2 370 forward and 322 backward TFLOP/s,
-// cuDNN 595 and 516, FlashAttention-3 648 and 561; each kernel within 3% of its curve at every
-// length measured.
-constexpr AttentionPace kHopperFlash2{0.36830737604823716, 229.22882554785411};
-constexpr AttentionPace kHopperCudnn{0.606549850080439, 306.2608959326869};
-constexpr AttentionPace kHopperFlash3{0.6601863033941096, 370.2206227455401};
+// Fused attention kernels' paces, each pass in its own FLOPs, over the best measured BF16 matmul
+// of their generation (271.2 TFLOP/s on A100, 794.5 on H100; docs/reference/published-runs.md
+// C3), against the sequence length: models::fit_attention_pace on docs/reference/attention (head
+// dimension 128), which AttentionKernels.TheProfilesCarryTheFitsOfTheirTables recomputes. H100
+// (Shah et al. 2024, FlashAttention-3, §4.1, 512 to 16K tokens; at 16K, forward and backward
+// TFLOP/s): FlashAttention-2 370 and 322, cuDNN 595 and 516, FlashAttention-3 648 and 561; each
+// pass within 5% of its curve at every length measured.
+constexpr AttentionKernelPaces kHopperFlash2{{0.47451572508378675, 103.65858666617989}, {0.41420439236087997, 273.6898683454688}};
+constexpr AttentionKernelPaces kHopperCudnn{{0.781847600479152, 110.8670691354218}, {0.6822256616156166, 375.5065697507297}};
+constexpr AttentionKernelPaces kHopperFlash3{{0.8427262877875177, 208.98399683809117}, {0.744606300440249, 427.15316577835125}};
 // FlashAttention-2 on A100: its stated 73% forward and 63% backward of 312 TFLOP/s (Dao 2023
-// §4.1), given without a length, as the maximum; the length at half of it is FlashAttention-2's
+// §4.1), given without a length, as the maxima; the lengths at half of them are FlashAttention-2's
 // on H100 (the same kernel; no A100 figure against the length among our sources).
-constexpr AttentionPace kAmpereFlash2{0.6465439864462987, kHopperFlash2.half_seq_length};
+constexpr AttentionKernelPaces kAmpereFlash2{{0.8398230088495575, kHopperFlash2.forward.half_seq_length},
+                                             {0.7247787610619469, kHopperFlash2.backward.half_seq_length}};
 
 // Transformer Engine's choice when both FlashAttention and its cuDNN FusedAttention can run:
 // FusedAttention on Hopper and later ("Disabling FlashAttention to give FusedAttention
 // preference on Hopper+ for performance reasons", get_attention_backend in
-// transformer_engine/pytorch/attention utils), FlashAttention before.
+// transformer_engine/pytorch/attention/dot_product_attention/utils.py, NVIDIA/TransformerEngine
+// @a0b36d0c), FlashAttention before.
 void set_attention_kernels(HardwareProfile& hw, plan::GpuGeneration generation) {
   using plan::AttentionKernel;
   switch (generation) {
@@ -40,24 +41,32 @@ void set_attention_kernels(HardwareProfile& hw, plan::GpuGeneration generation) 
       hw.flash3 = kHopperFlash3;
       hw.cudnn = kHopperCudnn;
       hw.auto_attention_kernel = AttentionKernel::cudnn;
-      break;
+      return;
     case plan::GpuGeneration::blackwell:
       // No Blackwell attention microbenchmark among our sources: Hopper's paces over the best
       // GEMM (FlashAttention-3 does not run here).
       hw.flash2 = kHopperFlash2;
       hw.cudnn = kHopperCudnn;
       hw.auto_attention_kernel = AttentionKernel::cudnn;
-      break;
+      return;
     case plan::GpuGeneration::ampere:
     case plan::GpuGeneration::other:
-      // cuDNN's fused attention on A100 is measured by none of our sources: FlashAttention-2's
-      // pace. A GPU no generation covers, and a CPU host until `meshwork calibrate` measures
-      // the executor's own kernel, take Ampere's.
-      hw.flash2 = kAmpereFlash2;
-      hw.cudnn = kAmpereFlash2;
-      hw.auto_attention_kernel = AttentionKernel::flash2;
       break;
   }
+  if (hw.generation == "cpu") {
+    // A CPU host runs the executor's own attention (kernels/attention.cpp), which no table
+    // measures: until `meshwork calibrate` does, both passes at the pace every GPU's flash
+    // attention had before the kernels' tables (0.8 of a GEMM of its size, FlashAttention-2 on
+    // A100 as Dao 2023 §4.1 rounds it, its backward counted as MFU counts it), flat.
+    hw.flash2 = {{0.8, 0}, {0.8 * 1.25, 0}};
+    hw.cudnn = hw.flash2;
+    return;
+  }
+  // cuDNN's fused attention on A100 is measured by none of our sources: FlashAttention-2's pace.
+  // A GPU no generation covers takes Ampere's, as its other figures.
+  hw.flash2 = kAmpereFlash2;
+  hw.cudnn = kAmpereFlash2;
+  hw.auto_attention_kernel = AttentionKernel::flash2;
 }
 
 }  // namespace
@@ -65,7 +74,6 @@ void set_attention_kernels(HardwareProfile& hw, plan::GpuGeneration generation) 
 HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
   HardwareProfile hw;
   const plan::GpuGeneration generation = plan::gpu_generation(gpu);
-  set_attention_kernels(hw, generation);
   if (generation == plan::GpuGeneration::ampere) {
     hw.generation = "ampere";
     // In training, GEMMs reach less than the best isolated matmul (271.2 of 312 TFLOP/s,
@@ -180,6 +188,7 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.gpu_idle_fraction = 0.3;
     hw.host_watts_per_node = 0;
   }
+  set_attention_kernels(hw, generation);
   // Measured on the machine at hand (`meshwork calibrate`): what it measured replaces the
   // generation's figures.
   const auto& c = gpu.calibration;
@@ -212,16 +221,15 @@ plan::AttentionKernel attention_kernel(const HardwareProfile& hw, plan::Attentio
   return requested == plan::AttentionKernel::automatic ? hw.auto_attention_kernel : requested;
 }
 
-double attention_over_gemm(const HardwareProfile& hw, plan::AttentionKernel requested, double seq_length) {
-  AttentionPace pace;
+const AttentionKernelPaces& attention_paces(const HardwareProfile& hw, plan::AttentionKernel requested) {
+  const AttentionKernelPaces* paces = &hw.flash2;
   switch (attention_kernel(hw, requested)) {
-    case plan::AttentionKernel::flash2: pace = hw.flash2; break;
-    case plan::AttentionKernel::flash3: pace = hw.flash3; break;
-    case plan::AttentionKernel::cudnn: pace = hw.cudnn; break;
+    case plan::AttentionKernel::flash2: paces = &hw.flash2; break;
+    case plan::AttentionKernel::flash3: paces = &hw.flash3; break;
+    case plan::AttentionKernel::cudnn: paces = &hw.cudnn; break;
     case plan::AttentionKernel::automatic: break;
   }
-  // A kernel the generation does not run (plan::validate refuses such a plan): FlashAttention-2's.
-  return (pace.max_over_gemm > 0 ? pace : hw.flash2).at(seq_length);
+  return paces->forward.max_over_gemm > 0 ? *paces : hw.flash2;
 }
 
 double sixteen_bit_peak_tflops(const plan::GpuSpec& gpu) {

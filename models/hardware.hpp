@@ -10,12 +10,18 @@
 
 namespace meshwork::models {
 
-// A fused attention kernel's pace over the best GEMM's at sequence length s (the keys a call
-// runs over): max s / (s + half_seq_length). max 0: the kernel does not run on the generation.
+// One pass of a fused attention kernel: its pace, in the FLOPs the kernels' papers count, over
+// the best GEMM's, at sequence length s (the keys a call runs over): max s / (s +
+// half_seq_length). max 0: the kernel does not run on the generation.
 struct AttentionPace {
   double max_over_gemm = 0;
   double half_seq_length = 0;
   [[nodiscard]] double at(double seq_length) const { return seq_length > 0 ? max_over_gemm * seq_length / (seq_length + half_seq_length) : max_over_gemm; }
+};
+// A kernel's forward and backward paces. Its backward does 2.5 times the forward's FLOPs (the
+// scores recomputed: Dao 2023, arXiv:2307.08691 §4.1) where MFU counts twice.
+struct AttentionKernelPaces {
+  AttentionPace forward, backward;
 };
 
 struct HardwareProfile {
@@ -38,11 +44,11 @@ struct HardwareProfile {
   double loss_efficiency = 0;
   double embedding_efficiency = 0;
   double optimizer_efficiency = 0;
-  // Fused attention kernels: each one's pace over a forward and backward as a fraction of the
-  // generation's best measured GEMM, against the sequence length a call runs over, fitted on
-  // the microbenchmarks of docs/reference/attention (models/attention_kernels.hpp). training.
-  // attention_kernel auto takes auto_attention_kernel, the one Transformer Engine picks.
-  AttentionPace flash2, flash3, cudnn;
+  // Fused attention kernels: each pass's pace as a fraction of the generation's best measured
+  // GEMM, against the sequence length a call runs over, fitted on the microbenchmarks of
+  // docs/reference/attention (models/attention_kernels.hpp). training.attention_kernel auto
+  // takes auto_attention_kernel, the one Transformer Engine picks.
+  AttentionKernelPaces flash2, flash3, cudnn;
   plan::AttentionKernel auto_attention_kernel = plan::AttentionKernel::flash2;
   // Fixed cost per kernel launch, seconds.
   double kernel_overhead_s = 0;
@@ -81,8 +87,9 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu);
 // The fused attention kernel a plan runs: training.attention_kernel, auto resolved for the
 // profile's generation.
 plan::AttentionKernel attention_kernel(const HardwareProfile& hw, plan::AttentionKernel requested);
-// That kernel's pace over the best GEMM's for calls over `seq_length` keys (HardwareProfile::flash2...).
-double attention_over_gemm(const HardwareProfile& hw, plan::AttentionKernel requested, double seq_length);
+// That kernel's paces (HardwareProfile::flash2...); FlashAttention-2's for a kernel the
+// generation does not run (plan::validate refuses such a plan).
+const AttentionKernelPaces& attention_paces(const HardwareProfile& hw, plan::AttentionKernel requested);
 
 // Efficiency of one GEMM of m*n*k multiply-adds.
 double gemm_efficiency(const HardwareProfile& hw, double macs);

@@ -1,5 +1,7 @@
 #include "plan/presets.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <vector>
 
 #include "plan/enums.hpp"
@@ -175,8 +177,9 @@ const ModelPreset* find_model_preset(std::string_view key) {
 }
 
 GpuGeneration gpu_generation(const GpuSpec& gpu) {
-  const std::string_view name = gpu.name;
-  const auto starts = [&](std::string_view prefix) { return name.substr(0, prefix.size()) == prefix; };
+  std::string name = gpu.name;  // "H100 SXM" as well as "h100-sxm"
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const auto starts = [&](std::string_view prefix) { return std::string_view(name).substr(0, prefix.size()) == prefix; };
   if (starts("a100")) return GpuGeneration::ampere;
   if (starts("h100") || starts("h200") || starts("h800")) return GpuGeneration::hopper;
   if (starts("b200")) return GpuGeneration::blackwell;

@@ -25,11 +25,11 @@ std::span<const GpuPreset> gpu_presets();
 std::span<const ModelPreset> model_presets();
 
 const GpuPreset* find_gpu_preset(std::string_view key);
+const ModelPreset* find_model_preset(std::string_view key);
 
-// A GPU's architecture, from its name as the presets spell it ("a100...", "h100...", "h200...",
-// "h800...", "b200..."); other: any other name (a custom spec, a CPU host).
+// A GPU's architecture, from its name as the presets spell it, in any case ("a100...",
+// "h100...", "h200...", "h800...", "b200..."); other: any other name (a custom spec, a CPU host).
 enum class GpuGeneration { ampere, hopper, blackwell, other };
 GpuGeneration gpu_generation(const GpuSpec& gpu);
-const ModelPreset* find_model_preset(std::string_view key);
 
 }  // namespace meshwork::plan

@@ -144,10 +144,12 @@ bool read_value(const json& j, std::string& out, const Where& w) {
   return false;
 }
 
-// Other names people give the precisions (PyTorch's dtypes, Megatron's flags).
+// Other names people give the precisions (PyTorch's dtypes, Megatron's flags) and the attention
+// kernels (Megatron-core's --attention-backend, the kernels' short names).
 constexpr std::pair<std::string_view, std::string_view> kEnumSpellings[] = {
     {"bfloat16", "bf16"}, {"float16", "fp16"}, {"half", "fp16"}, {"float32", "fp32"}, {"float", "fp32"},
     {"float8", "fp8"},    {"e4m3", "fp8"},     {"hybrid", "fp8"}, {"rms_norm", "rmsnorm"}, {"layer_norm", "layernorm"},
+    {"fused", "cudnn"},   {"flash", "flash2"}, {"fa2", "flash2"}, {"fa3", "flash3"},
 };
 
 template <class E>

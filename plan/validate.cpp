@@ -361,8 +361,6 @@ class Validator {
     }
   }
 
-  // A TP group should sit inside one NVLink domain: its all-reduces are on the critical path
-  // of every layer (Narayanan et al. 2021 §3.3: "tensor model parallelism within a node").
   // A fused kernel runs only where it was built for: FlashAttention-3 on Hopper (sm_90a,
   // Shah et al. 2024 §1), any of them on a GPU (a CPU host runs the executor's own attention).
   void check_attention_kernel() {
@@ -380,9 +378,13 @@ class Validator {
       d_.error("training.attention_kernel", name + " is a CUDA kernel, and " + gpu + " is not a GPU (no 16- or 8-bit tensor peak); leave it auto");
     } else if (k == AttentionKernel::flash3 && g != GpuGeneration::hopper) {
       d_.error("training.attention_kernel", "FlashAttention-3 runs only on Hopper (H100, H200, H800), not on " + gpu + "; use flash2 or cudnn");
+    } else if (c_.gpu.calibration.attention_max_efficiency > 0) {
+      d_.warning("training.attention_kernel", name + " is not priced: cluster.gpu.calibration measured the attention on the machine at hand, which replaces the kernel's pace");
     }
   }
 
+  // A TP group should sit inside one NVLink domain: its all-reduces are on the critical path
+  // of every layer (Narayanan et al. 2021 §3.3: "tensor model parallelism within a node").
   void check_tp_in_node() {
     const RankLayout layout = RankLayout::from_plan(p_);
     if (layout.world_size() != c_.num_gpus) return;

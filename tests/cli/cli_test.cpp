@@ -320,12 +320,13 @@ TEST(Cli, MessagesSuggestWhatWasMeant) {
   fs::create_directories(dir);
   std::ofstream(dir / "typos.yaml")
       << "model: {preset: llama3-8b}\n"
-         "training: {global_batch_size: 64, micro_batch_size: 1, recompute: selctive, precision: bfloat16}\n"
+         "training: {global_batch_size: 64, micro_batch_size: 1, recompute: selctive, precision: bfloat16, attention_kernel: fused}\n"
          "cluster: {gpu: h100, num_gpus: 8, hbm_gib: 80}\n";
   Outcome r = meshwork({"validate", (dir / "typos.yaml").string()});
   EXPECT_EQ(r.code, 1);
   for (const char* want : {"training.recompute: expected one of none | selective | full, got the string \"selctive\"; did you mean \"selective\"?",
                            "training.precision: expected one of bf16 | fp16 | fp8 | fp32, got the string \"bfloat16\"; did you mean \"bf16\"?",
+                           "training.attention_kernel: expected one of auto | flash2 | flash3 | cudnn, got the string \"fused\"; did you mean \"cudnn\"?",
                            "cluster.gpu: unknown GPU preset \"h100\" (`meshwork presets` lists them); did you mean \"h100-sxm\"?",
                            "cluster.hbm_gib: unknown key; did you mean cluster.gpu.hbm_gib? (the field belongs there)"}) {
     EXPECT_NE(r.err.find(want), std::string::npos) << want << "\n" << r.err;

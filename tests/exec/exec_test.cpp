@@ -240,6 +240,12 @@ TEST(CheckpointKey, OnlyWhatDecidesTheStateChangesIt) {
   EXPECT_EQ(with("dp: 2}", "dp: 2, overlap: {grad_reduce: false}}"), k);
   EXPECT_EQ(with("dp: 2}", "dp: 2, cp_comm_type: all_gather}"), k);
   EXPECT_EQ(with("precision: fp32}", "precision: fp32, fp8_attention: true}"), k);
+  // The fused attention kernel prices; the executors run their own (on a GPU, where it validates).
+  std::string gpu = base;
+  gpu.replace(gpu.find("gpu: cpu-host"), 13, "gpu: h100-sxm");
+  std::string gpu_cudnn = gpu;
+  gpu_cudnn.replace(gpu_cudnn.find("precision: fp32}"), 16, "precision: fp32, attention_kernel: cudnn}");
+  EXPECT_EQ(key(gpu_cudnn), key(gpu));
   EXPECT_NE(with("seed: 7", "seed: 8"), k);
   EXPECT_NE(with("tp: 1, dp: 2", "tp: 2, dp: 1"), k);
   EXPECT_NE(with("preset: tiny}", "preset: tiny, num_layers: 4}"), k);

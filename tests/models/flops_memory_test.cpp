@@ -378,9 +378,9 @@ TEST(ComputeTimer, Fp8RunsTheAttentionInBf16UnlessAsked) {
   // The same fixed time: a GEMM of no size costs 2 half / (989e12 max) at either peak.
   EXPECT_NEAR(fp8(OpKind::gemm, 2, 0) - overhead, bf16(OpKind::gemm, 2, 0) - overhead, 1e-9 * (bf16(OpKind::gemm, 2, 0) - overhead));
   // FP8 attention (fp8_dpa) on the same terms: the causal flash kernel executes half the FLOPs,
-  // at its kernel's pace over the GEMM curve (auto on Hopper: cuDNN's, at 8,192 keys), at FP8's
+  // at its kernel's forward pace over the GEMM curve (auto on Hopper: cuDNN's, at 8,192 keys), at FP8's
   // peak with FP8's half size.
-  const double executed = flops / 2, pace = hw.cudnn.at(8192);
+  const double executed = flops / 2, pace = hw.cudnn.forward.at(8192);  // a forward: the timer's default phase
   EXPECT_NEAR(fp8_dpa(OpKind::attention, flops, 1e6) - overhead, executed / (1979e12 * pace * max * macs / (macs + fp8_half)), 1e-12);
   // And so the step: an FP8 plan's attention is not halved.
   const auto est = estimate(plan("fp8", false)), est_dpa = estimate(plan("fp8", true));
