@@ -22,8 +22,7 @@ std::string attention_text(const plan::Plan& p) {
   const auto hw = models::hardware_profile(p.cluster.gpu);
   if (hw.attention_max_efficiency > 0) return "fused, as measured (cluster.gpu.calibration)";
   const plan::GpuGeneration generation = plan::gpu_generation(p.cluster.gpu);
-  const bool gpu = p.cluster.gpu.peak_tflops.bf16 > 0 || p.cluster.gpu.peak_tflops.fp16 > 0 || p.cluster.gpu.peak_tflops.fp8 > 0;
-  if (!gpu) return "fused, the executor's own";
+  if (!plan::has_tensor_peak(p.cluster.gpu)) return "fused, the executor's own";
   const std::string kernel(plan::to_string(models::attention_kernel(hw, p.training.attention_kernel)));
   if (p.training.attention_kernel != plan::AttentionKernel::automatic) return kernel;
   const char* on = generation == plan::GpuGeneration::ampere   ? "Ampere"

@@ -65,9 +65,12 @@ ComputeTimer::ComputeTimer(const plan::Plan& p)
       hbm_bytes_per_s_(p.cluster.gpu.hbm_gbytes_per_s * 1e9 * hw_.memory_efficiency),
       gemm_curve_(curve_at(hw_, peak_flops_, p.cluster.gpu)),
       attention_curve_(curve_at(hw_, attention_peak_flops_, p.cluster.gpu)),
-      flash_(p.training.flash_attention),
-      forward_over_gemm_(attention_paces(hw_, p.training.attention_kernel).forward.at(keys_per_call(p))),
-      backward_over_gemm_(attention_paces(hw_, p.training.attention_kernel).backward.at(keys_per_call(p))) {}
+      flash_(p.training.flash_attention) {
+  const AttentionKernelPaces& paces = attention_paces(hw_, p.training.attention_kernel);
+  const double keys = keys_per_call(p);
+  forward_over_gemm_ = paces.forward.at(keys);
+  backward_over_gemm_ = paces.backward.at(keys);
+}
 
 double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double cast_bytes, OpPhase phase) const {
   double t = hw_.kernel_overhead_s;

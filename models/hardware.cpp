@@ -158,7 +158,7 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     // NCCL's LL ceiling in one Blackwell node, 282 GB/s (NVIDIA/nccl src/graph/tuning.cc llMaxBws).
     hw.nccl = true;
     hw.ll_busbw_bytes_per_s = 282e9;
-  } else if (gpu.peak_tflops.bf16 > 0 || gpu.peak_tflops.fp16 > 0 || gpu.peak_tflops.fp8 > 0) {
+  } else if (plan::has_tensor_peak(gpu)) {
     // A GPU no calibration covers (a custom spec, another vendor): Ampere's fractions of its
     // own datasheet figures, and the estimate says so in its notes. Any 16- or 8-bit tensor
     // peak makes it a GPU; the GEMM size at half efficiency scales with its 16-bit peak (half

@@ -186,4 +186,6 @@ GpuGeneration gpu_generation(const GpuSpec& gpu) {
   return GpuGeneration::other;
 }
 
+bool has_tensor_peak(const GpuSpec& gpu) { return gpu.peak_tflops.bf16 > 0 || gpu.peak_tflops.fp16 > 0 || gpu.peak_tflops.fp8 > 0; }
+
 }  // namespace meshwork::plan

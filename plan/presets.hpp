@@ -31,5 +31,7 @@ const ModelPreset* find_model_preset(std::string_view key);
 // "h100...", "h200...", "h800...", "b200..."); other: any other name (a custom spec, a CPU host).
 enum class GpuGeneration { ampere, hopper, blackwell, other };
 GpuGeneration gpu_generation(const GpuSpec& gpu);
+// A GPU rather than a CPU host: any 16- or 8-bit tensor peak.
+bool has_tensor_peak(const GpuSpec& gpu);
 
 }  // namespace meshwork::plan

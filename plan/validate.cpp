@@ -373,8 +373,7 @@ class Validator {
     }
     const std::string gpu = c_.gpu.name.empty() ? std::string("the GPU") : c_.gpu.name;
     const GpuGeneration g = gpu_generation(c_.gpu);
-    const bool gpu_like = c_.gpu.peak_tflops.bf16 > 0 || c_.gpu.peak_tflops.fp16 > 0 || c_.gpu.peak_tflops.fp8 > 0;
-    if (!gpu_like) {
+    if (!has_tensor_peak(c_.gpu)) {
       d_.error("training.attention_kernel", name + " is a CUDA kernel, and " + gpu + " is not a GPU (no 16- or 8-bit tensor peak); leave it auto");
     } else if (k == AttentionKernel::flash3 && g != GpuGeneration::hopper) {
       d_.error("training.attention_kernel", "FlashAttention-3 runs only on Hopper (H100, H200, H800), not on " + gpu + "; use flash2 or cudnn");
