@@ -125,21 +125,32 @@ std::int64_t RankLayout::rank(const MeshCoord& c) const {
   return r;
 }
 
-std::vector<MeshDim> RankLayout::dims(GroupKind g) const {
+RankLayout::Few<MeshDim, kMeshDims> RankLayout::dims(GroupKind g) const {
+  Few<MeshDim, kMeshDims> out;
   switch (g) {
-    case GroupKind::tp: return {MeshDim::tp};
-    case GroupKind::cp: return {MeshDim::cp};
-    case GroupKind::ep: return {MeshDim::ep};
-    case GroupKind::dp: return {MeshDim::ep, MeshDim::dp};
+    case GroupKind::tp: out.push_back(MeshDim::tp); break;
+    case GroupKind::cp: out.push_back(MeshDim::cp); break;
+    case GroupKind::ep: out.push_back(MeshDim::ep); break;
+    case GroupKind::dp:
+      out.push_back(MeshDim::ep);
+      out.push_back(MeshDim::dp);
+      break;
     case GroupKind::expert_dp:
     case GroupKind::expert_dp_shard:
-    case GroupKind::expert_dp_replica: return {MeshDim::cp, MeshDim::dp};
-    case GroupKind::pp: return {MeshDim::pp};
+    case GroupKind::expert_dp_replica:
+      out.push_back(MeshDim::cp);
+      out.push_back(MeshDim::dp);
+      break;
+    case GroupKind::pp: out.push_back(MeshDim::pp); break;
     case GroupKind::dp_cp:
     case GroupKind::dp_shard:
-    case GroupKind::dp_replica: return {MeshDim::cp, MeshDim::ep, MeshDim::dp};
+    case GroupKind::dp_replica:
+      out.push_back(MeshDim::cp);
+      out.push_back(MeshDim::ep);
+      out.push_back(MeshDim::dp);
+      break;
   }
-  return {};
+  return out;
 }
 
 namespace {
@@ -156,7 +167,7 @@ bool RankLayout::split(GroupKind whole, Digits& shard, Digits& replica) const {
   Digits all;
   std::int64_t n = 1;
   for (MeshDim d : order_) {  // in increasing stride
-    if (std::find(group.begin(), group.end(), d) == group.end()) continue;
+    if (!group.contains(d)) continue;
     all.push_back({size(d), stride(d)});
     n *= size(d);
   }
@@ -207,7 +218,7 @@ RankLayout::Digits RankLayout::varying(GroupKind g) const {
   Digits out;
   const auto group = dims(g);
   for (MeshDim d : order_) {
-    if (std::find(group.begin(), group.end(), d) != group.end()) out.push_back({size(d), stride(d)});
+    if (group.contains(d)) out.push_back({size(d), stride(d)});
   }
   return out;
 }
@@ -216,13 +227,13 @@ RankLayout::Digits RankLayout::fixed(GroupKind g) const {
   Digits out;
   const auto group = dims(g);
   for (MeshDim d : order_) {
-    if (std::find(group.begin(), group.end(), d) == group.end()) out.push_back({size(d), stride(d)});
+    if (!group.contains(d)) out.push_back({size(d), stride(d)});
   }
   if (is_shard(g) || is_replica(g)) {
     Digits shard, replica;
     split(g == GroupKind::dp_shard || g == GroupKind::dp_replica ? GroupKind::dp_cp : GroupKind::expert_dp, shard, replica);
     const Digits& other = is_shard(g) ? replica : shard;
-    out.insert(out.end(), other.begin(), other.end());
+    for (const Digit& x : other) out.push_back(x);
     std::sort(out.begin(), out.end(), [](const Digit& a, const Digit& b) { return a.stride < b.stride; });
   }
   return out;
@@ -302,9 +313,9 @@ RankLayout::NodeSpan RankLayout::node_span(GroupKind g, std::int64_t gpus_per_no
   const std::int64_t n = group_size(g);
   if (n <= 1 || gpus_per_node <= 0) return out;
   // Every digit of the rank, in increasing stride, and whether the group spans it.
-  std::vector<std::pair<Digit, bool>> all;
-  for (const Digit& x : varying(g)) all.emplace_back(x, true);
-  for (const Digit& x : fixed(g)) all.emplace_back(x, false);
+  Few<std::pair<Digit, bool>, 2 * (2 * kMeshDims + 2)> all;
+  for (const Digit& x : varying(g)) all.push_back({x, true});
+  for (const Digit& x : fixed(g)) all.push_back({x, false});
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first.stride < b.first.stride; });
   // Digits in increasing stride: each contributes the values that stay inside one node.
   bool regular = true;

@@ -128,12 +128,36 @@ class RankLayout {
     std::int64_t size = 1;
     std::int64_t stride = 1;
   };
-  using Digits = std::vector<Digit>;
+  // A few items kept in place: a rank has at most kMeshDims + 1 digits (a shard or replica
+  // group splits one dimension in two), and the estimate asks for them hundreds of times a plan
+  // (issue 18: allocating them was a tenth of an estimate's time).
+  template <typename T, std::size_t N>
+  class Few {
+   public:
+    void push_back(const T& x) { items_.at(n_++) = x; }
+    void clear() { n_ = 0; }
+    [[nodiscard]] std::size_t size() const { return n_; }
+    T* begin() { return items_.data(); }
+    T* end() { return items_.data() + n_; }
+    [[nodiscard]] const T* begin() const { return items_.data(); }
+    [[nodiscard]] const T* end() const { return items_.data() + n_; }
+    [[nodiscard]] bool contains(const T& x) const {
+      for (const T& y : *this) {
+        if (y == x) return true;
+      }
+      return false;
+    }
+
+   private:
+    std::array<T, N> items_{};
+    std::size_t n_ = 0;
+  };
+  using Digits = Few<Digit, 2 * kMeshDims + 2>;
   // The digits a group spans and the others, each in increasing stride; a shard or replica
   // group's dimension at the instance boundary counts as two digits.
   [[nodiscard]] Digits varying(GroupKind g) const;
   [[nodiscard]] Digits fixed(GroupKind g) const;
-  [[nodiscard]] std::vector<MeshDim> dims(GroupKind g) const;
+  [[nodiscard]] Few<MeshDim, kMeshDims> dims(GroupKind g) const;
   // The digits of the whole group (dp_cp or expert_dp) in increasing stride, the first
   // `shard` of their product (their instance) and the rest (the replicas); false if the
   // instance does not fall on the digits.
