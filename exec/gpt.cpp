@@ -508,10 +508,13 @@ std::vector<models::Op> table_ops(const plan::ModelConfig& m, bool moe) {
   p.model = m;
   return models::layer_ops(p, moe, false);
 }
+// Without the micro-batch's load (OpKind::data): the batch is the caller's, already at hand.
 std::vector<models::Op> end_ops(const plan::ModelConfig& m, bool first) {
   plan::Plan p;
   p.model = m;
-  return first ? models::first_stage_ops(p) : models::last_stage_ops(p);
+  std::vector<models::Op> ops = first ? models::first_stage_ops(p) : models::last_stage_ops(p);
+  std::erase_if(ops, [](const models::Op& op) { return op.kind == models::OpKind::data; });
+  return ops;
 }
 
 }  // namespace

@@ -27,12 +27,13 @@
 #include "kernels/multi_head_attention.hpp"
 #include "models/op_table.hpp"
 #include "models/program.hpp"
+#include "models/stage_times.hpp"
 #include "plan/plan.hpp"
 
 namespace meshwork::exec {
 
 // Where compute time goes, by the op kinds of models/op_table (models::to_string names them).
-inline constexpr std::size_t kOpKinds = 7;  // models::OpKind's enumerators
+inline constexpr std::size_t kOpKinds = models::kNumOpKinds;
 struct OpSeconds {
   std::array<double, kOpKinds> seconds{};
   double& operator[](models::OpKind k) { return seconds.at(static_cast<std::size_t>(k)); }

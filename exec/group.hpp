@@ -44,6 +44,9 @@ class Group {
   virtual void all_reduce_sum(std::span<float> data) = 0;
   virtual void all_reduce_sum(std::span<double> data) = 0;
   virtual void all_reduce_max(std::span<float> data) = 0;
+  // Member `root`'s `data` to every member's (a micro-batch's load, Megatron's
+  // get_batch_on_this_tp_rank).
+  virtual void broadcast(int root, std::span<float> data) = 0;
   // `in` holds size() equal blocks; member i gets the sum of block i.
   virtual void reduce_scatter_sum(std::span<const float> in, std::span<float> out) = 0;
   // `out` gets every member's `in`, in member order.
@@ -81,6 +84,9 @@ class LocalGroup final : public Group {
   void all_reduce_sum(std::span<float>) override {}
   void all_reduce_sum(std::span<double>) override {}
   void all_reduce_max(std::span<float>) override {}
+  void broadcast(int root, std::span<float>) override {
+    if (root != 0) throw std::invalid_argument("broadcast in a group of one from member " + std::to_string(root));
+  }
   void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override { copy(in, out); }
   void all_gather(std::span<const float> in, std::span<float> out) override { copy(in, out); }
   void all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) override {

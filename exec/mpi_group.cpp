@@ -189,6 +189,17 @@ void MpiGroup::all_reduce_max(std::span<float> data) {
   });
 }
 
+void MpiGroup::broadcast(int root, std::span<float> data) {
+  if (root < 0 || root >= size_) throw std::invalid_argument("broadcast in " + name() + ": root " + std::to_string(root) + " is not a member");
+  run("broadcast", static_cast<double>(data.size_bytes()), chunks_of(data.size()), [&](std::size_t j) {
+    const std::size_t at = j * kChunkFloats;
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_Ibcast(data.data() + at, count(std::min(kChunkFloats, data.size() - at)), MPI_FLOAT, root, comm_, &r);
+    return r;
+  });
+  check_identical(data, "broadcast");
+}
+
 void MpiGroup::reduce_scatter_sum(std::span<const float> in, std::span<float> out) {
   if (in.size() != out.size() * static_cast<std::size_t>(size_)) throw std::invalid_argument("reduce-scatter: the input is not size() blocks of the output");
   const std::size_t block = out.size(), members = static_cast<std::size_t>(size_);

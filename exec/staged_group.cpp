@@ -41,6 +41,13 @@ void StagedGroup::all_reduce_max(std::span<float> data) {
     backend_.from_host(h, data);
   });
 }
+void StagedGroup::broadcast(int root, std::span<float> data) {
+  timed([&] {
+    std::vector<float> h = down(data);
+    host_->broadcast(root, h);
+    backend_.from_host(h, data);
+  });
+}
 void StagedGroup::reduce_scatter_sum(std::span<const float> in, std::span<float> out) {
   timed([&] {
     const std::vector<float> h = down(in);

@@ -98,6 +98,15 @@ class ThreadGroup final : public Group {
   void all_reduce_max(std::span<float> d) override {
     reduce(d, [](float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : (a > b ? a : b); });
   }
+  void broadcast(int root, std::span<float> d) override {
+    if (root < 0 || root >= size()) throw std::invalid_argument("broadcast in " + name() + ": root " + std::to_string(root) + " is not a member");
+    std::vector<float> result(d.size());
+    collective(d.data(), d.size(), nullptr, [&] {
+      if (s_->in_size[static_cast<std::size_t>(root)] != d.size()) throw std::invalid_argument("broadcast in " + name() + ": sizes differ");
+      std::memcpy(result.data(), at<float>(root), d.size_bytes());
+    }, d.size_bytes());
+    std::copy(result.begin(), result.end(), d.begin());  // after every member has read the root's
+  }
   void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override {
     if (in.size() != out.size() * static_cast<std::size_t>(size())) throw std::invalid_argument("reduce-scatter in " + name() + ": sizes differ");
     collective(in.data(), in.size(), nullptr, [&] {

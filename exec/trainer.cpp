@@ -198,7 +198,8 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
     if (zero3) gather_params();
     Chunk& chunk = *chunks_[static_cast<std::size_t>(it.chunk)];
     if (it.pass == models::Pass::forward) {
-      chunk.begin_forward(it.microbatch, synthetic_batch(plan_, microbatches_, layout_.dp_index(world_rank_), step, it.microbatch, cp_rank), loss_scale);
+      batch_ = synthetic_batch(plan_, microbatches_, layout_.dp_index(world_rank_), step, it.microbatch, cp_rank);
+      chunk.begin_forward(it.microbatch, batch_, loss_scale);
     } else if (it.pass != models::Pass::backward_weight) {
       chunk.begin_backward(it.microbatch);
     }
@@ -238,9 +239,13 @@ double Trainer::step(std::int64_t step, const ExecuteOptions& options) {
           g_.pp->recv(in.peer_stage, in.tag, chunk.receive(it.microbatch, rows, hidden));
           break;
         case models::InstrKind::send: g_.pp->send(in.peer_stage, in.tag, chunk.flowing(it.microbatch)); break;
-        case models::InstrKind::compute: chunk.run(program_.name(in), in.phase, in.layer, it.microbatch); break;
+        case models::InstrKind::compute:
+          if (in.op == models::OpKind::data) load_batch(in.bytes);
+          else chunk.run(program_.name(in), in.phase, in.layer, it.microbatch);
+          break;
         case models::InstrKind::collective:
-          if (in.stream == models::Stream::tp && program_.name(in).starts_with("moe_tp")) chunk.ep_collective(program_.name(in), in.phase, in.layer, it.microbatch);
+          if (in.collective == models::Collective::broadcast) broadcast_batch(in.bytes);
+          else if (in.stream == models::Stream::tp && program_.name(in).starts_with("moe_tp")) chunk.ep_collective(program_.name(in), in.phase, in.layer, it.microbatch);
           else if (in.stream == models::Stream::tp) chunk.tp_collective(in.collective, in.phase, it.microbatch);
           else if (in.stream == models::Stream::ep) chunk.ep_collective(program_.name(in), in.phase, in.layer, it.microbatch);
           else if (in.stream == models::Stream::cp) chunk.cp_collective(program_.name(in), in.phase, in.layer, it.microbatch);
@@ -318,6 +323,35 @@ void Trainer::restore(const RankState& s) {
   params_stale_ = false;
   unpack(true, expert_params_.span());
   if (!(plan_.parallelism.zero_stage == 3 && g_.dp->size() > 1)) unpack(false, params_.span());
+}
+
+void Trainer::load_batch(double bytes) {
+  // A loader hands Megatron its micro-batch in pinned host memory, and TP rank 0 (every rank
+  // with every_rank) copies it to the GPU. The executor's batch is synthetic_batch's, drawn
+  // alike on every rank (exec/synthetic_batch.hpp), and each chunk keeps its own copy for the
+  // model: this stages the bytes the Program prices (the ids and targets in front, as floats,
+  // the masks and positions as zeros) and copies them into the backend's memory.
+  const auto n = static_cast<std::size_t>(std::ceil(bytes / sizeof(float)));
+  batch_host_.assign(n, 0.0F);
+  std::size_t k = 0;
+  for (const std::int64_t id : batch_.ids) {
+    if (k < n) batch_host_[k++] = static_cast<float>(id);
+  }
+  for (const std::int64_t t : batch_.targets) {
+    if (k < n) batch_host_[k++] = static_cast<float>(t);
+  }
+  if (batch_device_.size() != n) batch_device_ = backend_->allocate(n);
+  backend_->from_host(batch_host_, batch_device_.span());
+  batch_broadcast_ = 0;
+}
+
+void Trainer::broadcast_batch(double bytes) {
+  // Each tensor's broadcast takes the next part of the load, as Megatron broadcasts its
+  // tensors one by one from TP rank 0.
+  const std::size_t left = batch_device_.size() - std::min(batch_broadcast_, batch_device_.size());
+  const std::size_t n = std::min(left, static_cast<std::size_t>(std::ceil(bytes / sizeof(float))));
+  g_.tp->broadcast(0, batch_device_.span().subspan(batch_broadcast_, n));
+  batch_broadcast_ += n;
 }
 
 }  // namespace meshwork::exec

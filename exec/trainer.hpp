@@ -128,6 +128,11 @@ class Trainer {
   void unscale_gradients();
   void clip_gradients();
   void update(std::int64_t step);
+  // The micro-batch's load (a Program's OpKind::data instruction): its `bytes` staged in host
+  // memory and copied into the backend's; then each tensor's broadcast over TP, the next `bytes`
+  // of that copy from TP rank 0 (Megatron's get_batch_on_this_tp_rank).
+  void load_batch(double bytes);
+  void broadcast_batch(double bytes);
 
   plan::Plan plan_;
   plan::RankLayout layout_;
@@ -158,6 +163,10 @@ class Trainer {
   std::int64_t replica_check_every_ = 1;
   std::vector<Reduced> reduced_;
   std::vector<float> reduced_flat_;  // --verify: the all-reduced gradients, flat, on the host
+  Batch batch_;                      // the forward item's micro-batch
+  std::vector<float> batch_host_;    // its load, staged on the host
+  Buffer batch_device_;              // and in the backend's memory
+  std::size_t batch_broadcast_ = 0;  // floats of it broadcast so far
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
 };
 

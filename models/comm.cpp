@@ -106,14 +106,18 @@ namespace {
 double d(std::int64_t v) { return static_cast<double>(v); }
 
 // Bytes each member sends per byte of the buffer, and the steps of a ring of n members
-// (Patarasuk & Yuan 2009: reduce-scatter then all-gather, n-1 steps each).
+// (Patarasuk & Yuan 2009: reduce-scatter then all-gather, n-1 steps each). A broadcast runs as a
+// pipelined chain from the root round the ring: every edge but the last carries the whole
+// buffer, and n-1 hops (nccl-tests' doc/PERFORMANCE, "Broadcast": its bus bandwidth is its
+// algorithm bandwidth).
 double ring_volume(Collective c, double n) {
   switch (c) {
     case Collective::all_reduce: return 2 * (n - 1) / n;
     case Collective::reduce_scatter:
     case Collective::all_gather:
     case Collective::all_to_all: return (n - 1) / n;
-    case Collective::ring_exchange: return 1;
+    case Collective::ring_exchange:
+    case Collective::broadcast: return 1;
     case Collective::none: break;
   }
   return 0;

@@ -53,6 +53,9 @@ double ComputeTimer::bytes_per_s(OpKind kind) const {
     case OpKind::loss: e = hw_.loss_efficiency; break;
     case OpKind::embedding: e = hw_.embedding_efficiency; break;
     case OpKind::optimizer: e = hw_.optimizer_efficiency; break;
+    case OpKind::data:
+      if (hw_.host_link_bytes_per_s > 0) return hw_.host_link_bytes_per_s;
+      break;
     default: break;
   }
   return e > 0 ? hbm_bytes_per_s_ / hw_.memory_efficiency * e : hbm_bytes_per_s_;

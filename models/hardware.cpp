@@ -12,6 +12,15 @@ namespace {
 // allocator and launch effects): 0.68 / 0.869 on Ampere, the one calibrated figure.
 constexpr double kInTrainingGemmFraction = 0.68 / (271.2 / 312);
 
+// A GPU's PCIe x16 link, bytes/s per direction: 16 lanes of 16 GT/s (Gen4) or 32 GT/s (Gen5)
+// with 128b/130b encoding (the datasheets' "PCIe Gen4: 64GB/s", "Gen5: 128GB/s" count both
+// ways). A large pinned host-to-device copy gets 0.80 of it: an A100 SXM4 measured 25.13 GB/s
+// at 512 MiB to 1 GiB (NVIDIA/nvbandwidth#42, host_to_device_memcpy; cuda-samples' bandwidthTest
+// gave 26.2 on an A100 PCIe, jdh4/della-gpu-A100 @ab11e227), of 31.5.
+constexpr double kPcieGen4Bytes = 16 * 16e9 * 128 / 130 / 8;
+constexpr double kPcieGen5Bytes = 2 * kPcieGen4Bytes;
+constexpr double kHostCopyFraction = 25.13e9 / kPcieGen4Bytes;
+
 // Fused attention kernels' paces, each pass in its own FLOPs, over the best measured BF16 matmul
 // of their generation (271.2 TFLOP/s on A100, 794.5 on H100; docs/reference/published-runs.md
 // C3), against the sequence length: models::fit_attention_pace on docs/reference/attention (head
@@ -99,6 +108,7 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     // NCCL's LL ceiling in one Ampere node, 87.7 GB/s (NVIDIA/nccl src/graph/tuning.cc llMaxBws).
     hw.nccl = true;
     hw.ll_busbw_bytes_per_s = 87.7e9;
+    hw.host_link_bytes_per_s = kPcieGen4Bytes * kHostCopyFraction;
   } else if (generation == plan::GpuGeneration::hopper) {
     hw.generation = "hopper";
     // Best measured BF16 matmul 794.5 of 989 TFLOP/s (docs/reference/published-runs.md C3,
@@ -133,6 +143,10 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     // NCCL's LL ceiling in one Hopper node, 141 GB/s (NVIDIA/nccl src/graph/tuning.cc llMaxBws).
     hw.nccl = true;
     hw.ll_busbw_bytes_per_s = 141e9;
+    // H100 SXM: PCIe Gen5 x16 ("PCIe Gen5: 128GB/s" both ways, NVIDIA H100 datasheet), at
+    // Ampere's measured share: no copy-engine measurement of an H100's host copies is among our
+    // sources (nvbandwidth#24 reports 35.2 GB/s for its SM-driven copy on one cluster).
+    hw.host_link_bytes_per_s = kPcieGen5Bytes * kHostCopyFraction;
   } else if (generation == plan::GpuGeneration::blackwell) {
     hw.generation = "blackwell";
     // Best measured BF16 matmul 1,745 of 2,250 TFLOP/s (docs/reference/published-runs.md C3, STAS), times the
@@ -158,6 +172,10 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     // NCCL's LL ceiling in one Blackwell node, 282 GB/s (NVIDIA/nccl src/graph/tuning.cc llMaxBws).
     hw.nccl = true;
     hw.ll_busbw_bytes_per_s = 282e9;
+    // HGX B200 on x86 hosts runs its host link as PCIe Gen5 x16 (an MLPerf system description:
+    // mlcommons/inference_results_v6.0, closed/Nebius/systems/nebius_b200_n1.json; NVIDIA's
+    // preliminary table said Gen6), at Ampere's measured share as Hopper.
+    hw.host_link_bytes_per_s = kPcieGen5Bytes * kHostCopyFraction;
   } else if (plan::has_tensor_peak(gpu)) {
     // A GPU no calibration covers (a custom spec, another vendor): Ampere's fractions of its
     // own datasheet figures, and the estimate says so in its notes. Any 16- or 8-bit tensor
@@ -176,6 +194,7 @@ HardwareProfile hardware_profile(const plan::GpuSpec& gpu) {
     hw.host_watts_per_node = 3000;
     hw.nccl = true;
     hw.ll_busbw_bytes_per_s = 87.7e9;  // Ampere's, as its other figures
+    hw.host_link_bytes_per_s = kPcieGen4Bytes * kHostCopyFraction;
   } else {
     hw.generation = "cpu";
     // A CPU host: GEMMs from Eigen reach about half of the FMA peak; no calibration yet.

@@ -50,6 +50,10 @@ struct HardwareProfile {
   // takes auto_attention_kernel, the one Transformer Engine picks.
   AttentionKernelPaces flash2, flash3, cudnn;
   plan::AttentionKernel auto_attention_kernel = plan::AttentionKernel::flash2;
+  // A pinned host-to-GPU copy (a micro-batch's load, OpKind::data), bytes/s: the GPU's PCIe link
+  // per direction at the share a large copy achieves. 0: a CPU host, whose copy is a memcpy at
+  // the streaming rate.
+  double host_link_bytes_per_s = 0;
   // Fixed cost per kernel launch, seconds.
   double kernel_overhead_s = 0;
   // Bus bandwidth of large collectives over NVLink and over the NICs, / line rate.

@@ -48,6 +48,15 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
     if (!forward && before && norm) add(reduce);
     if (forward && !before && op == "embedding") add(reduce);
     if (!forward && before && op == "embedding" && sp) add(Collective::all_gather);
+    // The micro-batch's load (models::batch_op): Megatron-LM's get_batch_on_this_tp_rank has
+    // TP rank 0 copy it from the host and broadcast each tensor to its group, one
+    // torch.distributed.broadcast a tensor; with every_rank each GPU copies its own.
+    const bool batch = op == "batch" || op == "batch_inputs" || op == "batch_targets";
+    if (batch && forward && !before && p.training.data_loading == plan::DataLoading::tp_broadcast) {
+      for (const BatchTensor& x : batch_tensors(p, op != "batch_targets", op != "batch_inputs")) {
+        out.push_back({Stream::tp, Collective::broadcast, plan::GroupKind::tp, x.bytes, "tp_batch"});
+      }
+    }
   }
   if (moe_layer && (par.expert_model_parallel_size > 1 || t > 1)) {
     // Megatron-core's all-to-all token dispatcher: with sequence parallelism (required for MoE

@@ -41,6 +41,13 @@ double log2_floor(std::int64_t v) { return v <= 1 ? 0.0 : std::floor(std::log2(d
 
 double ring_latency_us(Collective c, Protocol p, const TunerShape& s, double bytes) {
   const std::int64_t n = s.ranks, nodes = std::max<std::int64_t>(1, s.nodes);
+  if (c == Collective::broadcast) {
+    // Broadcast (and Reduce) run on the ring only, nRanks steps of one latency each: the node's
+    // link inside a node, the network's across nodes (tuning.cc @5067397c, ncclTopoTuneModel's
+    // branch for them; its one-step case, every channel on the same ring graph, is not taken).
+    const double step = nodes == 1 ? of(s.nvlink ? kRingNvlinkUs : kRingPciUs, p) : of(kRingNetUs, p);
+    return of(kRingBaseUs, p) + d(n) * step;
+  }
   const bool all_reduce = c == Collective::all_reduce;
   const double steps = all_reduce ? 2.0 * d(n - 1) : d(n - 1);
   const double inter_steps = nodes == 1 ? 0 : all_reduce ? 2.0 * d(nodes - 1) : d(nodes - 1);

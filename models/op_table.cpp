@@ -173,11 +173,35 @@ std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer, bool recomputed) 
   return b.ops;
 }
 
+std::vector<BatchTensor> batch_tensors(const plan::Plan& p, bool first, bool last) {
+  // Megatron-LM's get_batch_on_this_tp_rank (megatron/training/utils.py): int64 tokens, labels
+  // and position ids, a float32 loss mask and a bool b x 1 x s x s causal mask, each
+  // micro_batch_size x seq_length; the first stage takes tokens, the mask and positions, the
+  // last labels, the loss mask and the mask, a one-stage pipeline all five; middle stages none.
+  const double b = d(p.training.micro_batch_size), s = d(p.model.seq_length);
+  const bool mask = p.training.attention_mask_in_batch;
+  std::vector<BatchTensor> out;
+  if (first) out.push_back({"tokens", 8 * b * s});
+  if (last) out.push_back({"labels", 8 * b * s});
+  if (last) out.push_back({"loss_mask", 4 * b * s});
+  if ((first || last) && mask) out.push_back({"attention_mask", b * s * s});
+  if (first) out.push_back({"position_ids", 8 * b * s});
+  return out;
+}
+
+Op batch_op(const plan::Plan& p, bool first, bool last) {
+  double bytes = 0;
+  for (const BatchTensor& t : batch_tensors(p, first, last)) bytes += t.bytes;
+  return {first && last ? "batch" : first ? "batch_inputs" : "batch_targets", OpKind::data, OpPhase::forward, 0, bytes, {}};
+}
+
 std::vector<Op> first_stage_ops(const plan::Plan& p) {
   const double tokens = d(p.training.micro_batch_size) * d(p.model.seq_length) / d(p.parallelism.context_parallel_size);
   const double e = act_bytes(p);
   const double h = d(p.model.hidden_size);
-  return {{"embedding", OpKind::embedding, OpPhase::forward, 0, e * tokens * h * 2, {}},
+  const bool one_stage = p.parallelism.pipeline_model_parallel_size == 1;
+  return {batch_op(p, true, one_stage),
+          {"embedding", OpKind::embedding, OpPhase::forward, 0, e * tokens * h * 2, {}},
           {"embedding", OpKind::embedding, OpPhase::backward_weight, 0, e * tokens * h * 2, {}}};
 }
 
@@ -192,13 +216,18 @@ std::vector<Op> last_stage_ops(const plan::Plan& p) {
   // Logits in fp32 for the loss: softmax, then its gradient (Megatron's vocab-parallel cross
   // entropy). Each op with its backward parts after it, as a layer's (backward_order reverses).
   // The final norm's backward moves twice its forward's bytes, as a layer's norms do.
-  return {{"final_norm", OpKind::norm, OpPhase::forward, 0, e * tokens * h * 2, {}},
+  std::vector<Op> ops;
+  // A one-stage pipeline loads its batch with the first stage's ops.
+  if (p.parallelism.pipeline_model_parallel_size > 1) ops.push_back(batch_op(p, false, true));
+  const std::vector<Op> rest = {{"final_norm", OpKind::norm, OpPhase::forward, 0, e * tokens * h * 2, {}},
           {"final_norm", OpKind::norm, OpPhase::backward_input, 0, 2 * e * tokens * h * 2, {}},
           {"lm_head", OpKind::gemm, OpPhase::forward, flops, bytes, {tokens, v, h}},
           {"lm_head", OpKind::gemm, OpPhase::backward_input, flops, bytes, {tokens, h, v}},
           {"lm_head", OpKind::gemm, OpPhase::backward_weight, flops, bytes, {h, v, tokens}},
           {"loss", OpKind::loss, OpPhase::forward, 0, 4 * tokens * v * 3, {}},
           {"loss", OpKind::loss, OpPhase::backward_input, 0, 4 * tokens * v * 2, {}}};
+  ops.insert(ops.end(), rest.begin(), rest.end());
+  return ops;
 }
 
 std::vector<const Op*> backward_order(const std::vector<Op>& ops, bool weights) {
@@ -229,6 +258,7 @@ std::string_view to_string(OpKind k) {
     case OpKind::embedding: return "embedding";
     case OpKind::loss: return "loss";
     case OpKind::optimizer: return "optimizer";
+    case OpKind::data: return "data";
   }
   return "?";
 }

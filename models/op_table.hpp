@@ -22,8 +22,9 @@ inline double activation_bytes(plan::Precision p) { return p == plan::Precision:
 
 namespace meshwork::models {
 
-// One byte each, so that a Program instruction stays 72 bytes (models/program.hpp).
-enum class OpKind : std::uint8_t { gemm, attention, elementwise, norm, embedding, loss, optimizer };
+// One byte each, so that a Program instruction stays 72 bytes (models/program.hpp). `data`: a
+// micro-batch's copy from the host to the GPU (models::batch_tensors), at the host link's rate.
+enum class OpKind : std::uint8_t { gemm, attention, elementwise, norm, embedding, loss, optimizer, data };
 enum class OpPhase : std::uint8_t { forward, backward_input, backward_weight, recompute };
 
 struct GemmShape {
@@ -75,7 +76,19 @@ std::vector<Op> layer_ops(const plan::Plan& plan, bool moe_layer);
 // chunk): every layer under recompute_method uniform, the first recompute_num_layers of each
 // chunk under block (Megatron-LM's --recompute-method); none without full recomputation.
 bool recomputes_layer(const plan::TrainingConfig& training, std::int64_t index_in_chunk);
-// Ops outside the layers: the embedding on the first stage, LM head and loss on the last.
+// The tensors of one micro-batch a stage loads, as Megatron-LM's get_batch moves them: whole
+// sequences (context parallelism slices them on the GPU, get_batch_on_this_cp_rank).
+// `first`/`last`: the stage holds the first / last virtual stage (both with one stage).
+struct BatchTensor {
+  std::string_view name;  // Megatron's key: "tokens", "labels", "loss_mask", "attention_mask", "position_ids"
+  double bytes = 0;
+};
+std::vector<BatchTensor> batch_tensors(const plan::Plan& plan, bool first, bool last);
+// The op that loads them ("batch_inputs" on the first stage, "batch_targets" on the last,
+// "batch" when one stage is both); its collectives are models::comm_around's.
+Op batch_op(const plan::Plan& plan, bool first, bool last);
+// Ops outside the layers: the batch's load and the embedding on the first stage; the batch's
+// load (of a pipeline of several stages), LM head and loss on the last.
 std::vector<Op> first_stage_ops(const plan::Plan& plan);
 std::vector<Op> last_stage_ops(const plan::Plan& plan);
 

@@ -262,9 +262,14 @@ class StageLowering {
     if (first_virtual(c)) {
       for (const Op& op : first_) if (op.phase == OpPhase::forward) end_op(op, OpPhase::forward);
     }
+    // The last stage loads its labels at the start of its forward, as Megatron's forward_step
+    // calls get_batch before the model.
+    if (last_virtual(c)) {
+      for (const Op& op : last_) if (op.kind == OpKind::data) end_op(op, OpPhase::forward);
+    }
     forward_layers(c, OpPhase::forward);
     if (last_virtual(c)) {
-      for (const Op& op : last_) if (op.phase == OpPhase::forward) end_op(op, OpPhase::forward);
+      for (const Op& op : last_) if (op.phase == OpPhase::forward && op.kind != OpKind::data) end_op(op, OpPhase::forward);
     } else {
       const bool wrap = stage_ == prog_.stages - 1;
       p2p(InstrKind::send, wrap ? 0 : stage_ + 1, tag(it.microbatch, wrap ? c + 1 : c, false), "send_activation");

@@ -29,7 +29,7 @@ namespace meshwork::models {
 
 enum class Stream : std::uint8_t { compute, tp, cp, ep, dp, pp };
 enum class InstrKind : std::uint8_t { compute, collective, send, recv };
-enum class Collective : std::uint8_t { none, all_reduce, reduce_scatter, all_gather, all_to_all, ring_exchange };
+enum class Collective : std::uint8_t { none, all_reduce, reduce_scatter, all_gather, all_to_all, ring_exchange, broadcast };
 // What a schedule item does with one micro-batch of one model chunk. `backward` is the whole
 // backward pass; zero-bubble schedules split it into input-gradient and weight-gradient parts.
 enum class Pass : std::uint8_t { forward, backward, backward_input, backward_weight };

@@ -145,6 +145,7 @@ std::string_view to_string(Collective c) {
     case Collective::all_gather: return "all_gather";
     case Collective::all_to_all: return "all_to_all";
     case Collective::ring_exchange: return "ring_exchange";
+    case Collective::broadcast: return "broadcast";
   }
   return "?";
 }

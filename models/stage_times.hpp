@@ -11,7 +11,7 @@ namespace meshwork::models {
 // The op kinds of models/op_table.hpp. A kind's index is its enumerator's value; a kind missing
 // here fails loudly (std::array::at) rather than being dropped from op_times.
 constexpr OpKind kOpKinds[] = {OpKind::gemm,      OpKind::attention, OpKind::elementwise, OpKind::norm,
-                               OpKind::embedding, OpKind::loss,      OpKind::optimizer};
+                               OpKind::embedding, OpKind::loss,      OpKind::optimizer,   OpKind::data};
 constexpr std::size_t kNumOpKinds = std::size(kOpKinds);
 
 // Seconds and op counts by kind (forward, backward and recompute together).

@@ -23,6 +23,11 @@ enum class RecomputeMethod { uniform, block };
 // auto, the one Transformer Engine picks on the plan's GPU generation (models/hardware.cpp);
 // FlashAttention-2; FlashAttention-3 (Hopper only); cuDNN's fused attention.
 enum class AttentionKernel { automatic, flash2, flash3, cudnn };
+// How a micro-batch reaches the GPUs of the first and last pipeline stages: tp_broadcast, the
+// tensor-parallel group's rank 0 copies it to its GPU and broadcasts it to the group
+// (Megatron-LM's get_batch_on_this_tp_rank); every_rank, each GPU copies what it needs itself
+// (NeMo 1.x's MegatronGPTModel).
+enum class DataLoading { tp_broadcast, every_rank };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 // Context parallelism's exchange of K and V (Megatron-core's --cp-comm-type).
 enum class CpCommType { p2p, all_gather };
@@ -68,6 +73,8 @@ MESHWORK_ENUM_NAMES(AttentionKernel, std::pair{AttentionKernel::automatic, std::
                     std::pair{AttentionKernel::flash2, std::string_view("flash2")},
                     std::pair{AttentionKernel::flash3, std::string_view("flash3")},
                     std::pair{AttentionKernel::cudnn, std::string_view("cudnn")});
+MESHWORK_ENUM_NAMES(DataLoading, std::pair{DataLoading::tp_broadcast, std::string_view("tp_broadcast")},
+                    std::pair{DataLoading::every_rank, std::string_view("every_rank")});
 MESHWORK_ENUM_NAMES(RecomputeMethod, std::pair{RecomputeMethod::uniform, std::string_view("uniform")},
                     std::pair{RecomputeMethod::block, std::string_view("block")});
 MESHWORK_ENUM_NAMES(PipelineSchedule, std::pair{PipelineSchedule::gpipe, std::string_view("gpipe")},

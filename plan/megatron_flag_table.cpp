@@ -52,6 +52,7 @@ const std::map<std::string_view, std::string_view>& mapped_flags() {
       {"--moe-layer-freq", "model.moe.first_k_dense_layers"},
       {"--moe-expert-capacity-factor", "model.moe.capacity_factor"},
       {"--clip-grad", "training.clip_grad"},
+      {"--no-create-attention-mask-in-dataloader", "training.attention_mask_in_batch"},
       {"--micro-batch-size", "training.micro_batch_size"},
       {"--global-batch-size", "training.global_batch_size"},
       {"--fp16", "training.precision"},

@@ -233,6 +233,10 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
   if (auto method = a.value("--recompute-method")) training["recompute_method"] = *method;
   if (auto n = num.integer(a, "--recompute-num-layers")) training["recompute_num_layers"] = *n;
   if (auto c = num.real(a, "--clip-grad")) training["clip_grad"] = *c;
+  // Megatron's dataloader puts the b x 1 x s x s causal mask in every batch unless told not
+  // to; get_batch_on_this_tp_rank broadcasts it with the tokens (training.data_loading's
+  // default, tp_broadcast).
+  if (a.has("--no-create-attention-mask-in-dataloader")) training["attention_mask_in_batch"] = false;
   // Megatron-core's attention backend (AttnBackend) defaults to auto: Transformer Engine picks
   // flash or fused attention, as training.attention_kernel auto does for the GPU. flash is
   // FlashAttention through Transformer Engine, and the older --use-flash-attn the flash-attn

@@ -87,6 +87,11 @@ struct TrainingConfig {
   // Gradient clipping by the global norm (Megatron's --clip-grad, 1.0 by default): every step
   // computes the norm and scales the gradients by min(1, clip_grad / norm); 0: neither.
   double clip_grad = 1.0;
+  // How each micro-batch reaches the first and last stages' GPUs (models::batch_tensors), and
+  // whether the batch carries the b x 1 x s x s causal mask Megatron's dataloader builds
+  // (--no-create-attention-mask-in-dataloader turns it off; fused attention kernels ignore it).
+  DataLoading data_loading = DataLoading::tp_broadcast;
+  bool attention_mask_in_batch = true;
   double tokens = 0;  // tokens to train on, for time to train; 0: not given
   AttentionFlops attention_flops = AttentionFlops::full;  // MFU's convention
 

@@ -331,6 +331,10 @@ void NcclGroup::all_reduce_max(std::span<float> data) {
   all_reduce(data.data(), data.size(), ncclFloat32, ncclMax, bound_);
   wait();
 }
+void NcclGroup::broadcast(int root, std::span<float> data) {
+  broadcast(data.data(), data.data(), data.size(), root, ncclFloat32, bound_);
+  wait();
+}
 void NcclGroup::all_reduce_sum(std::span<double> data) {
   staged<double>(data, data, [&](double* d_in, double* d_out) {
     all_reduce(d_in, data.size(), ncclFloat64, ncclSum, bound_);

@@ -91,6 +91,7 @@ class NcclGroup final : public Group {
   void all_reduce_sum(std::span<float> data) override;
   void all_reduce_sum(std::span<double> data) override;
   void all_reduce_max(std::span<float> data) override;
+  void broadcast(int root, std::span<float> data) override;
   void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override;
   void all_gather(std::span<const float> in, std::span<float> out) override;
   void all_gather(std::span<const std::uint64_t> in, std::span<std::uint64_t> out) override;

@@ -317,6 +317,7 @@ TEST(CudaNccl, AsAnExecGroupOfOneItRunsEveryCollective) {
   g.reduce_scatter_sum(std::span<const float>(xs), ys);
   const std::vector<int> counts = {4};
   g.all_to_all_v(std::span<const float>(xs), counts, ys, counts);
+  g.broadcast(0, ys);
   EXPECT_EQ(y.download(), v);
   std::array<double, 2> d = {1.5, -2.0};
   g.all_reduce_sum(std::span<double>(d));

@@ -49,6 +49,20 @@ TEST(MpiGroup, AllReduceIsExactAtEverySize) {
   }
 }
 
+// The last member's buffer reaches every member, in chunks past 32 Ki floats.
+TEST(MpiGroup, ABroadcastCarriesTheRootsBufferAtEverySize) {
+  auto g = world_group();
+  const int root = g->size() - 1;
+  for (const std::size_t size : kSizes) {
+    std::vector<float> data(size);
+    for (std::size_t i = 0; i < size; ++i) data[i] = value(g->rank(), i);
+    g->broadcast(root, data);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < size; ++i) wrong += data[i] != value(root, i) ? 1 : 0;
+    EXPECT_EQ(wrong, 0U) << "rank " << g->rank() << ", " << size << " floats";
+  }
+}
+
 TEST(MpiGroup, ReduceScatterAndAllGatherAreExactAtEverySize) {
   auto g = world_group();
   const auto n = static_cast<std::size_t>(g->size());

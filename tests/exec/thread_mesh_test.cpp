@@ -131,6 +131,23 @@ TEST(ThreadWorld, AFailureReachesEveryWaitingMember) {
   EXPECT_THROW(late->all_reduce_sum(std::span<float>(x)), CollectiveError);
 }
 
+// A broadcast leaves every member with the root's buffer (a micro-batch's load over TP).
+TEST(ThreadWorld, ABroadcastCarriesTheRootsBuffer) {
+  ThreadWorld world(60.0);
+  const std::vector<std::int64_t> three{0, 1, 2};
+  std::vector<std::vector<float>> data(3);
+  std::vector<std::thread> members;
+  for (int r = 0; r < 3; ++r) {
+    data[static_cast<std::size_t>(r)] = std::vector<float>(5, static_cast<float>(r + 10));
+    members.emplace_back([&, r] {
+      auto g = world.maker(r)("tp", three, 0);
+      g->broadcast(1, data[static_cast<std::size_t>(r)]);
+    });
+  }
+  for (auto& m : members) m.join();
+  for (const auto& d : data) EXPECT_EQ(d, std::vector<float>(5, 11.0f));
+}
+
 // One replica: AdamW updates the parameters where the chunks hold them, without the flat copies
 // (what the GPU's single-rank step saves); the same bits as the flat path (--verify's, which
 // keeps the reduced gradients), step after step, checkpoints included.

@@ -93,11 +93,12 @@ TEST(TraceAgreement, SimulatedAndMeasuredTimelinesHaveOneShape) {
     EXPECT_EQ(e.at(key), list) << "rank " << key.first << " thread " << key.second;
   }
   // The step starts by zeroing the gradient buffer; blocks are named by pass and layers, with
-  // their ops inside.
+  // their ops inside, the first the micro-batch's load.
   const auto& rank0 = s.at({0, 0});
   EXPECT_EQ(rank0.front(), "zero_grad_buffer");
   EXPECT_EQ(rank0[1], "forward L0-0");
-  EXPECT_EQ(rank0[2], "embedding");
+  EXPECT_EQ(rank0[2], "batch_inputs");
+  EXPECT_EQ(rank0[3], "embedding");
   const report::TraceComparison c = report::compare_traces(sim, exec);
   EXPECT_TRUE(c.mismatches.empty()) << c.mismatches.front();
   EXPECT_GT(c.rows.size(), 400U);

@@ -405,5 +405,19 @@ TEST(MegatronImport, TheAttentionBackendPicksTheKernel) {
   EXPECT_TRUE(named);
 }
 
+// Megatron's dataloader builds the causal mask unless --no-create-attention-mask-in-dataloader;
+// get_batch_on_this_tp_rank broadcasts it with the tokens (the defaults, tp_broadcast).
+TEST(MegatronImport, TheDataloadersMaskFollowsItsFlag) {
+  const std::string head = "torchrun --nproc_per_node 8 --nnodes 1 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+                           "--max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --vocab-size 1024 --bf16 ";
+  for (const bool off : {false, true}) {
+    const MegatronImport r = import_megatron_script(head + (off ? "--no-create-attention-mask-in-dataloader" : ""), "tiny");
+    ASSERT_TRUE(r.ok());
+    const Plan p = load(r);
+    EXPECT_EQ(p.training.attention_mask_in_batch, !off);
+    EXPECT_EQ(p.training.data_loading, DataLoading::tp_broadcast);
+  }
+}
+
 }  // namespace
 }  // namespace meshwork::plan
