@@ -67,7 +67,8 @@ void print_summary(std::ostream& os, const plan::Plan& p) {
   }
   os << "training  global batch " << p.training.global_batch_size << " x micro-batch " << p.training.micro_batch_size
      << ", " << to_string(p.training.precision) << ", recompute " << to_string(p.training.recompute)
-     << ", attention " << attention_text(p) << '\n';
+     << ", attention " << attention_text(p) << ", batch load " << to_string(p.training.data_loading)
+     << (p.training.attention_mask_in_batch ? " with the causal mask" : "") << '\n';
   os << "mesh      TP " << par.tensor_model_parallel_size << " x CP " << par.context_parallel_size << " x PP "
      << par.pipeline_model_parallel_size << " x DP " << par.data_parallel_size << " = " << c.num_gpus << " GPUs";
   if (par.expert_model_parallel_size > 1) os << " (EP " << par.expert_model_parallel_size << " x expert-DP " << d.expert_data_parallel_size << ")";
