@@ -43,9 +43,13 @@ double ring_latency_us(Collective c, Protocol p, const TunerShape& s, double byt
   const std::int64_t n = s.ranks, nodes = std::max<std::int64_t>(1, s.nodes);
   if (c == Collective::broadcast) {
     // Broadcast (and Reduce) run on the ring only, nRanks steps of one latency each: the node's
-    // link inside a node, the network's across nodes (tuning.cc @5067397c, ncclTopoTuneModel's
-    // branch for them; its one-step case, every channel on the same ring graph, is not taken).
-    const double step = nodes == 1 ? of(s.nvlink ? kRingNvlinkUs : kRingPciUs, p) : of(kRingNetUs, p);
+    // link inside a node, the network's across nodes, Simple's at the tree's row ("some chunk
+    // latency", tuning.cc @5067397c, ncclTopoTuneModel's branch for them). NCCL charges one
+    // step instead when every channel runs the same ring graph (sameChannels), which depends on
+    // the machine's topology search; the model takes the general case.
+    const PerProtocol& ring_row = nodes == 1 ? (s.nvlink ? kRingNvlinkUs : kRingPciUs) : kRingNetUs;
+    const PerProtocol& tree_row = nodes == 1 ? (s.nvlink ? kTreeNvlinkUs : kTreePciUs) : kTreeNetUs;
+    const double step = p == Protocol::simple ? of(tree_row, p) : of(ring_row, p);
     return of(kRingBaseUs, p) + d(n) * step;
   }
   const bool all_reduce = c == Collective::all_reduce;

@@ -190,8 +190,13 @@ std::vector<BatchTensor> batch_tensors(const plan::Plan& p, bool first, bool las
 }
 
 Op batch_op(const plan::Plan& p, bool first, bool last) {
+  // What the stage's GPU copies from the host: with tp_broadcast TP rank 0 copies all five
+  // tensors whatever its stage (get_batch_on_this_tp_rank moves the batch to the GPU before it
+  // picks which to broadcast), and the others receive their stage's; with every_rank each GPU
+  // copies its stage's alone.
+  const bool all = p.training.data_loading == plan::DataLoading::tp_broadcast;
   double bytes = 0;
-  for (const BatchTensor& t : batch_tensors(p, first, last)) bytes += t.bytes;
+  for (const BatchTensor& t : batch_tensors(p, first || all, last || all)) bytes += t.bytes;
   return {first && last ? "batch" : first ? "batch_inputs" : "batch_targets", OpKind::data, OpPhase::forward, 0, bytes, {}};
 }
 

@@ -84,8 +84,9 @@ struct BatchTensor {
   double bytes = 0;
 };
 std::vector<BatchTensor> batch_tensors(const plan::Plan& plan, bool first, bool last);
-// The op that loads them ("batch_inputs" on the first stage, "batch_targets" on the last,
-// "batch" when one stage is both); its collectives are models::comm_around's.
+// The op that copies them from the host ("batch_inputs" on the first stage, "batch_targets" on
+// the last, "batch" when one stage is both): with tp_broadcast TP rank 0's copy of all five,
+// with every_rank the stage's own; its broadcasts are models::comm_around's.
 Op batch_op(const plan::Plan& plan, bool first, bool last);
 // Ops outside the layers: the batch's load and the embedding on the first stage; the batch's
 // load (of a pipeline of several stages), LM head and loss on the last.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "plan/presets.hpp"
@@ -305,6 +306,7 @@ class Validator {
       d_.warning("training.fp8_attention", "has no effect unless training.precision is fp8");
     }
     check_attention_kernel();
+    check_batch_mask();
     if (mesh_ok && c_.gpus_per_node > 0) check_tp_in_node();
     check_fabric();
   }
@@ -363,6 +365,21 @@ class Validator {
 
   // A fused kernel runs only where it was built for: FlashAttention-3 on Hopper (sm_90a,
   // Shah et al. 2024 §1), any of them on a GPU (a CPU host runs the executor's own attention).
+  // Megatron's dataloader's causal mask is micro_batch_size x seq_length^2 bytes a micro-batch:
+  // a GiB at 32K tokens, copied and broadcast every micro-batch for kernels that do not read it.
+  void check_batch_mask() {
+    const double seq = static_cast<double>(plan_.model.seq_length);
+    const double mask_bytes = static_cast<double>(plan_.training.micro_batch_size) * seq * seq;
+    if (!plan_.training.attention_mask_in_batch || mask_bytes < 1024.0 * 1024 * 1024) return;
+    std::ostringstream gib;
+    gib.precision(3);
+    gib << mask_bytes / (1024.0 * 1024 * 1024);
+    d_.warning("training.attention_mask_in_batch", "the causal mask is " + gib.str() +
+                                                       " GiB a micro-batch, copied from the host and broadcast over TP every micro-batch; "
+                                                       "fused attention does not read it: Megatron's --no-create-attention-mask-in-dataloader "
+                                                       "(attention_mask_in_batch: false) leaves it out");
+  }
+
   void check_attention_kernel() {
     const AttentionKernel k = plan_.training.attention_kernel;
     if (k == AttentionKernel::automatic) return;

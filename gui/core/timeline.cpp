@@ -69,7 +69,7 @@ Rgb colour_of(const TimelineEvent& e) {
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
   if (has("send") || has("recv")) return {230, 150, 80};
   if (has("optimizer") || has("adam")) return {170, 120, 200};
-  if (!e.block && (has("_all_reduce") || has("_reduce_scatter") || has("_all_gather") || has("_all_to_all") || has("_ring_exchange"))) return {220, 100, 100};
+  if (!e.block && (has("_all_reduce") || has("_reduce_scatter") || has("_all_gather") || has("_all_to_all") || has("_ring_exchange") || has("_broadcast"))) return {220, 100, 100};
   if (e.pass == "forward") return {120, 190, 120};
   if (e.pass == "backward" || e.pass == "backward_input") return {86, 141, 206};
   if (e.pass == "backward_weight") return {60, 100, 170};

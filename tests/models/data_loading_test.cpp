@@ -89,7 +89,9 @@ TEST(DataLoading, OnlyTheFirstAndLastStagesLoadEachMicroBatch) {
       if (in.kind == InstrKind::compute && in.op == OpKind::data) {
         ++loads;
         EXPECT_EQ(prog.name(in), first ? "batch_inputs" : "batch_targets");
-        EXPECT_EQ(in.bytes, bytes_of(batch_tensors(p, first, last)));
+        // TP rank 0 copies all five tensors (Megatron's get_batch_on_this_tp_rank), and
+        // broadcasts the stage's.
+        EXPECT_EQ(in.bytes, bytes_of(batch_tensors(p, true, true)));
         // Before any of the item's layer ops.
         for (std::size_t j = 0; j < k; ++j) {
           if (sp.instrs[j].item == in.item) {
@@ -123,14 +125,25 @@ TEST(DataLoading, OnlyTheFirstAndLastStagesLoadEachMicroBatch) {
     }
     EXPECT_EQ(loads, 2 * l.program->microbatches) << what;
   }
+  // NeMo's way: each GPU copies its stage's tensors alone.
+  plan::Plan nemo = p;
+  nemo.training.data_loading = plan::DataLoading::every_rank;
+  auto l = lower(nemo);
+  ASSERT_TRUE(l.program) << l.error;
+  for (const Instr& in : l.program->classes.front().instrs) {
+    if (in.kind == InstrKind::compute && in.op == OpKind::data) {
+      EXPECT_EQ(in.bytes, bytes_of(batch_tensors(nemo, true, false)));
+    }
+  }
 }
 
 // NCCL runs a broadcast on the ring only: nRanks steps of one latency each, the node's link's
-// inside a node and the network's across nodes (tuning.cc @5067397c), at a bus bandwidth equal
-// to its algorithm bandwidth (nccl-tests' doc/PERFORMANCE, "Broadcast").
+// inside a node and the network's across nodes, Simple's from the tree's row (tuning.cc
+// @5067397c), at a bus bandwidth equal to its algorithm bandwidth (nccl-tests' doc/PERFORMANCE,
+// "Broadcast").
 TEST(DataLoading, NcclPricesABroadcastAsARingOfEveryRank) {
   const TunerShape node{8, 1, true}, two_nodes{16, 2, true};
-  const double base[] = {6.6, 14.0, 8.4}, nvlink[] = {0.6, 1.9, 3.4}, net[] = {2.7, 4.0, 14.0};
+  const double base[] = {6.6, 14.0, 8.4}, nvlink[] = {0.6, 1.9, 4.0}, net[] = {2.7, 4.0, 14.0};
   for (const Protocol pr : {Protocol::ll, Protocol::ll128, Protocol::simple}) {
     const auto i = static_cast<std::size_t>(pr);
     EXPECT_NEAR(nccl_latency_s(plan::CollectiveAlgorithm::ring, Collective::broadcast, pr, node, 1e6), (base[i] + 8 * nvlink[i]) * 1e-6, 1e-12);
@@ -140,7 +153,7 @@ TEST(DataLoading, NcclPricesABroadcastAsARingOfEveryRank) {
 
 // By hand, on one stage of TP 2 x DP 4 (the first stage is also the last: all five tensors):
 // each micro-batch's load adds its copy at the host link and its five broadcasts over NVLink,
-// Simple's 8.4 + 2 x 3.4 us and bytes at 370 GB/s of H100's NVLink (models/hardware.cpp) for
+// Simple's 8.4 + 2 x 4.0 us and bytes at 370 GB/s of H100's NVLink (models/hardware.cpp) for
 // the 268 MB mask, whichever protocol is fastest for the small tensors.
 TEST(DataLoading, TheEstimateChargesTheCopyAndTheBroadcasts) {
   const plan::Plan p = load("{tp: 2, dp: 4}", 8);
@@ -152,7 +165,7 @@ TEST(DataLoading, TheEstimateChargesTheCopyAndTheBroadcasts) {
   const GroupNetwork tp = group_network(p, timer.hardware(), plan::GroupKind::tp);
   const double mask = b * s * s;
   ASSERT_EQ(mask, 134217728.0);
-  EXPECT_NEAR(collective_s(tp, Collective::broadcast, mask), mask / 370e9 + (8.4 + 2 * 3.4) * 1e-6, 1e-9);
+  EXPECT_NEAR(collective_s(tp, Collective::broadcast, mask), mask / 370e9 + (8.4 + 2 * 4.0) * 1e-6, 1e-9);
   double broadcasts = 0;
   for (const BatchTensor& t : batch_tensors(p, true, true)) broadcasts += collective_s(tp, Collective::broadcast, t.bytes);
   const double copy_with = timer(OpKind::data, 0, 28 * b * s + mask), copy_without = timer(OpKind::data, 0, 28 * b * s);

@@ -511,5 +511,25 @@ TEST(Validate, TheAttentionKernelMustRunOnTheGpu) {
   EXPECT_TRUE(has_error(check(p), "training.attention_kernel", "is not a GPU")) << dump(check(p));
 }
 
+// Megatron's dataloader's causal mask, b x s^2 bytes a micro-batch: from a GiB (32K tokens) a
+// warning says how much and which flag leaves it out.
+TEST(Validate, AGibibyteCausalMaskInTheBatchIsWarnedOf) {
+  Plan p = base_plan();
+  p.model.seq_length = 16384;
+  auto mask_warned = [&](const Plan& q) {
+    const auto d = check(q);
+    for (const auto& item : d.items()) {
+      if (item.path == "training.attention_mask_in_batch" && item.message.find("no-create-attention-mask-in-dataloader") != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_FALSE(mask_warned(p));
+  p.model.seq_length = 32768;
+  EXPECT_TRUE(mask_warned(p)) << dump(check(p));
+  EXPECT_FALSE(check(p).has_errors()) << dump(check(p));
+  p.training.attention_mask_in_batch = false;
+  EXPECT_FALSE(mask_warned(p));
+}
+
 }  // namespace
 }  // namespace meshwork::plan
