@@ -26,6 +26,7 @@ nlohmann::json instr_json(const models::Program& prog, const models::StageProgra
     j["phase"] = models::to_string(in.phase);
     j["flops"] = in.flops;
     if (in.cast_bytes > 0) j["cast_bytes"] = in.cast_bytes;  // FP8's operand casts
+    if (in.sixteen_bit) j["sixteen_bit"] = true;  // a GEMM an FP8 plan keeps in 16 bits
   }
   if (in.kind == models::InstrKind::collective) {
     j["collective"] = models::to_string(in.collective);

@@ -66,7 +66,9 @@ ComputeTimer::ComputeTimer(const plan::Plan& p)
       peak_flops_(plan::peak_tflops(p.cluster.gpu, p.training.precision) * 1e12),
       attention_peak_flops_(plan::attention_peak_tflops(p.cluster.gpu, p.training) * 1e12),
       hbm_bytes_per_s_(p.cluster.gpu.hbm_gbytes_per_s * 1e9 * hw_.memory_efficiency),
+      sixteen_bit_peak_flops_(p.training.precision == plan::Precision::fp8 ? sixteen_bit_peak_tflops(p.cluster.gpu) * 1e12 : peak_flops_),
       gemm_curve_(curve_at(hw_, peak_flops_, p.cluster.gpu)),
+      sixteen_bit_curve_(curve_at(hw_, sixteen_bit_peak_flops_, p.cluster.gpu)),
       attention_curve_(curve_at(hw_, attention_peak_flops_, p.cluster.gpu)),
       flash_(p.training.flash_attention) {
   const AttentionKernelPaces& paces = attention_paces(hw_, p.training.attention_kernel);
@@ -75,11 +77,12 @@ ComputeTimer::ComputeTimer(const plan::Plan& p)
   backward_over_gemm_ = paces.backward.at(keys);
 }
 
-double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double cast_bytes, OpPhase phase) const {
+double ComputeTimer::operator()(OpKind kind, double flops, double bytes, double cast_bytes, OpPhase phase, bool sixteen_bit) const {
   double t = hw_.kernel_overhead_s;
   switch (kind) {
     case OpKind::gemm:
-      t += flops / (peak_flops_ * gemm_curve_.efficiency(flops / 2));
+      t += sixteen_bit ? flops / (sixteen_bit_peak_flops_ * sixteen_bit_curve_.efficiency(flops / 2))
+                       : flops / (peak_flops_ * gemm_curve_.efficiency(flops / 2));
       // FP8: the cast kernels run before the GEMM, memory-bound, as elementwise kernels do, each
       // a launch of its own (models/op_table.hpp, kFp8CastBytesPerElement).
       if (cast_bytes > 0) t += hw_.kernel_overhead_s + cast_bytes / bytes_per_s(OpKind::elementwise);

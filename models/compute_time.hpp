@@ -40,12 +40,14 @@ class ComputeTimer {
   // operand casts (`cast_bytes`, Op::cast_bytes) at the memory-bound rate on top. A grouped
   // GEMM (Op::gemm_groups) is timed as one GEMM of its whole size (op_table.hpp says why).
   // An attention op's `phase` picks its kernel's pass: the forward's pace for the forward and a
-  // recomputed forward, the backward's for the backward. Every caller that times instructions or
-  // ops passes both (no default: a backward timed as a forward is wrong without a sign).
-  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes, double cast_bytes, OpPhase phase) const;
+  // recomputed forward, the backward's for the backward. A GEMM an FP8 plan keeps in 16 bits
+  // (`sixteen_bit`, Op::sixteen_bit) runs at the 16-bit peak and its size curve. Every caller
+  // that times instructions or ops passes all of them (no defaults: a backward timed as a
+  // forward, or the head at FP8's rate, is wrong without a sign).
+  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes, double cast_bytes, OpPhase phase, bool sixteen_bit) const;
   // A forward op with no FP8 casts: the streaming kinds' (optimizer, elementwise) form.
-  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes) const { return (*this)(kind, flops, bytes, 0, OpPhase::forward); }
-  [[nodiscard]] double operator()(const Op& op) const { return (*this)(op.kind, op.flops, op.bytes, op.cast_bytes, op.phase); }
+  [[nodiscard]] double operator()(OpKind kind, double flops, double bytes) const { return (*this)(kind, flops, bytes, 0, OpPhase::forward, false); }
+  [[nodiscard]] double operator()(const Op& op) const { return (*this)(op.kind, op.flops, op.bytes, op.cast_bytes, op.phase, op.sixteen_bit); }
   [[nodiscard]] double hbm_bytes_per_s() const { return hbm_bytes_per_s_; }
   // The streaming rate of an op of `kind` (memory-bound kinds): a calibrated kernel's where
   // `meshwork calibrate` measured one, the achievable memory bandwidth otherwise.
@@ -59,8 +61,11 @@ class ComputeTimer {
   // Engine runs dot-product attention in BF16 unless its recipe sets fp8_dpa).
   double attention_peak_flops_ = 0;
   double hbm_bytes_per_s_ = 0;
-  // The size curves of GEMMs and of the attention at their own peaks (compute_time.cpp, curve_at).
-  GemmCurve gemm_curve_, attention_curve_;
+  // The 16-bit GEMMs' peak: the plan's own peak unless it trains in FP8 (Op::sixteen_bit).
+  double sixteen_bit_peak_flops_ = 0;
+  // The size curves of GEMMs, of the 16-bit GEMMs and of the attention at their own peaks
+  // (compute_time.cpp, curve_at).
+  GemmCurve gemm_curve_, sixteen_bit_curve_, attention_curve_;
   bool flash_ = false;
   // The fused kernel's paces over the best GEMM's at the plan's keys per call (models::attention_paces).
   double forward_over_gemm_ = 0, backward_over_gemm_ = 0;

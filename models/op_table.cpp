@@ -21,16 +21,18 @@ struct Builder {
   // A GEMM and its backward: input gradient [m x n] x [n x k] and weight gradient [k x m] x [m x n],
   // each with the forward's FLOPs. A layer's linear GEMM in FP8 casts its input [m x k] in the
   // forward and its output's gradient [m x n] in the backward (kFp8CastBytesPerElement); the
-  // router stays in bf16 (`linear` false), as Megatron with Transformer Engine runs it.
+  // router stays in bf16 (`linear` false: no casts, and the 16-bit peak, Op::sixteen_bit), as
+  // Megatron with Transformer Engine runs it.
   // `groups`: a grouped GEMM of that many members (an MoE layer's local experts), each
   // [m / groups x k] x [k x n] with weights of its own: `m` rows in all, groups x k x n weights.
   void gemm(const std::string& name, double m, double n, double k, bool linear = true, double groups = 1) {
     const double flops = 2 * m * n * k;
     const double bytes = e * (m * k + groups * k * n + m * n);
     const double cast = fp8 && linear ? kFp8CastBytesPerElement : 0;
-    ops.push_back({name, OpKind::gemm, OpPhase::forward, flops, bytes, {m, n, k}, cast * m * k, groups});
-    ops.push_back({name, OpKind::gemm, OpPhase::backward_input, flops, bytes, {m, k, n}, cast * m * n, groups});
-    ops.push_back({name, OpKind::gemm, OpPhase::backward_weight, flops, bytes, {k, n, m}, 0, groups});
+    const bool sixteen_bit = fp8 && !linear;
+    ops.push_back({name, OpKind::gemm, OpPhase::forward, flops, bytes, {m, n, k}, cast * m * k, groups, sixteen_bit});
+    ops.push_back({name, OpKind::gemm, OpPhase::backward_input, flops, bytes, {m, k, n}, cast * m * n, groups, sixteen_bit});
+    ops.push_back({name, OpKind::gemm, OpPhase::backward_weight, flops, bytes, {k, n, m}, 0, groups, sixteen_bit});
   }
 
   // A memory-bound op whose backward moves `backward_bytes` (not twice its forward's).
@@ -220,15 +222,17 @@ std::vector<Op> last_stage_ops(const plan::Plan& p) {
   const double bytes = e * (tokens * h + h * v + tokens * v);
   // Logits in fp32 for the loss: softmax, then its gradient (Megatron's vocab-parallel cross
   // entropy). Each op with its backward parts after it, as a layer's (backward_order reverses).
-  // The final norm's backward moves twice its forward's bytes, as a layer's norms do.
+  // The final norm's backward moves twice its forward's bytes, as a layer's norms do. The head
+  // runs in 16 bits in an FP8 plan (Op::sixteen_bit).
+  const bool fp8 = p.training.precision == plan::Precision::fp8;
   std::vector<Op> ops;
   // A one-stage pipeline loads its batch with the first stage's ops.
   if (p.parallelism.pipeline_model_parallel_size > 1) ops.push_back(batch_op(p, false, true));
   const std::vector<Op> rest = {{"final_norm", OpKind::norm, OpPhase::forward, 0, e * tokens * h * 2, {}},
           {"final_norm", OpKind::norm, OpPhase::backward_input, 0, 2 * e * tokens * h * 2, {}},
-          {"lm_head", OpKind::gemm, OpPhase::forward, flops, bytes, {tokens, v, h}},
-          {"lm_head", OpKind::gemm, OpPhase::backward_input, flops, bytes, {tokens, h, v}},
-          {"lm_head", OpKind::gemm, OpPhase::backward_weight, flops, bytes, {h, v, tokens}},
+          {"lm_head", OpKind::gemm, OpPhase::forward, flops, bytes, {tokens, v, h}, 0, 1, fp8},
+          {"lm_head", OpKind::gemm, OpPhase::backward_input, flops, bytes, {tokens, h, v}, 0, 1, fp8},
+          {"lm_head", OpKind::gemm, OpPhase::backward_weight, flops, bytes, {h, v, tokens}, 0, 1, fp8},
           {"loss", OpKind::loss, OpPhase::forward, 0, 4 * tokens * v * 3, {}},
           {"loss", OpKind::loss, OpPhase::backward_input, 0, 4 * tokens * v * 2, {}}};
   ops.insert(ops.end(), rest.begin(), rest.end());

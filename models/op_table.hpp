@@ -52,6 +52,14 @@ struct Op {
   // grouped GEMM, examples/57_hopper_grouped_gemm), which matters only when a member gets
   // fewer rows than a tile, as in inference, not in training's thousands. 1 for every other op.
   double gemm_groups = 1;
+  // A GEMM an FP8 plan runs in 16 bits, timed at the 16-bit peak: the output layer, which is
+  // Megatron-core's own ColumnParallelLinear (a torch matmul, not a Transformer Engine module,
+  // so FP8 autocast does not reach it: GPTModel.__init__ in megatron/core/models/gpt/
+  // gpt_model.py, NVIDIA/Megatron-LM @007562f9), and the MoE router's gating GEMM (TopKRouter,
+  // a plain linear). DeepSeek-V3 keeps both in BF16 as well (DeepSeek-AI 2024,
+  // arXiv:2412.19437 §3.3.1: "the embedding module, the output head, MoE gating modules").
+  // False for every op of a plan in another precision.
+  bool sixteen_bit = false;
 };
 
 // Bytes an FP8 GEMM's operand costs to cast, per element: Transformer Engine's fused

@@ -127,6 +127,7 @@ class StageLowering {
     in.flops = op.flops;
     in.bytes = op.bytes;
     in.cast_bytes = static_cast<float>(op.cast_bytes);
+    in.sixteen_bit = op.sixteen_bit;
     in.after = blocking_;
     in.also_after = also_blocking_;
     if (in.after < 0) std::swap(in.after, in.also_after);

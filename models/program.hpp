@@ -55,6 +55,7 @@ struct Instr {
   OpKind op = OpKind::gemm;          // compute
   OpPhase phase = OpPhase::forward;  // compute
   plan::GroupKind group = plan::GroupKind::tp;  // collectives
+  bool sixteen_bit = false;  // compute: Op::sixteen_bit (a GEMM an FP8 plan keeps in 16 bits)
   std::int32_t name = 0;        // index into Program::names: "qkv", "tp_all_reduce", ...
   std::int32_t item = -1;       // index into the stage's schedule; -1 for the optimizer step
   std::int32_t layer = -1;      // global layer index; -1 outside the layers

@@ -19,7 +19,7 @@ std::vector<BlockTime> BlockTimer::per_instruction(const models::StageProgram& s
 }
 
 void BlockTimer::charge(BlockTime& b, const Instr& in) const {
-  const double dt = timer_(in.op, in.flops, in.bytes, in.cast_bytes, in.phase);
+  const double dt = timer_(in.op, in.flops, in.bytes, in.cast_bytes, in.phase, in.sixteen_bit);
   if (in.phase == models::OpPhase::recompute) b.recompute_s += dt;
   else if (in.op == models::OpKind::optimizer) b.optimizer_s += dt;
   else b.compute_s += dt;
@@ -85,11 +85,11 @@ std::vector<BlockTime> BlockTimer::coarsen(models::StageProgram& sp) const {
   auto add_compute = [&](BlockTime& b, const Instr& in) {
     charge(b, in);
     if (in.tail_after >= 0 && pending_ring > 0) {
-      b.cp_s += models::split_exposed_s(pending_ring, timer_(in.op, in.flops, in.bytes, in.cast_bytes, in.phase), cp, cp_sms);
+      b.cp_s += models::split_exposed_s(pending_ring, timer_(in.op, in.flops, in.bytes, in.cast_bytes, in.phase, in.sixteen_bit), cp, cp_sms);
       pending_ring = 0;
     }
     if (in.op != models::OpKind::gemm) return;
-    const double g = timer_(in.op, in.flops, in.bytes, in.cast_bytes, in.phase);
+    const double g = timer_(in.op, in.flops, in.bytes, in.cast_bytes, in.phase, in.sixteen_bit);
     if (pending_gather > 0) b.tp_s += models::tp_exposed_s(pending_gather, g, ag_sms);
     pending_gather = 0;
     last_gemm = g;

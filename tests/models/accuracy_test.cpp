@@ -92,17 +92,19 @@ TEST(Accuracy, Korthikanti2022Mfu) {
 }
 
 // A3, NeMo 24.07 FP8 on DGX-H100 (tokens/s per GPU): Hopper's check, nothing fitted on it.
-// Every case runs ahead of its published figure: FP8 GEMMs are priced at twice BF16's curve,
+// Every case but Nemotron-340B runs ahead of its published figure: FP8 GEMMs are priced at twice BF16's curve,
 // and no Hopper FP8 microbenchmark is in docs/reference (XLA's newest sm_90 table reports FP8
 // above the 1,979 TFLOP/s peak: not usable; issue 20). Pinned, not bounded; Hopper's half size
 // fitted on XLA's measured BF16 table moved them 0.4 to 1.1 points closer; the attention at
-// cuDNN's measured paces rather than 0.8 of a GEMM (docs/reference/attention) 1.3 to 11.1 closer.
+// cuDNN's measured paces rather than 0.8 of a GEMM (docs/reference/attention) 1.3 to 11.1 closer;
+// the output layer at the BF16 peak, as Megatron-core runs it (Op::sixteen_bit), 1.3 to 20.8
+// (Nemotron's 256K vocabulary most; Nemotron-340B from +1.4% to -4.4%).
 TEST(Accuracy, NeMo2407HopperFp8ArePinned) {
-  const Errors e = errors({{"nemo2407-gpt3-5b-64", 23406, 22.0}, {"nemo2407-gpt3-20b-64", 5851, 22.5}, {"nemo2407-gpt3-175b-128", 716, 11.2},
-                           {"nemo2407-gpt3-175b-512", 825, 12.5}, {"nemo2407-llama2-7b-8", 16934, 16.4}, {"nemo2407-llama2-13b-16", 8715, 19.4},
-                           {"nemo2407-llama2-70b-64", 1728, 23.5}, {"nemo2407-nemotron-8b-64", 12507, 35.6},
-                           {"nemo2407-nemotron-22b-64", 4312, 36.7}, {"nemo2407-nemotron-340b-128", 326, 1.4},
-                           {"nemo2407-llama3-8b-8", 12273, 23.4}, {"nemo2407-llama3-70b-64", 1524, 24.5}},
+  const Errors e = errors({{"nemo2407-gpt3-5b-64", 23406, 18.6}, {"nemo2407-gpt3-20b-64", 5851, 21.4}, {"nemo2407-gpt3-175b-128", 716, 9.1},
+                           {"nemo2407-gpt3-175b-512", 825, 10.0}, {"nemo2407-llama2-7b-8", 16934, 15.0}, {"nemo2407-llama2-13b-16", 8715, 15.6},
+                           {"nemo2407-llama2-70b-64", 1728, 22.2}, {"nemo2407-nemotron-8b-64", 12507, 24.9},
+                           {"nemo2407-nemotron-22b-64", 4312, 16.0}, {"nemo2407-nemotron-340b-128", 326, -4.4},
+                           {"nemo2407-llama3-8b-8", 12273, 18.9}, {"nemo2407-llama3-70b-64", 1524, 19.9}},
                           Figure::tokens_per_s_per_gpu);
   EXPECT_GT(e.mean_abs, 0.0);
 }

@@ -159,7 +159,7 @@ TEST(AttentionKernels, TheEstimatePricesEachPassOfTheKernelThePlanNames) {
     q.training.attention_kernel = k;
     q.parallelism.context_parallel_size = cp;
     q.parallelism.context_parallel_comm_type = plan::CpCommType::p2p;
-    return ComputeTimer(q)(OpKind::attention, flops, 0, 0, phase);
+    return ComputeTimer(q)(OpKind::attention, flops, 0, 0, phase, false);
   };
   const HardwareProfile hw = hardware_profile(p.cluster.gpu);
   const double s = static_cast<double>(p.model.seq_length);
@@ -198,7 +198,7 @@ TEST(AttentionKernels, AmpereAndCpuHostsPriceTheirOwnKernels) {
     const HardwareProfile& hw = timer.hardware();
     const double size = hw.gemm_max_efficiency * (flops / 2) / (flops / 2 + hw.gemm_half_macs);
     const double s = static_cast<double>(p.model.seq_length);
-    EXPECT_NEAR(timer(OpKind::attention, flops, 0, 0, OpPhase::forward), 0.5 * flops / (312e12 * size * 0.73 * 312 / 271.2 * s / (s + hw.flash2.forward.half_seq_length)),
+    EXPECT_NEAR(timer(OpKind::attention, flops, 0, 0, OpPhase::forward, false), 0.5 * flops / (312e12 * size * 0.73 * 312 / 271.2 * s / (s + hw.flash2.forward.half_seq_length)),
                 1e-12);
   }
   {
@@ -208,7 +208,7 @@ TEST(AttentionKernels, AmpereAndCpuHostsPriceTheirOwnKernels) {
     const double size = hw.gemm_max_efficiency * (flops / 2) / (flops / 2 + hw.gemm_half_macs);
     const double peak = plan::peak_tflops(p.cluster.gpu, p.training.precision) * 1e12;
     for (const OpPhase phase : {OpPhase::forward, OpPhase::backward_input, OpPhase::recompute}) {
-      EXPECT_NEAR(timer(OpKind::attention, flops, 0, 0, phase) - hw.kernel_overhead_s, 0.5 * flops / (peak * size * 0.8), 1e-12);
+      EXPECT_NEAR(timer(OpKind::attention, flops, 0, 0, phase, false) - hw.kernel_overhead_s, 0.5 * flops / (peak * size * 0.8), 1e-12);
     }
   }
 }

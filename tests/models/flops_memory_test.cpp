@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "models/compute_time.hpp"
 #include "models/estimate.hpp"
 #include "models/flops.hpp"
 #include "models/hardware.hpp"
 #include "models/memory.hpp"
+#include "models/program.hpp"
 #include "plan/derived.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/presets.hpp"
@@ -308,6 +310,68 @@ TEST(OpTable, Fp8GemmsPayTheirOperandCasts) {
   EXPECT_TRUE(saw_qkv && saw_router);
   for (const auto& op : layer_ops(bf16, true)) EXPECT_EQ(op.cast_bytes, 0) << op.name;
   for (const auto& op : last_stage_ops(fp8)) EXPECT_EQ(op.cast_bytes, 0) << op.name;  // the head stays bf16
+}
+
+// FP8 training keeps the output layer and the MoE router in 16 bits (Megatron-core's head is its
+// own ColumnParallelLinear, out of Transformer Engine's FP8 autocast; the router a plain
+// linear): in an FP8 plan they take exactly the time the same ops take in the BF16 plan, and
+// the layers' linear GEMMs run faster than theirs. Before Op::sixteen_bit the head ran at the
+// FP8 peak, twice the rate Megatron gives it.
+TEST(OpTable, Fp8PlansKeepTheHeadAndTheRouterIn16Bits) {
+  auto load = [](const char* precision) {
+    auto r = plan::load_plan_text(std::string("model: mixtral-8x7b\ntraining: {global_batch_size: 8, precision: ") + precision +
+                                      "}\ncluster: {gpu: h100-sxm, num_gpus: 8}\nparallelism: {tp: 8, sp: true}\n",
+                                  plan::Format::yaml);
+    EXPECT_TRUE(r.ok()) << (r.diagnostics.items().empty() ? "" : r.diagnostics.items().front().message);
+    return r.plan;
+  };
+  const plan::Plan fp8 = load("fp8"), bf16 = load("bf16");
+  const ComputeTimer fp8_timer(fp8), bf16_timer(bf16);
+  auto pairs = [](const std::vector<Op>& a, const std::vector<Op>& b, const std::function<void(const Op&, const Op&)>& each) {
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].name, b[i].name);
+      each(a[i], b[i]);
+    }
+  };
+  int heads = 0, routers = 0, linears = 0;
+  pairs(last_stage_ops(fp8), last_stage_ops(bf16), [&](const Op& f, const Op& b) {
+    EXPECT_FALSE(b.sixteen_bit) << b.name;  // a BF16 plan's ops are all 16-bit: no flag
+    if (f.name != "lm_head") return;
+    ++heads;
+    EXPECT_TRUE(f.sixteen_bit);
+    EXPECT_DOUBLE_EQ(fp8_timer(f), bf16_timer(b));
+  });
+  pairs(layer_ops(fp8, true), layer_ops(bf16, true), [&](const Op& f, const Op& b) {
+    EXPECT_FALSE(b.sixteen_bit) << b.name;
+    if (f.kind != OpKind::gemm) return;
+    if (f.name == "router") {
+      ++routers;
+      EXPECT_TRUE(f.sixteen_bit);
+      EXPECT_DOUBLE_EQ(fp8_timer(f), bf16_timer(b));
+    } else {
+      ++linears;
+      EXPECT_FALSE(f.sixteen_bit) << f.name;
+      Op uncast = f;
+      uncast.cast_bytes = 0;
+      EXPECT_LT(fp8_timer(uncast), 0.75 * bf16_timer(b)) << f.name;  // twice the peak, the same fixed time
+    }
+  });
+  EXPECT_EQ(heads, 3);    // forward, input and weight gradients
+  EXPECT_EQ(routers, 3);
+  EXPECT_GT(linears, 0);
+  // The Program carries the flag to the simulator: its head and router instructions, and no other.
+  const LowerResult lowered = lower(fp8);
+  ASSERT_TRUE(lowered.program) << lowered.error;
+  int flagged = 0;
+  for (const auto& stage : lowered.program->classes) {
+    for (const auto& in : stage.instrs) {
+      const std::string& name = lowered.program->name(in);
+      EXPECT_EQ(in.sixteen_bit, in.kind == InstrKind::compute && (name == "lm_head" || name == "router")) << name;
+      flagged += in.sixteen_bit ? 1 : 0;
+    }
+  }
+  EXPECT_GT(flagged, 0);
 }
 
 TEST(Estimate, OneBitCompressionCutsDataParallelTime) {

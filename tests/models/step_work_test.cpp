@@ -77,7 +77,7 @@ TEST(StepWork, TheEstimateChargesTheZeroingOnceAStep) {
   double compute_s = 0, zero_s = 0;
   for (const Instr& in : lowered.program->classes[0].instrs) {
     if (in.kind != InstrKind::compute || in.op == OpKind::optimizer || in.phase == OpPhase::recompute) continue;
-    const double dt = timer(in.op, in.flops, in.bytes, in.cast_bytes, in.phase);
+    const double dt = timer(in.op, in.flops, in.bytes, in.cast_bytes, in.phase, in.sixteen_bit);
     compute_s += dt;
     if (lowered.program->name(in) == "zero_grad_buffer") zero_s = dt;
   }

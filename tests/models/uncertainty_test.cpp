@@ -176,11 +176,13 @@ TEST(Uncertainty, AmpereReportsCarryTheirTiersIntervalAndOthersNone) {
   // No set for Hopper in BF16; a profile measured on the machine is not the set's.
   plan::Plan llama = load("scenarios/heldout/llama3-405b-h100-8192.yaml");
   EXPECT_FALSE(estimate(llama).interval.has_value());
-  // Hopper in FP8: NeMo's set, which says the step is longer than estimated.
+  // Hopper in FP8: NeMo's set, which says the step is mostly longer than estimated (its runs
+  // lie from 4% behind the estimate to 25% ahead of it).
   llama.training.precision = plan::Precision::fp8;
   const report::Report fp8 = estimate(llama);
   ASSERT_TRUE(fp8.interval.has_value());
-  EXPECT_GT(fp8.interval->step_time_lo_s, fp8.step_time_s);
+  EXPECT_LT(fp8.interval->step_time_lo_s, fp8.step_time_s);
+  EXPECT_GT(fp8.interval->step_time_hi_s - fp8.step_time_s, 3 * (fp8.step_time_s - fp8.interval->step_time_lo_s));
   EXPECT_NE(fp8.interval->basis.find("NeMo 24.07"), std::string::npos);
   EXPECT_FALSE(estimate(with_gemm_max_efficiency(p, 0.6)).interval.has_value());
 }

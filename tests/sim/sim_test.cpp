@@ -39,7 +39,7 @@ TEST(Simulate, WithFreeCommunicationTheStepIsTheProgramsReplay) {
     const auto program = *models::lower(p).program;
     const models::ComputeTimer timer(p);
     const auto replayed = models::replay(program, [&](const models::StageProgram&, const models::Instr& in) {
-      return in.kind == models::InstrKind::compute ? timer(in.op, in.flops, in.bytes, in.cast_bytes, in.phase) : 0.0;
+      return in.kind == models::InstrKind::compute ? timer(in.op, in.flops, in.bytes, in.cast_bytes, in.phase, in.sixteen_bit) : 0.0;
     });
     ASSERT_TRUE(replayed.error.empty()) << replayed.error;
     SimulateOptions free;
