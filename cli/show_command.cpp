@@ -66,7 +66,8 @@ void print_summary(std::ostream& os, const plan::Plan& p) {
     os << '\n';
   }
   os << "training  global batch " << p.training.global_batch_size << " x micro-batch " << p.training.micro_batch_size
-     << ", " << to_string(p.training.precision) << ", recompute " << to_string(p.training.recompute)
+     << ", " << to_string(p.training.precision) << (p.training.grad_reduce_in_bf16 ? " (gradients in bf16)" : "")
+     << ", recompute " << to_string(p.training.recompute)
      << ", attention " << attention_text(p) << ", batch load " << to_string(p.training.data_loading)
      << (p.training.attention_mask_in_batch ? " with the causal mask" : "") << '\n';
   os << "mesh      TP " << par.tensor_model_parallel_size << " x CP " << par.context_parallel_size << " x PP "

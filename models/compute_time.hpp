@@ -18,6 +18,13 @@ namespace meshwork::models {
 // distributed optimizer's copy_main_params_to_model_shards does the same for its shard).
 inline constexpr double kAdamBytesPerParam = 28;
 inline constexpr double kMasterCopyBytesPerParam = 6;
+// Gradients reduced in bf16 (training.grad_reduce_in_bf16): before the step the optimizer copies
+// its shard of them into fp32 main gradients, 2 bytes read and 4 written per parameter it owns
+// (_copy_model_grads_to_main_grads, `shard_model_grad.float()`, in Megatron-core's
+// DistributedOptimizer and Float16OptimizerWithFloat16Params, megatron/core/optimizer/,
+// NVIDIA/Megatron-LM @0293807e). Apex's DistributedFusedAdam (NeMo 1.x) reads the bf16 shard in
+// its Adam kernel instead, 8 bytes fewer; not told apart.
+inline constexpr double kMainGradCopyBytesPerParam = 6;
 // Gradient clipping (training.clip_grad > 0), per parameter a GPU owns: its fp32 gradient read
 // for the norm (multi_tensor_l2norm) and read and written again when scaled by the clipping
 // coefficient, which Megatron-core with Transformer Engine does every step, the coefficient

@@ -155,7 +155,7 @@ GradientReduction gradient_reduction(const plan::Plan& p, bool expert) {
   r.group = groups.shard;
   r.replica_group = groups.replica;
   r.collective = par.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;
-  r.bytes_per_param = gradient_bytes(p.training.precision);
+  r.bytes_per_param = gradient_bytes(p.training);
   switch (par.gradient_compression) {
     case plan::GradientCompression::none: break;
     case plan::GradientCompression::onebit: r.bytes_per_param = 1.0 / 8; break;
@@ -170,6 +170,7 @@ GradientReduction gradient_reduction(const plan::Plan& p, bool expert) {
 
 double optimizer_bytes_per_param(const plan::Plan& p) {
   return kAdamBytesPerParam + (p.training.precision != plan::Precision::fp32 ? kMasterCopyBytesPerParam : 0) +
+         (gradient_bytes(p.training) < 4 && p.training.precision != plan::Precision::fp16 ? kMainGradCopyBytesPerParam : 0) +
          (p.parallelism.gradient_compression != plan::GradientCompression::none ? 12 : 0);
 }
 

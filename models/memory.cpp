@@ -28,17 +28,19 @@ constexpr double kRuntimeOverheadBytes = 1.5 * kGiB;
 
 double runtime_overhead_bytes() { return kRuntimeOverheadBytes; }
 
-double gradient_bytes(plan::Precision precision) {
+double gradient_bytes(const plan::TrainingConfig& training) {
   // fp16: 16-bit gradients (ZeRO's 2 + 2 + 12). bf16 and fp8: Megatron-LM keeps fp32 main
-  // gradients (arguments.py sets accumulate_allreduce_grads_in_fp32 with --bf16), 6 + 12 bytes.
-  return precision == plan::Precision::fp16 ? 2 : 4;
+  // gradients (arguments.py sets accumulate_allreduce_grads_in_fp32 with --bf16), 6 + 12 bytes,
+  // unless they are reduced in bf16 (--grad-reduce-in-bf16: the DDP buffer in bf16).
+  if (training.precision == plan::Precision::fp16) return 2;
+  return training.grad_reduce_in_bf16 && training.precision != plan::Precision::fp32 ? 2 : 4;
 }
 
-ModelStateBytes model_state_bytes_per_param(std::int64_t zero_stage, double shards, plan::Precision precision) {
+ModelStateBytes model_state_bytes_per_param(std::int64_t zero_stage, double shards, const plan::TrainingConfig& training) {
   // Mixed precision: 16-bit weights, gradients as gradient_bytes(), fp32 master weights + Adam
   // m and v (K = 12). fp32 training: 4-byte weights and gradients, Adam m and v (K = 8).
-  const bool fp32 = precision == plan::Precision::fp32;
-  const double w = fp32 ? 4 : 2, g = gradient_bytes(precision), k = fp32 ? 8 : 12;
+  const bool fp32 = training.precision == plan::Precision::fp32;
+  const double w = fp32 ? 4 : 2, g = gradient_bytes(training), k = fp32 ? 8 : 12;
   const double n = std::max(1.0, shards);
   switch (zero_stage) {
     case 0: return {w, g, k};
@@ -161,8 +163,8 @@ double buffer_bytes(double dense, double expert, const ModelStateBytes& dense_st
 
 double gradient_buffer_bytes(const plan::Plan& p, double dense, double expert) {
   const auto& par = p.parallelism;
-  const auto dense_state = model_state_bytes_per_param(par.zero_stage, d(dp_groups(p, false).shard_size), p.training.precision);
-  const auto expert_state = model_state_bytes_per_param(par.zero_stage, d(dp_groups(p, true).shard_size), p.training.precision);
+  const auto dense_state = model_state_bytes_per_param(par.zero_stage, d(dp_groups(p, false).shard_size), p.training);
+  const auto expert_state = model_state_bytes_per_param(par.zero_stage, d(dp_groups(p, true).shard_size), p.training);
   return buffer_bytes(dense, expert, dense_state, expert_state);
 }
 
@@ -182,8 +184,8 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
   // over one distributed-optimizer instance of each (models::dp_groups).
   const double dense_shards = d(dp_groups(p, false).shard_size);
   const double expert_shards = d(dp_groups(p, true).shard_size);
-  const auto dense_state = model_state_bytes_per_param(par.zero_stage, dense_shards, p.training.precision);
-  const auto expert_state = model_state_bytes_per_param(par.zero_stage, expert_shards, p.training.precision);
+  const auto dense_state = model_state_bytes_per_param(par.zero_stage, dense_shards, p.training);
+  const auto expert_state = model_state_bytes_per_param(par.zero_stage, expert_shards, p.training);
   const double e = activation_bytes(p.training.precision);
   const double w_bytes = p.training.precision == plan::Precision::fp32 ? 4 : 2;
   const bool full = p.training.recompute == plan::Recompute::full;
@@ -255,7 +257,7 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
     // buckets that are views of the gradient buffer (Megatron-core's ParamAndGradBuffer): no
     // memory of their own.
     if (par.zero_stage >= 2 && dense_shards > 1) {
-      sm.gradients_bytes += 2 * std::min(grad_bucket_params(p), sm.params) * gradient_bytes(p.training.precision);
+      sm.gradients_bytes += 2 * std::min(grad_bucket_params(p), sm.params) * gradient_bytes(p.training);
     }
 
     sm.in_flight_micro_batches = in_flight_micro_batches(p, stage, derived.micro_batches_per_step);

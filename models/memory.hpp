@@ -63,8 +63,8 @@ struct ModelStateBytes {
   double weights = 0, gradients = 0, optimizer = 0;
 };
 // Bytes of one gradient value as reduced and kept.
-double gradient_bytes(plan::Precision precision);
-ModelStateBytes model_state_bytes_per_param(std::int64_t zero_stage, double shards, plan::Precision precision);
+double gradient_bytes(const plan::TrainingConfig& training);
+ModelStateBytes model_state_bytes_per_param(std::int64_t zero_stage, double shards, const plan::TrainingConfig& training);
 // The gradient buffer one GPU keeps for the `dense` and `expert` parameters it holds (after TP
 // and EP sharding): whole, or its ZeRO 2/3 shard, as stage_memory counts it without the
 // buckets in flight. Megatron-core zeroes it at the start of every step

@@ -237,6 +237,7 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
   // to; get_batch_on_this_tp_rank broadcasts it with the tokens (training.data_loading's
   // default, tp_broadcast).
   if (a.has("--no-create-attention-mask-in-dataloader")) training["attention_mask_in_batch"] = false;
+  if (a.has("--grad-reduce-in-bf16")) training["grad_reduce_in_bf16"] = true;
   // Megatron-core's attention backend (AttnBackend) defaults to auto: Transformer Engine picks
   // flash or fused attention, as training.attention_kernel auto does for the GPU. flash is
   // FlashAttention through Transformer Engine, and the older --use-flash-attn the flash-attn

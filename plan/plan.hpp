@@ -87,6 +87,10 @@ struct TrainingConfig {
   // Gradient clipping by the global norm (Megatron's --clip-grad, 1.0 by default): every step
   // computes the norm and scales the gradients by min(1, clip_grad / norm); 0: neither.
   double clip_grad = 1.0;
+  // Gradients kept and reduced in bf16 rather than fp32 (Megatron's --grad-reduce-in-bf16; NeMo
+  // 1.x's distributed_fused_adam with grad_sync_dtype: bf16): half the gradient buffer and half
+  // the data-parallel reduction's bytes. bf16 and fp8 training only.
+  bool grad_reduce_in_bf16 = false;
   // How each micro-batch reaches the first and last stages' GPUs (models::batch_tensors), and
   // whether the batch carries the b x 1 x s x s causal mask Megatron's dataloader builds
   // (--no-create-attention-mask-in-dataloader turns it off; fused attention kernels ignore it).

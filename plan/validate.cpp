@@ -302,6 +302,10 @@ class Validator {
       d_.warning("cluster.gpu.peak_tflops.bf16", "FP8 training runs the attention in BF16 (training.fp8_attention is off), but the GPU gives no BF16 peak: "
                                                  "the attention is priced at the FP8 peak");
     }
+    if (plan_.training.grad_reduce_in_bf16 && plan_.training.precision != Precision::bf16 && plan_.training.precision != Precision::fp8) {
+      d_.error("training.grad_reduce_in_bf16", std::string("gradients reduced in bf16 need bf16 or fp8 training, not ") + std::string(to_string(plan_.training.precision)) +
+                                                   (plan_.training.precision == Precision::fp16 ? " (its gradients are already 16-bit)" : " (it keeps every value in fp32)"));
+    }
     if (plan_.training.fp8_attention && plan_.training.precision != Precision::fp8) {
       d_.warning("training.fp8_attention", "has no effect unless training.precision is fp8");
     }

@@ -19,6 +19,12 @@
 namespace meshwork::models {
 namespace {
 
+plan::TrainingConfig training_in(plan::Precision precision) {
+  plan::TrainingConfig t;
+  t.precision = precision;
+  return t;
+}
+
 plan::Plan gpt(const char* preset, std::int64_t gbs, plan::Recompute recompute) {
   plan::Plan p;
   p.model = plan::find_model_preset(preset)->model;
@@ -105,7 +111,7 @@ TEST(Memory, ZeroStagesMatchTheZeroPaper) {
   const double psi = 7.5e9;
   const double want[] = {120, 31.4, 16.6, 1.9};
   for (std::int64_t stage = 0; stage <= 3; ++stage) {
-    const auto b = model_state_bytes_per_param(stage, 64, plan::Precision::fp16);
+    const auto b = model_state_bytes_per_param(stage, 64, training_in(plan::Precision::fp16));
     EXPECT_NEAR(psi * (b.weights + b.gradients + b.optimizer) / 1e9, want[stage], 0.06) << stage;
   }
 }
@@ -113,7 +119,7 @@ TEST(Memory, ZeroStagesMatchTheZeroPaper) {
 // bf16: Megatron-LM keeps fp32 main gradients, 6 + 12/d bytes per parameter with the
 // distributed optimizer (Megatron-LM docs, distributed optimizer table).
 TEST(Memory, Bf16KeepsFp32Gradients) {
-  const auto b = model_state_bytes_per_param(1, 8, plan::Precision::bf16);
+  const auto b = model_state_bytes_per_param(1, 8, training_in(plan::Precision::bf16));
   EXPECT_DOUBLE_EQ(b.weights + b.gradients, 6);
   EXPECT_DOUBLE_EQ(b.optimizer, 12.0 / 8);
 }

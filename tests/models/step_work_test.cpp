@@ -189,5 +189,52 @@ TEST(StepWork, OnlySixteenBitWeightsPayTheMasterCopy) {
   }
 }
 
+// Gradients reduced in bf16 (Megatron's --grad-reduce-in-bf16, NeMo's grad_sync_dtype: bf16):
+// the buffer a GPU keeps and zeroes, and each DP reduction's bytes, halve (2 bytes a parameter
+// instead of fp32's 4); the optimizer first copies its shard into fp32 main gradients, 6 bytes
+// more an owned parameter (kMainGradCopyBytesPerParam). Both tiers see it: the estimate's DP and
+// the Program's reduce-scatters.
+TEST(StepWork, GradientsReducedInBf16HalveTheBufferAndTheReduction) {
+  plan::Plan fp32_grads = load("{tp: 2, pp: 2, dp: 2, zero_stage: 1}", 8);
+  plan::Plan bf16_grads = fp32_grads;
+  bf16_grads.training.grad_reduce_in_bf16 = true;
+  EXPECT_EQ(gradient_bytes(fp32_grads.training), 4);
+  EXPECT_EQ(gradient_bytes(bf16_grads.training), 2);
+  EXPECT_EQ(gradient_reduction(bf16_grads, false).bytes_per_param, 2);
+  EXPECT_EQ(optimizer_bytes_per_param(fp32_grads), 34);
+  EXPECT_EQ(optimizer_bytes_per_param(bf16_grads), 40);
+  const auto m32 = stage_memory(fp32_grads), m16 = stage_memory(bf16_grads);
+  for (std::size_t s = 0; s < m32.size(); ++s) {
+    EXPECT_NEAR(m16[s].gradients_bytes, m32[s].gradients_bytes / 2, 1e-9 * m32[s].gradients_bytes) << "stage " << s;
+    EXPECT_EQ(m16[s].optimizer_bytes, m32[s].optimizer_bytes) << "stage " << s;
+  }
+  // The Program: its zeroing and its DP reduce-scatters carry half the bytes.
+  auto bytes_of = [](const plan::Plan& p, const std::string& prefix) {
+    auto lowered = lower(p);
+    EXPECT_TRUE(lowered.program) << lowered.error;
+    double bytes = 0;
+    for (const Instr& in : lowered.program->classes[0].instrs) {
+      if (lowered.program->name(in).rfind(prefix, 0) == 0) bytes += in.bytes;
+    }
+    return bytes;
+  };
+  const double zero32 = bytes_of(fp32_grads, "zero_grad_buffer"), grads32 = bytes_of(fp32_grads, "dp_grad");
+  EXPECT_GT(grads32, 0);
+  EXPECT_NEAR(bytes_of(bf16_grads, "zero_grad_buffer"), zero32 / 2, 1e-9 * zero32);
+  EXPECT_NEAR(bytes_of(bf16_grads, "dp_grad"), grads32 / 2, 1e-9 * grads32);
+  // The estimate: the same reduction in half the bytes is no slower.
+  EXPECT_LE(estimate(bf16_grads).breakdown.dp_s, estimate(fp32_grads).breakdown.dp_s);
+  // fp16 keeps 16-bit gradients already, fp32 none: the field is refused for both.
+  for (const char* precision : {"fp16", "fp32"}) {
+    auto r = plan::load_plan_text(std::string("model: llama3-8b\ntraining: {global_batch_size: 32, precision: ") + precision +
+                                      ", grad_reduce_in_bf16: true}\ncluster: {gpu: h100-sxm, num_gpus: 8}\n",
+                                  plan::Format::yaml);
+    EXPECT_FALSE(r.ok()) << precision;
+    bool named = false;
+    for (const auto& item : r.diagnostics.items()) named = named || item.path == "training.grad_reduce_in_bf16";
+    EXPECT_TRUE(named) << precision;
+  }
+}
+
 }  // namespace
 }  // namespace meshwork::models

@@ -419,5 +419,17 @@ TEST(MegatronImport, TheDataloadersMaskFollowsItsFlag) {
   }
 }
 
+// --grad-reduce-in-bf16 keeps and reduces the gradients in bf16; without it bf16 training's are
+// fp32 (Megatron sets accumulate_allreduce_grads_in_fp32 with --bf16).
+TEST(MegatronImport, GradientsInBf16FollowTheirFlag) {
+  const std::string head = "torchrun --nproc_per_node 8 --nnodes 1 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+                           "--max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --vocab-size 1024 --bf16 ";
+  for (const bool on : {false, true}) {
+    const MegatronImport r = import_megatron_script(head + (on ? "--grad-reduce-in-bf16" : ""), "tiny");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(load(r).training.grad_reduce_in_bf16, on);
+  }
+}
+
 }  // namespace
 }  // namespace meshwork::plan
