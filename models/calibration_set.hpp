@@ -114,9 +114,11 @@ inline constexpr SetResiduals kAmpereSimulateResiduals{-0.060281, 0.047254, 21};
 // Hopper FP8's, each tier's at the shipped factor (no refit: nothing is fitted on the set), on
 // all 12 runs, with the FP8 GEMMs' operand casts priced (models/op_table.hpp) and the attention
 // at cuDNN's measured paces, each pass its own (training.attention_kernel auto on Hopper, since
-// 2026-12-06), and the output layer at the BF16 peak (Op::sixteen_bit, since 2026-12-07). Two of them
-// (GPT3-175B on 512 GPUs, Nemotron-340B) do not fit in meshwork's memory model (NeMo kept bf16 gradient buffers, which meshwork does not model): `simulate`
-// refuses them without --ignore-memory, and the simulator's residuals are taken with it, as
+// 2026-12-06), the output layer and the router at the BF16 peak (Op::sixteen_bit) and the two
+// recipes' bf16 gradients (training.grad_reduce_in_bf16), both since 2026-12-07. One of them
+// (Nemotron-340B) does not fit in meshwork's memory model (its recipe keeps the optimizer's
+// states in bf16, which the plan cannot say): `simulate`
+// refuses it without --ignore-memory, and the simulator's residuals are taken with it, as
 // bench/accuracy.sh runs them (Uncertainty.HopperFp8ResidualsAreThisBuilds,
 // SimUncertainty.HopperFp8ResidualsAreThisBuilds).
 inline constexpr SetResiduals kHopperFp8EstimateResiduals{-0.038756, 0.222191, 12};

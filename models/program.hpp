@@ -69,7 +69,7 @@ struct Instr {
   // max(start + d, end of tail_after + tail_fraction d). -1: none.
   std::int32_t tail_after = -1;
   float tail_fraction = 0;  // beside tail_after, so that an Instr stays 72 bytes
-  float cast_bytes = 0;     // compute: Op::cast_bytes (FP8 casts), in the 4 bytes the one-byte enums leave
+  float cast_bytes = 0;     // compute: Op::cast_bytes (FP8 casts), beside tail_fraction in 8 bytes
   double flops = 0;
   double bytes = 0;             // HBM traffic (compute) or payload per rank (communication)
 };

@@ -237,7 +237,16 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
   // to; get_batch_on_this_tp_rank broadcasts it with the tokens (training.data_loading's
   // default, tp_broadcast).
   if (a.has("--no-create-attention-mask-in-dataloader")) training["attention_mask_in_batch"] = false;
-  if (a.has("--grad-reduce-in-bf16")) training["grad_reduce_in_bf16"] = true;
+  // The flag turns off bf16 training's fp32 gradient buffer; fp16's buffer is 16-bit already,
+  // fp32's stays fp32.
+  if (a.has("--grad-reduce-in-bf16")) {
+    if (training["precision"] == "bf16" || training["precision"] == "fp8") {
+      training["grad_reduce_in_bf16"] = true;
+    } else {
+      out.diagnostics.warning("--grad-reduce-in-bf16", "ignored with " + training["precision"].get<std::string>() +
+                                                           " training: only bf16 and fp8 training keep fp32 gradients to reduce in bf16");
+    }
+  }
   // Megatron-core's attention backend (AttnBackend) defaults to auto: Transformer Engine picks
   // flash or fused attention, as training.attention_kernel auto does for the GPU. flash is
   // FlashAttention through Transformer Engine, and the older --use-flash-attn the flash-attn

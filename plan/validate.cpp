@@ -299,8 +299,9 @@ class Validator {
                                          " peak (cluster.gpu.peak_tflops)");
     }
     if (plan_.training.precision == Precision::fp8 && !plan_.training.fp8_attention && peak > 0 && c_.gpu.peak_tflops.bf16 <= 0) {
-      d_.warning("cluster.gpu.peak_tflops.bf16", "FP8 training runs the attention in BF16 (training.fp8_attention is off), but the GPU gives no BF16 peak: "
-                                                 "the attention is priced at the FP8 peak");
+      d_.warning("cluster.gpu.peak_tflops.bf16", "FP8 training runs the attention (training.fp8_attention is off), the LM head and the MoE router in BF16, "
+                                                 "but the GPU gives no BF16 peak: the attention is priced at the FP8 peak, the head and the router at "
+                                                 "the fp16 peak or half the FP8 peak");
     }
     if (plan_.training.grad_reduce_in_bf16 && plan_.training.precision != Precision::bf16 && plan_.training.precision != Precision::fp8) {
       d_.error("training.grad_reduce_in_bf16", std::string("gradients reduced in bf16 need bf16 or fp8 training, not ") + std::string(to_string(plan_.training.precision)) +

@@ -429,6 +429,15 @@ TEST(MegatronImport, GradientsInBf16FollowTheirFlag) {
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(load(r).training.grad_reduce_in_bf16, on);
   }
+  // With fp16 the buffer is 16-bit already: the flag is ignored, with a warning naming it.
+  std::string fp16 = head;
+  fp16.replace(fp16.find("--bf16"), 6, "--fp16");
+  const MegatronImport r = import_megatron_script(fp16 + "--grad-reduce-in-bf16", "tiny");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(load(r).training.grad_reduce_in_bf16);
+  bool named = false;
+  for (const auto& item : r.diagnostics.items()) named = named || item.path == "--grad-reduce-in-bf16";
+  EXPECT_TRUE(named);
 }
 
 }  // namespace
