@@ -277,19 +277,21 @@ TEST(OpTable, BackwardSplitsIntoInputAndWeightGradients) {
   EXPECT_DOUBLE_EQ(weight, fwd);
 }
 
+// Mixtral 8x7B on one H100 node (TP 8 with SP) in `precision`.
+plan::Plan mixtral_on_h100(const char* precision) {
+  auto r = plan::load_plan_text(std::string("model: mixtral-8x7b\ntraining: {global_batch_size: 8, precision: ") + precision +
+                                    "}\ncluster: {gpu: h100-sxm, num_gpus: 8}\nparallelism: {tp: 8, sp: true}\n",
+                                plan::Format::yaml);
+  EXPECT_TRUE(r.ok()) << (r.diagnostics.items().empty() ? "" : r.diagnostics.items().front().message);
+  return r.plan;
+}
+
 // FP8 training: a layer's linear GEMM casts its input (forward) and its output's gradient
 // (backward input) with TE's cast-transpose, 4 bytes an element; the weight gradient casts
 // nothing; the router and every op of a bf16 plan cast nothing. The timer adds the casts at the
 // elementwise rate, one launch more.
 TEST(OpTable, Fp8GemmsPayTheirOperandCasts) {
-  auto load = [](const char* precision) {
-    auto r = plan::load_plan_text(std::string("model: mixtral-8x7b\ntraining: {global_batch_size: 8, precision: ") + precision +
-                                      "}\ncluster: {gpu: h100-sxm, num_gpus: 8}\nparallelism: {tp: 8, sp: true}\n",
-                                  plan::Format::yaml);
-    EXPECT_TRUE(r.ok()) << (r.diagnostics.items().empty() ? "" : r.diagnostics.items().front().message);
-    return r.plan;
-  };
-  const plan::Plan fp8 = load("fp8"), bf16 = load("bf16");
+  const plan::Plan fp8 = mixtral_on_h100("fp8"), bf16 = mixtral_on_h100("bf16");
   const double tokens = 32768, h = 4096;  // Mixtral: micro-batch 1 x seq 32768, hidden 4096
   ASSERT_EQ(fp8.model.seq_length * fp8.training.micro_batch_size, 32768);
   bool saw_qkv = false, saw_router = false;
@@ -324,14 +326,7 @@ TEST(OpTable, Fp8GemmsPayTheirOperandCasts) {
 // the layers' linear GEMMs run faster than theirs. Before Op::sixteen_bit the head ran at the
 // FP8 peak, twice the rate Megatron gives it.
 TEST(OpTable, Fp8PlansKeepTheHeadAndTheRouterIn16Bits) {
-  auto load = [](const char* precision) {
-    auto r = plan::load_plan_text(std::string("model: mixtral-8x7b\ntraining: {global_batch_size: 8, precision: ") + precision +
-                                      "}\ncluster: {gpu: h100-sxm, num_gpus: 8}\nparallelism: {tp: 8, sp: true}\n",
-                                  plan::Format::yaml);
-    EXPECT_TRUE(r.ok()) << (r.diagnostics.items().empty() ? "" : r.diagnostics.items().front().message);
-    return r.plan;
-  };
-  const plan::Plan fp8 = load("fp8"), bf16 = load("bf16");
+  const plan::Plan fp8 = mixtral_on_h100("fp8"), bf16 = mixtral_on_h100("bf16");
   const ComputeTimer fp8_timer(fp8), bf16_timer(bf16);
   auto pairs = [](const std::vector<Op>& a, const std::vector<Op>& b, const std::function<void(const Op&, const Op&)>& each) {
     ASSERT_EQ(a.size(), b.size());
