@@ -26,6 +26,10 @@ struct CudaRank {
 
 struct CudaBackendModule {
   std::uint64_t abi = 0;
+  // Why this process sees no CUDA device ("" when it sees one): no driver, or none present.
+  // Local, no MPI: execute() gathers every rank's answer before anything else, so that a job
+  // on machines without GPUs ends with that one message, whatever its mesh or launch.
+  std::string (*missing_device)() = nullptr;
   // Collective over MPI_COMM_WORLD (MPI initialised, one process per rank): selects this rank's
   // GPU and makes its groups, over NCCL or over MPI staged through the host (`collectives`:
   // "auto", "nccl" or "mpi"; auto takes MPI where ranks share a GPU, which NCCL refuses).

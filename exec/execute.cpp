@@ -129,11 +129,19 @@ ExecuteResult execute(const plan::Plan& plan, const ExecuteOptions& options) {
     throw std::invalid_argument("backend '" + options.backend + "' is not one of cpu, cuda");
   }
   ExecuteResult out = start_job(plan);
-  if (!out.error.empty()) return out;
   const int rank = static_cast<int>(out.rank), size = static_cast<int>(out.world_size);
+  // The CUDA backend's device first, on every rank together: without one, that is the whole
+  // answer, whatever the plan or the launch.
+  if (cuda) {
+    if (std::string missing = job_missing_devices(module->missing_device(), size); !missing.empty()) {
+      out.error = std::move(missing);
+      out.job_wide_error = true;
+      return out;
+    }
+  }
+  if (!out.error.empty()) return out;
   const auto& par = plan.parallelism;
   const GroupOptions group_options{.timeout_s = options.timeout_s, .self_check = options.verify && !cuda, .on_timeout = options.on_timeout};
-  // The CUDA backend's device first: without one, that is the whole answer, whatever the plan.
   CudaRank device;
   if (cuda) {
     try {

@@ -4,6 +4,7 @@
 #include "exec/cuda/execute_cuda.hpp"
 
 extern "C" __attribute__((visibility("default"))) const meshwork::exec::CudaBackendModule* meshwork_cuda_backend_module() {
-  static const meshwork::exec::CudaBackendModule module{meshwork::exec::module_abi(), &meshwork::exec::cuda::make_cuda_rank};
+  static const meshwork::exec::CudaBackendModule module{meshwork::exec::module_abi(), &meshwork::exec::cuda::missing_device,
+                                                                  &meshwork::exec::cuda::make_cuda_rank};
   return &module;
 }

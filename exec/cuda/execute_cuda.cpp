@@ -38,18 +38,23 @@ std::string text(std::int64_t v) { return std::to_string(v); }
 
 }  // namespace
 
-CudaRank make_cuda_rank(const plan::Plan& plan, std::int64_t world_rank, const GroupOptions& options, const std::string& collectives) {
-  (void)plan;
-  // No GPU first: on a machine without one, that is the whole answer, whatever the mesh.
+std::string missing_device() {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices < 1) {
-    // Without a driver the runtime says "CUDA driver version is insufficient": say what it means.
-    const std::string cause = e == cudaErrorInsufficientDriver ? ": no NVIDIA driver, or one older than this CUDA runtime"
-                              : e != cudaSuccess              ? std::string(": ") + cudaGetErrorString(e)
-                                                              : "";
-    throw std::runtime_error("the CUDA backend found no CUDA device on rank " + text(world_rank) + cause);
+  if (e == cudaSuccess && devices > 0) return "";
+  // Without a driver the runtime says "CUDA driver version is insufficient": say what it means.
+  return e == cudaErrorInsufficientDriver ? "no NVIDIA driver, or one older than this CUDA runtime"
+         : e != cudaSuccess              ? std::string(cudaGetErrorString(e))
+                                         : "the driver lists no GPU";
+}
+
+CudaRank make_cuda_rank(const plan::Plan& plan, std::int64_t world_rank, const GroupOptions& options, const std::string& collectives) {
+  // execute() has checked the device on every rank; a direct caller is told here.
+  if (const std::string why = missing_device(); !why.empty()) {
+    throw std::runtime_error("the CUDA backend found no CUDA device on rank " + text(world_rank) + ": " + why);
   }
+  int devices = 0;
+  MESHWORK_CUDA_CHECK(cudaGetDeviceCount(&devices));
   if (collectives != "auto" && collectives != "nccl" && collectives != "mpi") {
     throw std::invalid_argument("--collectives '" + collectives + "' is not one of auto, nccl, mpi");
   }

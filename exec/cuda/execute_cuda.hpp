@@ -9,6 +9,9 @@
 
 namespace meshwork::exec::cuda {
 
+// As CudaBackendModule::missing_device.
+[[nodiscard]] std::string missing_device();
+
 // As CudaBackendModule::make_rank.
 [[nodiscard]] CudaRank make_cuda_rank(const plan::Plan& plan, std::int64_t world_rank, const GroupOptions& options, const std::string& collectives);
 

@@ -84,9 +84,6 @@ struct CudaGpt::Impl {
   DeviceBuffer<float> mean_f, rstd_f, loss_rows, lse_f, dy1_f32, tmp_gamma, tmp_beta, tmp_bias;
   DeviceBuffer<bf16> dprobs;  // materialised path: backward's dP, then dS, one layer at a time
 
-  std::vector<GradBucket> buckets;  // backward's order: head, layers L-1 .. 0, embedding
-  std::vector<Event> bucket_ready;  // one per bucket, recorded when the hook is set
-  GradsReady grads_ready;
 
   Impl(const plan::ModelConfig& model, std::uint64_t seed, const kernels::AdamWHyperparams& h, bool timing, AttentionPath attention)
       : m(model), hp(h), requested(attention), path(attention), timer(timing) {
@@ -111,31 +108,19 @@ struct CudaGpt::Impl {
     seq = m.seq_length;
     s = streams.compute.get();
 
-    // GptChunk's order for a chunk holding everything: embeddings, layers, head. Each group's
-    // parameters are consecutive, so each is one contiguous range of the flat buffers.
-    std::vector<std::pair<std::string, std::size_t>> groups_at{{"embedding", 0}};  // name, first spec
+    // GptChunk's order for a chunk holding everything: embeddings, layers, head.
     specs = embedding_specs(m);
     for (I l = 0; l < m.num_layers; ++l) {
-      groups_at.emplace_back("layers." + std::to_string(l), specs.size());
       auto ls = layer_specs(m, l);
       specs.insert(specs.end(), ls.begin(), ls.end());
     }
-    groups_at.emplace_back("head", specs.size());
     auto hs = head_specs(m);
     specs.insert(specs.end(), hs.begin(), hs.end());
-    std::vector<I> offsets;
     for (const auto& spec : specs) {
       Entry e{spec, total, spec.rows * spec.cols};
-      offsets.push_back(total);
       total += (e.count + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
       entries.emplace(spec.name, std::move(e));
     }
-    for (std::size_t g = groups_at.size(); g-- > 0;) {
-      const I begin = offsets.at(groups_at[g].second);
-      const I end = g + 1 < groups_at.size() ? offsets.at(groups_at[g + 1].second) : total;
-      buckets.push_back({groups_at[g].first, begin, end - begin});
-    }
-    bucket_ready.resize(buckets.size());
     master = buffer<float>(total);
     grads = buffer<float>(total);
     exp_avg = buffer<float>(total);
@@ -181,13 +166,6 @@ struct CudaGpt::Impl {
     MESHWORK_CUDA_CHECK(cudaMemcpyAsync(host.data(), base + e.offset, host.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
     MESHWORK_CUDA_CHECK(cudaStreamSynchronize(s));
     return host;
-  }
-
-  // Bucket b's last write is enqueued: tell the hook, if any.
-  void bucket_done(std::size_t b) {
-    if (!grads_ready) return;
-    bucket_ready[b].record(s);
-    grads_ready(buckets[b], bucket_ready[b]);
   }
 
   EventTimer::Scope op(models::OpKind c) { return timer.scope(models::to_string(c), s); }
@@ -488,18 +466,15 @@ struct CudaGpt::Impl {
         }
       }
       norm_backward(proj.data(), final_x.data(), "final_norm", mean_f.data(), rstd_f.data(), dy);
-      bucket_done(0);  // the head: final norm, untied output layer
       for (I l = L_count - 1; l >= 0; --l) {
         layer_backward(l, layers[static_cast<std::size_t>(l)], dy, dx);
         std::swap(dy, dx);
-        bucket_done(static_cast<std::size_t>(L_count - l));
       }
       {
         auto t = op(models::OpKind::embedding);
         if (!rope) embedding_backward_position(dy, G("embedding.position"), samples, seq, H, s);
         embedding_backward_word(ids.data(), dy, G("embedding.word"), n, H, s);
       }
-      bucket_done(static_cast<std::size_t>(L_count + 1));  // the embeddings, the tied head's gradient in the word's
     }
     std::vector<float> losses(static_cast<std::size_t>(n));
     MESHWORK_CUDA_CHECK(cudaMemcpyAsync(losses.data(), loss_rows.data(), losses.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -551,8 +526,6 @@ AttentionPath CudaGpt::attention_path() const { return impl_->path; }
 float* CudaGpt::grad_data() { return impl_->grads.data(); }
 std::int64_t CudaGpt::flat_size() const { return impl_->total; }
 cudaStream_t CudaGpt::compute_stream() const { return impl_->s; }
-const std::vector<GradBucket>& CudaGpt::grad_buckets() const { return impl_->buckets; }
-void CudaGpt::set_grads_ready(GradsReady hook) { impl_->grads_ready = std::move(hook); }
 
 std::map<std::string, double, std::less<>> CudaGpt::op_ms() {
   impl_->timer.collect();

@@ -8,11 +8,6 @@
 // bf16 step compared with the CPU's fp32 step. Device time per op kind (models::OpKind names)
 // is measured with events on the compute stream.
 //
-// For data parallelism the gradients are one flat fp32 buffer (grad_data) in buckets
-// (grad_buckets): contiguous ranges, each finished at one point of backward (the head, each
-// layer, the embeddings), announced as they finish (set_grads_ready) so that a trainer can
-// reduce them on another stream while backward goes on.
-//
 // Attention runs one of two ways (AttentionPath). flash_direct: kernels/cuda's tiled forward
 // (the direct kernel past kFlashMaxHeadDim) and the direct backward, which keep only the
 // logsumexp per row but whose backward (one block per query and per key row) is slow at long
@@ -52,13 +47,6 @@ enum class AttentionPath : std::uint8_t { automatic, materialised, flash_direct 
 // memory is linear in seq; long ones take the GEMMs, whose P grows as seq^2.
 inline constexpr std::int64_t kMaterialisedMinSeq = 512;
 
-// A contiguous range of the flat gradient buffer that one stretch of backward completes.
-struct GradBucket {
-  std::string name;         // "head" (final norm, untied output layer), "layers.3", "embedding"
-  std::int64_t offset = 0;  // elements into grad_data()
-  std::int64_t count = 0;   // elements, the zero padding between parameters included
-};
-
 class CudaGpt {
  public:
   // The whole model on the current device, parameters initialised as GptChunk's (seed).
@@ -90,15 +78,6 @@ class CudaGpt {
   [[nodiscard]] float* grad_data();
   [[nodiscard]] std::int64_t flat_size() const;
   [[nodiscard]] cudaStream_t compute_stream() const;
-  // In the order backward completes them: head, layers last to first, embeddings (whose tied
-  // word embedding also takes the head's gradient). Together they cover the flat buffer once.
-  [[nodiscard]] const std::vector<GradBucket>& grad_buckets() const;
-  // While set, forward_backward calls `hook` on the host as it enqueues the last write of each
-  // bucket, with an event recorded on the compute stream just after it. The event is recorded
-  // again for the next forward_backward: the hook must enqueue its waits on it (cudaStreamWaitEvent,
-  // exec::cuda::wait) before it returns. An empty function: none.
-  using GradsReady = std::function<void(const GradBucket& bucket, const Event& ready)>;
-  void set_grads_ready(GradsReady hook);
 
   // The path attention takes: the constructor's choice, or after the first forward_backward
   // what `automatic` resolved to (materialised or flash_direct).

@@ -1,7 +1,7 @@
 // One bf16 training step of CudaGpt against the CPU's fp32 GptChunk on a small model, both
 // initialised from the same seed: the loss, every parameter's gradient and every parameter
 // after AdamW agree to bf16 accuracy (AdamW's first step to within 2 lr), on either attention
-// path; the gradient buckets are complete when announced. Skips without a device.
+// path. Skips without a device.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -126,58 +126,6 @@ TEST(CudaGpt, OneBf16StepMatchesTheCpuMaterialisedAttention) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   compare_one_step(true, AttentionPath::materialised);
   compare_one_step(false, AttentionPath::materialised);
-}
-
-// The data-parallel trainer's buckets: contiguous, covering the flat gradients once, announced
-// in backward's order, and complete when announced: a copy taken on another stream after each
-// bucket's event equals the gradients once backward is over (nothing writes a bucket later).
-TEST(CudaGpt, GradBucketsAreCompleteWhenAnnounced) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
-  for (const bool swiglu : {false, true}) {  // tied and untied: the tied head writes the word embedding first
-    const auto m = small_model(swiglu);
-    CudaGpt gpu(m, 7, kernels::AdamWHyperparams{}, false);
-    const auto& buckets = gpu.grad_buckets();
-    std::vector<std::string> names;
-    for (const auto& b : buckets) names.push_back(b.name);
-    EXPECT_EQ(names, (std::vector<std::string>{"head", "layers.1", "layers.0", "embedding"}));
-    std::int64_t end = gpu.flat_size();
-    for (const auto& b : buckets) {  // backward's order is the flat buffer's, reversed
-      EXPECT_GT(b.count, 0) << b.name;
-      EXPECT_EQ(b.offset + b.count, end) << b.name;
-      end = b.offset;
-    }
-    EXPECT_EQ(end, 0);
-
-    Batch batch;
-    batch.samples = 2;
-    batch.seq = m.seq_length;
-    for (std::int64_t i = 0; i < batch.samples * batch.seq; ++i) {
-      batch.ids.push_back((i * 7 + 3) % m.vocab_size);
-      batch.targets.push_back((i * 5 + 1) % m.vocab_size);
-    }
-    (void)gpu.forward_backward(batch, 0.5);  // a first micro-batch: the hook sees the accumulation
-    Stream side;
-    std::vector<std::vector<float>> copies;
-    std::vector<std::string> announced;
-    gpu.set_grads_ready([&](const GradBucket& b, const Event& ready) {
-      wait(side.get(), ready);
-      announced.push_back(b.name);
-      copies.emplace_back(static_cast<std::size_t>(b.count));
-      MESHWORK_CUDA_CHECK(cudaMemcpyAsync(copies.back().data(), gpu.grad_data() + b.offset, static_cast<std::size_t>(b.count) * sizeof(float),
-                                          cudaMemcpyDeviceToHost, side.get()));
-      side.synchronize();
-    });
-    (void)gpu.forward_backward(batch, 0.5);
-    gpu.set_grads_ready({});
-    EXPECT_EQ(announced, names);
-    std::vector<float> all(static_cast<std::size_t>(gpu.flat_size()));
-    MESHWORK_CUDA_CHECK(cudaMemcpy(all.data(), gpu.grad_data(), all.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    ASSERT_EQ(copies.size(), buckets.size());
-    for (std::size_t i = 0; i < buckets.size(); ++i) {
-      const auto from = all.begin() + buckets[i].offset;
-      EXPECT_TRUE(std::equal(copies[i].begin(), copies[i].end(), from)) << buckets[i].name << " changed after it was announced";
-    }
-  }
 }
 
 TEST(CudaGpt, AttentionPathNamesRoundTrip) {
