@@ -17,6 +17,14 @@ namespace meshwork::cli {
 namespace {
 
 // "unfused", or the fused kernel, auto's choice named as such: "cudnn (auto on Hopper)".
+// Adam's states when not the default fp32 ones: ", Adam m bf16, v bf16, master weights none".
+std::string optimizer_states_text(const plan::TrainingConfig& t) {
+  const auto& st = t.optimizer_states;
+  if (st.classic()) return "";
+  return ", Adam m " + std::string(to_string(st.exp_avg)) + ", v " + std::string(to_string(st.exp_avg_sq)) +
+         (t.precision == plan::Precision::fp32 ? std::string() : ", master weights " + std::string(to_string(st.master_weights)));
+}
+
 std::string attention_text(const plan::Plan& p) {
   if (!p.training.flash_attention) return "unfused";
   const auto hw = models::hardware_profile(p.cluster.gpu);
@@ -66,7 +74,7 @@ void print_summary(std::ostream& os, const plan::Plan& p) {
     os << '\n';
   }
   os << "training  global batch " << p.training.global_batch_size << " x micro-batch " << p.training.micro_batch_size
-     << ", " << to_string(p.training.precision) << (p.training.grad_reduce_in_bf16 ? " (gradients in bf16)" : "")
+     << ", " << to_string(p.training.precision) << (p.training.grad_reduce_in_bf16 ? " (gradients in bf16)" : "") << optimizer_states_text(p.training)
      << ", recompute " << to_string(p.training.recompute)
      << ", attention " << attention_text(p) << ", batch load " << to_string(p.training.data_loading)
      << (p.training.attention_mask_in_batch ? " with the causal mask" : "") << '\n';

@@ -273,6 +273,7 @@ std::string checkpoint_plan_key(const plan::Plan& plan) {
   training.erase("data_loading");             // how a batch reaches the GPUs: it costs, it does not train
   training.erase("attention_mask_in_batch");  // the same
   training.erase("grad_reduce_in_bf16");      // the executors reduce in their own precision: it prices, it does not train
+  training.erase("optimizer_states");         // the executors' AdamW keeps fp32 states: it prices, it does not train
   parallelism.erase("overlap");
   parallelism.erase("context_parallel_comm_type");  // how CP's exchange is priced, not what is trained
   const nlohmann::json key = {{"model", all.at("model")}, {"training", training}, {"parallelism", parallelism}, {"seed", all.at("run").at("seed")}};

@@ -168,10 +168,40 @@ GradientReduction gradient_reduction(const plan::Plan& p, bool expert) {
   return r;
 }
 
+namespace {
+
+// Adam's step with training.optimizer_states not all fp32: one fused kernel per parameter the
+// GPU owns, Transformer Engine's FusedAdam with master_weights (Megatron's precision-aware
+// optimizer, megatron/core/optimizer/__init__.py @23e00ed0) or Apex's DistributedFusedAdam. It
+// reads the gradient as the buffer keeps it (no fp32 copy: distrib_optimizer.py hands the grad
+// over as it is), reads and writes m and v in their dtypes and the master weights in theirs,
+// and writes the 16-bit weight itself (no copy pass after it). With remainders it reads and
+// writes the bf16 weight and its int16 remainder; with none, the 16-bit weight alone; fp32
+// training, the fp32 weight.
+double adam_bytes_per_param(const plan::TrainingConfig& t) {
+  const auto& st = t.optimizer_states;
+  double weights = 8;  // fp32 training: the weight itself, read and written
+  if (t.precision != plan::Precision::fp32) {
+    switch (st.master_weights) {
+      case plan::MasterWeights::fp32: weights = 2 * 4 + 2; break;
+      case plan::MasterWeights::fp16: weights = 2 * 2 + 2; break;
+      case plan::MasterWeights::remainders: weights = 2 * (2 + 2); break;
+      case plan::MasterWeights::none: weights = 2 * 2; break;
+    }
+  }
+  return gradient_bytes(t) + weights + 2 * state_bytes(st.exp_avg) + 2 * state_bytes(st.exp_avg_sq);
+}
+
+}  // namespace
+
 double optimizer_bytes_per_param(const plan::Plan& p) {
-  return kAdamBytesPerParam + (p.training.precision != plan::Precision::fp32 ? kMasterCopyBytesPerParam : 0) +
-         (gradient_bytes(p.training) < 4 && p.training.precision != plan::Precision::fp16 ? kMainGradCopyBytesPerParam : 0) +
-         (p.parallelism.gradient_compression != plan::GradientCompression::none ? 12 : 0);
+  const plan::TrainingConfig& t = p.training;
+  const double compression = p.parallelism.gradient_compression != plan::GradientCompression::none ? 12 : 0;
+  if (t.optimizer_states.classic()) {
+    return kAdamBytesPerParam + (t.precision != plan::Precision::fp32 ? kMasterCopyBytesPerParam : 0) +
+           (gradient_bytes(t) < 4 && t.precision != plan::Precision::fp16 ? kMainGradCopyBytesPerParam : 0) + compression;
+  }
+  return adam_bytes_per_param(t) + compression;
 }
 
 double grad_bucket_params(const plan::Plan& p) { return std::max(40e6, 1e6 * d(p.parallelism.data_parallel_size)); }

@@ -97,11 +97,13 @@ struct GradientReduction {
   double replica_bytes_per_param = 0;  // 0: no all-reduce across instances
 };
 GradientReduction gradient_reduction(const plan::Plan& plan, bool expert);
-// Bytes of HBM the optimizer step reads and writes per parameter it owns: Adam's
-// (kAdamBytesPerParam), the master weights' copy into 16-bit weights unless the plan trains in
-// fp32 (kMasterCopyBytesPerParam), bf16 gradients' copy into fp32 main gradients
-// (kMainGradCopyBytesPerParam, training.grad_reduce_in_bf16), and with compression the
-// error-feedback residual (fp32, read and written: 12 more, with the compensated gradient).
+// Bytes of HBM the optimizer step reads and writes per parameter it owns. With fp32 states
+// (Megatron-core's classic optimizer): Adam's (kAdamBytesPerParam), the master weights' copy into
+// 16-bit weights unless the plan trains in fp32 (kMasterCopyBytesPerParam), bf16 gradients' copy
+// into fp32 main gradients (kMainGradCopyBytesPerParam, training.grad_reduce_in_bf16). With
+// training.optimizer_states otherwise, one fused kernel over each state in its own dtype
+// (layer_comm.cpp, adam_bytes_per_param). With compression, the error-feedback residual (fp32,
+// read and written: 12 more, with the compensated gradient).
 double optimizer_bytes_per_param(const plan::Plan& plan);
 
 // One DP bucket of a model chunk, as Megatron-core DDP forms them: layers join the open bucket

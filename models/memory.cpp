@@ -36,11 +36,34 @@ double gradient_bytes(const plan::TrainingConfig& training) {
   return training.grad_reduce_in_bf16 && training.precision != plan::Precision::fp32 ? 2 : 4;
 }
 
+double state_bytes(plan::Precision dtype) {
+  switch (dtype) {
+    case plan::Precision::fp32: return 4;
+    case plan::Precision::fp8: return 1;
+    default: return 2;
+  }
+}
+
+double optimizer_state_bytes_per_param(const plan::TrainingConfig& training) {
+  const auto& st = training.optimizer_states;
+  double master = 0;  // fp32 training updates its weights in place
+  if (training.precision != plan::Precision::fp32) {
+    switch (st.master_weights) {
+      case plan::MasterWeights::fp32: master = 4; break;
+      case plan::MasterWeights::fp16:
+      case plan::MasterWeights::remainders: master = 2; break;  // an fp16 copy, or an int16 remainder
+      case plan::MasterWeights::none: master = 0; break;
+    }
+  }
+  return master + state_bytes(st.exp_avg) + state_bytes(st.exp_avg_sq);
+}
+
 ModelStateBytes model_state_bytes_per_param(std::int64_t zero_stage, double shards, const plan::TrainingConfig& training) {
-  // Mixed precision: 16-bit weights, gradients as gradient_bytes(), fp32 master weights + Adam
-  // m and v (K = 12). fp32 training: 4-byte weights and gradients, Adam m and v (K = 8).
+  // Mixed precision: 16-bit weights, gradients as gradient_bytes(), the optimizer's master
+  // weights and Adam m and v (K = 12 with fp32 states, ZeRO's). fp32 training: 4-byte weights
+  // and gradients, Adam m and v (K = 8).
   const bool fp32 = training.precision == plan::Precision::fp32;
-  const double w = fp32 ? 4 : 2, g = gradient_bytes(training), k = fp32 ? 8 : 12;
+  const double w = fp32 ? 4 : 2, g = gradient_bytes(training), k = optimizer_state_bytes_per_param(training);
   const double n = std::max(1.0, shards);
   switch (zero_stage) {
     case 0: return {w, g, k};

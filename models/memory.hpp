@@ -64,6 +64,12 @@ struct ModelStateBytes {
 };
 // Bytes of one gradient value as reduced and kept.
 double gradient_bytes(const plan::TrainingConfig& training);
+// Bytes of one value of an optimizer state kept in `dtype` (fp8: one byte; the per-tensor
+// scales Transformer Engine keeps beside non-fp32 states are not counted).
+double state_bytes(plan::Precision dtype);
+// The optimizer's own bytes per parameter it owns: the master weights (training.optimizer_states
+// .master_weights; none in fp32 training) and Adam's two moments (12 with the defaults).
+double optimizer_state_bytes_per_param(const plan::TrainingConfig& training);
 ModelStateBytes model_state_bytes_per_param(std::int64_t zero_stage, double shards, const plan::TrainingConfig& training);
 // The gradient buffer one GPU keeps for the `dense` and `expert` parameters it holds (after TP
 // and EP sharding): whole, or its ZeRO 2/3 shard, as stage_memory counts it without the

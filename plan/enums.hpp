@@ -15,6 +15,14 @@ enum class Normalization { layernorm, rmsnorm };
 enum class PositionEmbedding { learned_absolute, rope };
 enum class Precision { bf16, fp16, fp8, fp32 };
 enum class Recompute { none, selective, full };
+// Where the optimizer keeps the weights it updates, in 16-bit training: an fp32 copy (Megatron's
+// default); an fp16 copy (--main-params-dtype fp16 with --use-precision-aware-optimizer); the
+// low 16 bits of the fp32 value beside the bf16 weight (store_param_remainders: Megatron-core's
+// default with the precision-aware optimizer, Transformer Engine >= 2.1; Apex's
+// DistributedFusedAdam); none, the 16-bit weights updated in place (Apex's
+// DistributedFusedAdam with its state in the model's dtype and store_params off, as NeMo 1.x
+// sets it for optim.dtype bf16).
+enum class MasterWeights { fp32, fp16, remainders, none };
 // How MFU's model FLOPs count causal attention: the full s x s matrix (the papers: Korthikanti
 // et al. 2022 eq. 7, NAR21) or its causal half (Megatron-LM's throughput since 2024).
 enum class AttentionFlops { full, causal };
@@ -64,6 +72,10 @@ MESHWORK_ENUM_NAMES(Precision, std::pair{Precision::bf16, std::string_view("bf16
                     std::pair{Precision::fp16, std::string_view("fp16")},
                     std::pair{Precision::fp8, std::string_view("fp8")},
                     std::pair{Precision::fp32, std::string_view("fp32")});
+MESHWORK_ENUM_NAMES(MasterWeights, std::pair{MasterWeights::fp32, std::string_view("fp32")},
+                    std::pair{MasterWeights::fp16, std::string_view("fp16")},
+                    std::pair{MasterWeights::remainders, std::string_view("remainders")},
+                    std::pair{MasterWeights::none, std::string_view("none")});
 MESHWORK_ENUM_NAMES(Recompute, std::pair{Recompute::none, std::string_view("none")},
                     std::pair{Recompute::selective, std::string_view("selective")},
                     std::pair{Recompute::full, std::string_view("full")});

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <string_view>
+#include <tuple>
 
 #include "plan/shell_script.hpp"
 
@@ -246,6 +248,39 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
       out.diagnostics.warning("--grad-reduce-in-bf16", "ignored with " + training["precision"].get<std::string>() +
                                                            " training: only bf16 and fp8 training keep fp32 gradients to reduce in bf16");
     }
+  }
+  // The precision-aware optimizer (Transformer Engine's FusedAdam; arguments.py @0d7e02bd): Adam's
+  // moments in --exp-avg-dtype and --exp-avg-sq-dtype; the master weights fp16 with
+  // --main-params-dtype fp16, otherwise, with bf16 weights, the int16 remainders of their fp32
+  // values (OptimizerConfig.store_param_remainders, True by default from Transformer Engine 2.1,
+  // megatron/core/optimizer/optimizer_config.py); --main-grads-dtype bf16 keeps the gradients in
+  // bf16 as --grad-reduce-in-bf16 does. Without the flag Megatron refuses any dtype but fp32.
+  {
+    const bool aware = a.has("--use-precision-aware-optimizer");
+    const std::string precision = training["precision"].get<std::string>();
+    const bool bf16_weights = precision == "bf16" || precision == "fp8";
+    nlohmann::json states = nlohmann::json::object();
+    for (const auto& [flag, key, choices] : {std::tuple{"--exp-avg-dtype", "exp_avg", "fp32, fp16, bf16, fp8"},
+                                             std::tuple{"--exp-avg-sq-dtype", "exp_avg_sq", "fp32, fp16, bf16, fp8"},
+                                             std::tuple{"--main-params-dtype", "master_weights", "fp32, fp16"},
+                                             std::tuple{"--main-grads-dtype", "", "fp32, bf16"}}) {
+      const auto v = a.value(flag);
+      if (!v || *v == "fp32") continue;
+      if ((std::string(", ") + choices + ",").find(", " + *v + ",") == std::string::npos) {
+        out.diagnostics.error(flag, "expected one of " + std::string(choices) + ", got \"" + *v + "\"");
+      } else if (!aware) {
+        out.diagnostics.error(flag, *v + " needs --use-precision-aware-optimizer (Megatron refuses any dtype but fp32 without it)");
+      } else if (std::string_view(key).empty()) {
+        if (bf16_weights) training["grad_reduce_in_bf16"] = true;
+        else out.diagnostics.warning(flag, "ignored with " + precision + " training: only bf16 and fp8 training keep fp32 gradients to reduce in bf16");
+      } else if (std::string_view(key) == "master_weights" && precision == "fp32") {
+        out.diagnostics.warning(flag, "ignored with fp32 training, which keeps no master copy");
+      } else {
+        states[key] = *v;
+      }
+    }
+    if (aware && bf16_weights && !states.contains("master_weights")) states["master_weights"] = "remainders";
+    if (!states.empty()) training["optimizer_states"] = states;
   }
   // Megatron-core's attention backend (AttnBackend) defaults to auto: Transformer Engine picks
   // flash or fused attention, as training.attention_kernel auto does for the GPU. flash is

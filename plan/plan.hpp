@@ -68,6 +68,23 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+// What Adam keeps per parameter it owns, beside the model's weights and gradients (Megatron's
+// --use-precision-aware-optimizer with --exp-avg-dtype, --exp-avg-sq-dtype, --main-params-dtype;
+// Apex's DistributedFusedAdam dtype and store_params). The defaults are mixed precision's fp32
+// copy and fp32 moments (12 bytes).
+struct OptimizerStates {
+  Precision exp_avg = Precision::fp32;     // Adam's first moment m
+  Precision exp_avg_sq = Precision::fp32;  // Adam's second moment v
+  MasterWeights master_weights = MasterWeights::fp32;
+
+  // Megatron-core's classic optimizer (fp32 copy and moments) rather than Transformer Engine's
+  // FusedAdam with master_weights, or Apex's, which read 16-bit gradients and write the model's
+  // weights themselves (megatron/core/optimizer/distrib_optimizer.py @23e00ed0, the grad handed
+  // over without an fp32 copy when use_precision_aware_optimizer).
+  [[nodiscard]] bool classic() const { return *this == OptimizerStates{}; }
+  bool operator==(const OptimizerStates&) const = default;
+};
+
 struct TrainingConfig {
   std::int64_t global_batch_size = 0;
   std::int64_t micro_batch_size = 1;
@@ -91,6 +108,7 @@ struct TrainingConfig {
   // 1.x's distributed_fused_adam with grad_sync_dtype: bf16): half the gradient buffer and half
   // the data-parallel reduction's bytes. bf16 and fp8 training only.
   bool grad_reduce_in_bf16 = false;
+  OptimizerStates optimizer_states;
   // How each micro-batch reaches the first and last stages' GPUs (models::batch_tensors), and
   // whether the batch carries the b x 1 x s x s causal mask Megatron's dataloader builds
   // (--no-create-attention-mask-in-dataloader turns it off; fused attention kernels ignore it).

@@ -307,6 +307,13 @@ class Validator {
       d_.error("training.grad_reduce_in_bf16", std::string("gradients reduced in bf16 need bf16 or fp8 training, not ") + std::string(to_string(plan_.training.precision)) +
                                                    (plan_.training.precision == Precision::fp16 ? " (its gradients are already 16-bit)" : " (it keeps every value in fp32)"));
     }
+    if (const MasterWeights mw = plan_.training.optimizer_states.master_weights; mw != MasterWeights::fp32) {
+      if (plan_.training.precision == Precision::fp32) {
+        d_.error("training.optimizer_states.master_weights", "fp32 training updates its fp32 weights and keeps no master copy: must be fp32, not " + std::string(to_string(mw)));
+      } else if (mw == MasterWeights::remainders && plan_.training.precision == Precision::fp16) {
+        d_.error("training.optimizer_states.master_weights", "remainders complete bf16 weights to fp32 (bf16 or fp8 training), not fp16 weights");
+      }
+    }
     if (plan_.training.fp8_attention && plan_.training.precision != Precision::fp8) {
       d_.warning("training.fp8_attention", "has no effect unless training.precision is fp8");
     }

@@ -236,5 +236,73 @@ TEST(StepWork, GradientsReducedInBf16HalveTheBufferAndTheReduction) {
   }
 }
 
+// Adam's states in lower precision (Megatron's precision-aware optimizer, Apex's
+// DistributedFusedAdam with its state in bf16): the optimizer's bytes a GPU keeps per parameter
+// it owns are its master weights' and its two moments', and its step is one fused kernel over
+// them that reads the gradient as kept and writes the 16-bit weight itself.
+TEST(StepWork, OptimizerStatesInLowerPrecisionShrinkTheStateAndTheStep) {
+  auto optimizer_step_bytes = [](const plan::Plan& p) {
+    auto lowered = lower(p);
+    EXPECT_TRUE(lowered.program) << lowered.error;
+    double bytes = 0;
+    for (const Instr& in : lowered.program->classes[0].instrs) {
+      if (lowered.program->name(in) == "optimizer_step") bytes += in.bytes;
+    }
+    EXPECT_GT(bytes, 0);
+    return bytes;
+  };
+  plan::Plan fp32_states = load("{tp: 2, pp: 2, dp: 2, zero_stage: 1}", 8);
+  ASSERT_TRUE(fp32_states.training.optimizer_states.classic());
+  EXPECT_EQ(optimizer_state_bytes_per_param(fp32_states.training), 12);
+  struct Case {
+    plan::Precision m, v;
+    plan::MasterWeights master;
+    double state_bytes, step_bytes;  // the step: gradient 4 + weights + m and v read and written
+  };
+  using plan::MasterWeights;
+  using plan::Precision;
+  for (const Case c : {Case{Precision::bf16, Precision::bf16, MasterWeights::none, 4, 4 + 4 + 4 + 4},          // Apex, NeMo's optim.dtype bf16
+                       Case{Precision::fp32, Precision::fp32, MasterWeights::remainders, 10, 4 + 8 + 8 + 8},  // --use-precision-aware-optimizer
+                       Case{Precision::bf16, Precision::fp32, MasterWeights::fp32, 10, 4 + 10 + 4 + 8},       // DeepSeek-V3's m in bf16 (v too there)
+                       Case{Precision::fp8, Precision::fp16, MasterWeights::fp16, 5, 4 + 6 + 2 + 4}}) {
+    plan::Plan p = fp32_states;
+    p.training.optimizer_states = {c.m, c.v, c.master};
+    EXPECT_FALSE(p.training.optimizer_states.classic());
+    EXPECT_EQ(optimizer_state_bytes_per_param(p.training), c.state_bytes) << plan::to_string(c.master);
+    EXPECT_EQ(optimizer_bytes_per_param(p), c.step_bytes) << plan::to_string(c.master);
+    // The states a GPU keeps scale with their bytes; weights and gradients do not move.
+    const auto m12 = stage_memory(fp32_states), mk = stage_memory(p);
+    for (std::size_t s = 0; s < m12.size(); ++s) {
+      EXPECT_NEAR(mk[s].optimizer_bytes, m12[s].optimizer_bytes * c.state_bytes / 12, 1e-9 * m12[s].optimizer_bytes) << "stage " << s;
+      EXPECT_EQ(mk[s].gradients_bytes, m12[s].gradients_bytes);
+      EXPECT_EQ(mk[s].weights_bytes, m12[s].weights_bytes);
+    }
+    // The Program's optimizer instruction streams the same bytes, and the estimate prices them.
+    EXPECT_NEAR(optimizer_step_bytes(p), optimizer_step_bytes(fp32_states) * c.step_bytes / 34, 1e-9 * optimizer_step_bytes(fp32_states));
+    EXPECT_LT(estimate(p).breakdown.optimizer_s, estimate(fp32_states).breakdown.optimizer_s) << plan::to_string(c.master);
+  }
+  // The fused kernel reads bf16 gradients as they are: no copy into fp32 main gradients.
+  plan::Plan apex = fp32_states;
+  apex.training.grad_reduce_in_bf16 = true;
+  apex.training.optimizer_states = {Precision::bf16, Precision::bf16, MasterWeights::none};
+  EXPECT_EQ(optimizer_bytes_per_param(apex), 2 + 4 + 4 + 4);
+  // fp32 training keeps no master copy; remainders complete bf16 weights only.
+  for (const auto& [precision, master] : {std::pair{"fp32", "none"}, std::pair{"fp16", "remainders"}}) {
+    auto r = plan::load_plan_text(std::string("model: llama3-8b\ntraining: {global_batch_size: 32, precision: ") + precision +
+                                      ", optimizer_states: {master_weights: " + master + "}}\ncluster: {gpu: h100-sxm, num_gpus: 8}\n",
+                                  plan::Format::yaml);
+    EXPECT_FALSE(r.ok()) << precision;
+    bool named = false;
+    for (const auto& item : r.diagnostics.items()) named = named || item.path == "training.optimizer_states.master_weights";
+    EXPECT_TRUE(named) << precision;
+  }
+  auto fp32 = plan::load_plan_text("model: llama3-8b\ntraining: {global_batch_size: 32, precision: fp32, optimizer_states: {exp_avg: bf16, exp_avg_sq: bf16}}\n"
+                                   "cluster: {gpu: h100-sxm, num_gpus: 8}\n",
+                                   plan::Format::yaml);
+  ASSERT_TRUE(fp32.ok());
+  EXPECT_EQ(optimizer_state_bytes_per_param(fp32.plan.training), 4);
+  EXPECT_EQ(optimizer_bytes_per_param(fp32.plan), 4 + 8 + 4 + 4);
+}
+
 }  // namespace
 }  // namespace meshwork::models

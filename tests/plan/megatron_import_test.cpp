@@ -440,5 +440,44 @@ TEST(MegatronImport, GradientsInBf16FollowTheirFlag) {
   EXPECT_TRUE(named);
 }
 
+// The precision-aware optimizer: its dtypes become training.optimizer_states, its bf16 main
+// gradients grad_reduce_in_bf16; with bf16 weights and no --main-params-dtype the master weights
+// are the remainders (store_param_remainders' default). Without the flag, Megatron refuses any
+// dtype but fp32, and so does the import, naming the flag.
+TEST(MegatronImport, PrecisionAwareOptimizerSetsTheOptimizerStates) {
+  const std::string head = "torchrun --nproc_per_node 8 --nnodes 1 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+                           "--max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --vocab-size 1024 --bf16 ";
+  {
+    const MegatronImport r = import_megatron_script(head, "tiny");
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(load(r).training.optimizer_states.classic());
+  }
+  {
+    const MegatronImport r = import_megatron_script(head + "--use-precision-aware-optimizer", "tiny");
+    ASSERT_TRUE(r.ok());
+    const OptimizerStates st = load(r).training.optimizer_states;
+    EXPECT_EQ(st.master_weights, MasterWeights::remainders);
+    EXPECT_EQ(st.exp_avg, Precision::fp32);
+    EXPECT_FALSE(load(r).training.grad_reduce_in_bf16);
+  }
+  {
+    const MegatronImport r = import_megatron_script(
+        head + "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype fp8 --main-params-dtype fp16 --main-grads-dtype bf16", "tiny");
+    ASSERT_TRUE(r.ok());
+    const Plan p = load(r);
+    EXPECT_EQ(p.training.optimizer_states.exp_avg, Precision::bf16);
+    EXPECT_EQ(p.training.optimizer_states.exp_avg_sq, Precision::fp8);
+    EXPECT_EQ(p.training.optimizer_states.master_weights, MasterWeights::fp16);
+    EXPECT_TRUE(p.training.grad_reduce_in_bf16);
+  }
+  for (const std::string tail : {"--exp-avg-dtype bf16", "--use-precision-aware-optimizer --exp-avg-dtype int4"}) {
+    const MegatronImport r = import_megatron_script(head + tail, "tiny");
+    EXPECT_FALSE(r.ok()) << tail;
+    bool named = false;
+    for (const auto& item : r.diagnostics.items()) named = named || item.path == "--exp-avg-dtype";
+    EXPECT_TRUE(named) << tail;
+  }
+}
+
 }  // namespace
 }  // namespace meshwork::plan
