@@ -47,9 +47,24 @@ table(acc["cases"], True)
 print(f"Largest-GEMM efficiency: shipped {acc['shipped_gemm_max_efficiency']:.4f}, refitted on the set "
       f"{acc['refitted_gemm_max_efficiency']:.4f}. Residuals {acc['log_ratio_min']:+.4f} to {acc['log_ratio_max']:+.4f} "
       f"(ln); the largest move of another case on a refit without one "
-      f"{100*acc['largest_move']:.2f}%.\n")
+      f"{100*acc['largest_move']:.2f}%; each case inside the range of the others' residuals "
+      f"{100*acc['coverage']:.1f}%.\n")
 print("Kept out of the set:\n")
 table(acc["outside"], False)
 print("Hopper's FP8 set (NeMo 24.07 on DGX-H100, A3), at the shipped factor:\n")
 table(acc["hopper_fp8"], False)
+# The interval FP8 Reports on Hopper carry, and each run against the others' (the estimate's from
+# `meshwork accuracy`; the simulator's the same normal prediction interval, models::prediction_interval,
+# with t(0.95; n - 1) from the NIST/SEMATECH e-Handbook's table, here for the 11 and 10 of 12 runs).
+import math, statistics
+T95 = {10: 1.812, 11: 1.796}
+def interval(r):
+    n = len(r); m = statistics.mean(r); h = T95[n - 1] * statistics.stdev(r) * math.sqrt(1 + 1 / n)
+    return m - h, m + h
+def coverage(r):
+    return sum(1 for i in range(len(r)) if interval(r[:i] + r[i + 1:])[0] <= r[i] <= interval(r[:i] + r[i + 1:])[1]) / len(r)
+sim = [math.log(simulated(c, c["figure"]) / c["published"]) for c in acc["hopper_fp8"]]
+hi = acc["hopper_fp8_interval"]
+print(f"Interval (90%, normal): estimate {hi['log_lo']:+.4f} to {hi['log_hi']:+.4f} (ln), each run inside the others' "
+      f"{100*hi['coverage']:.1f}%; simulator {interval(sim)[0]:+.4f} to {interval(sim)[1]:+.4f}, {100*coverage(sim):.1f}%.")
 PY

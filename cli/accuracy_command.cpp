@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <ostream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -76,6 +78,15 @@ void add_accuracy_command(CLI::App& app, Io& io) {
     };
     const auto outside_checked = check(outside, outside_plans);
     const auto hopper_checked = check(hopper, hopper_plans);
+    // Hopper's interval and its leave-one-out check, from the estimate's log-ratios on the set.
+    std::vector<double> hopper_residuals;
+    for (const auto& c : hopper_checked) hopper_residuals.push_back(std::log1p(c.error));
+    std::optional<models::PredictionInterval> hopper_interval;
+    double hopper_coverage = 0;
+    if (hopper_residuals.size() >= 3) {
+      hopper_interval = models::prediction_interval(hopper_residuals);
+      hopper_coverage = models::leave_one_out_coverage(hopper_residuals);
+    }
     plan::GpuSpec datasheet = plans.front().cluster.gpu;
     datasheet.calibration = {};
     const double shipped = models::hardware_profile(datasheet).gemm_max_efficiency;
@@ -113,6 +124,10 @@ void add_accuracy_command(CLI::App& app, Io& io) {
       };
       j["outside"] = checked_json(outside, outside_checked);
       j["hopper_fp8"] = checked_json(hopper, hopper_checked);
+      if (hopper_interval) {
+        j["hopper_fp8_interval"] = {{"log_lo", hopper_interval->log_lo}, {"log_hi", hopper_interval->log_hi}, {"level", hopper_interval->level},
+                                    {"coverage", hopper_coverage}};
+      }
       io.out << j.dump(2) << '\n';
       return;
     }
@@ -151,23 +166,23 @@ void add_accuracy_command(CLI::App& app, Io& io) {
     print_checked(outside, outside_checked);
     io.out << "Hopper's FP8 set (NeMo 24.07 on DGX-H100, docs/reference/published-runs.md A3): checked at the shipped factor, nothing fitted:\n";
     print_checked(hopper, hopper_checked);
-    if (std::fabs(loo.log_ratio_min - models::kAmpereEstimateResiduals.log_ratio_min) > 1e-4 ||
-        std::fabs(loo.log_ratio_max - models::kAmpereEstimateResiduals.log_ratio_max) > 1e-4) {
+    if (hopper_interval) {
+      io.out << "  interval for an FP8 plan on Hopper, ln(predicted / published) " << fmt("%+.4f", hopper_interval->log_lo) << " to "
+             << fmt("%+.4f", hopper_interval->log_hi) << ": a Report's throughput " << fmt("%+.1f%%", 100 * (std::exp(-hopper_interval->log_hi) - 1))
+             << " to " << fmt("%+.1f%%", 100 * (std::exp(-hopper_interval->log_lo) - 1)) << " of its prediction, "
+             << fmt("%.0f%%", 100 * hopper_interval->level) << (hopper_interval->range ? " nominal (the set's range)" : " (a normal prediction interval: too few runs for a range of 90%)")
+             << "\n  each case against the interval of the others: " << fmt("%.1f%%", 100 * hopper_coverage) << " inside\n";
+    }
+    if (std::fabs(loo.log_ratio_min - models::kAmpereEstimateResiduals.log_lo) > 1e-4 ||
+        std::fabs(loo.log_ratio_max - models::kAmpereEstimateResiduals.log_hi) > 1e-4) {
       io.out << "note: these residuals differ from the ones this build's Reports use (models/calibration_set.hpp, kAmpereEstimateResiduals "
-             << fmt("%+.4f", models::kAmpereEstimateResiduals.log_ratio_min) << " to " << fmt("%+.4f", models::kAmpereEstimateResiduals.log_ratio_max)
-             << ")\n";
+             << fmt("%+.4f", models::kAmpereEstimateResiduals.log_lo) << " to " << fmt("%+.4f", models::kAmpereEstimateResiduals.log_hi) << ")\n";
     }
-    double hopper_lo = INFINITY, hopper_hi = -INFINITY;
-    for (const auto& c : hopper_checked) {
-      hopper_lo = std::min(hopper_lo, std::log1p(c.error));
-      hopper_hi = std::max(hopper_hi, std::log1p(c.error));
-    }
-    if (!hopper_checked.empty() && (std::fabs(hopper_lo - models::kHopperFp8EstimateResiduals.log_ratio_min) > 1e-4 ||
-                                    std::fabs(hopper_hi - models::kHopperFp8EstimateResiduals.log_ratio_max) > 1e-4)) {
-      io.out << "note: Hopper FP8's residuals, " << fmt("%+.4f", hopper_lo) << " to " << fmt("%+.4f", hopper_hi)
-             << ", differ from the ones this build's Reports use (models/calibration_set.hpp, kHopperFp8EstimateResiduals "
-             << fmt("%+.4f", models::kHopperFp8EstimateResiduals.log_ratio_min) << " to " << fmt("%+.4f", models::kHopperFp8EstimateResiduals.log_ratio_max)
-             << ")\n";
+    if (hopper_interval && (std::fabs(hopper_interval->log_lo - models::kHopperFp8EstimateResiduals.log_lo) > 1e-4 ||
+                            std::fabs(hopper_interval->log_hi - models::kHopperFp8EstimateResiduals.log_hi) > 1e-4)) {
+      io.out << "note: Hopper FP8's interval, " << fmt("%+.4f", hopper_interval->log_lo) << " to " << fmt("%+.4f", hopper_interval->log_hi)
+             << ", differs from the one this build's Reports use (models/calibration_set.hpp, kHopperFp8EstimateResiduals "
+             << fmt("%+.4f", models::kHopperFp8EstimateResiduals.log_lo) << " to " << fmt("%+.4f", models::kHopperFp8EstimateResiduals.log_hi) << ")\n";
     }
   });
 }

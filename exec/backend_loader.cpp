@@ -50,7 +50,7 @@ Loaded load() {
     return out;
   }
   const CudaBackendModule* m = reinterpret_cast<Entry>(symbol)();
-  if (m == nullptr || m->abi != module_abi() || m->make_rank == nullptr) {
+  if (m == nullptr || m->abi != module_abi() || m->make_rank == nullptr || m->missing_device == nullptr) {
     char abi[96] = "";
     if (m != nullptr) std::snprintf(abi, sizeof abi, "; its fingerprint %016llx, this build's %016llx", static_cast<unsigned long long>(m->abi), static_cast<unsigned long long>(module_abi()));
     out.why = path.string() + " comes from another build of meshwork (" + kVersion + ", " + kGitCommit + " here" + abi + "): rebuild both";

@@ -55,7 +55,8 @@ constexpr std::uint64_t module_abi() {
   mix(kVersion);
   mix(kGitCommit);
   for (const std::uint64_t size : {sizeof(plan::Plan), sizeof(plan::ModelConfig), sizeof(plan::ParallelismConfig), sizeof(ExecuteOptions),
-                                   sizeof(ExecuteResult), sizeof(StepRecord), sizeof(report::Report), sizeof(GroupOptions), sizeof(Groups), sizeof(CudaRank)}) {
+                                   sizeof(ExecuteResult), sizeof(StepRecord), sizeof(report::Report), sizeof(GroupOptions), sizeof(Groups), sizeof(CudaRank),
+                                   sizeof(CudaBackendModule)}) {
     for (int i = 0; i < 8; ++i) h = (h ^ ((size >> (8 * i)) & 0xffU)) * 1099511628211ULL;
   }
   return h;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "models/estimate.hpp"
 #include "models/hardware.hpp"
@@ -204,20 +205,66 @@ LeaveOneOut leave_one_out(std::span<const CalibrationCase> cases, std::span<cons
     out.log_ratio_min = std::min(out.log_ratio_min, c.residual());
     out.log_ratio_max = std::max(out.log_ratio_max, c.residual());
   }
-  // Each case against the interval the other cases' residuals make.
-  int inside = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    double lo = INFINITY, hi = -INFINITY;
-    for (std::size_t j = 0; j < n; ++j) {
-      if (j == i) continue;
-      lo = std::min(lo, out.cases[j].residual());
-      hi = std::max(hi, out.cases[j].residual());
-    }
-    const double r = out.cases[i].residual();
-    if (r >= lo && r <= hi) ++inside;
-  }
-  out.coverage = static_cast<double>(inside) / static_cast<double>(n);
+  std::vector<double> residuals;
+  for (const auto& c : out.cases) residuals.push_back(c.residual());
+  out.coverage = leave_one_out_coverage(residuals);
   return out;
+}
+
+double student_t_95(int df) {
+  if (df < 1) throw std::invalid_argument("student_t_95: df must be at least 1, not " + std::to_string(df));
+  // NIST/SEMATECH e-Handbook of Statistical Methods §1.3.6.7.2, upper critical values, column 0.05.
+  static constexpr std::array<double, 30> kTo30{6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
+                                               1.796, 1.782, 1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725,
+                                               1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697};
+  if (df <= 30) return kTo30[static_cast<std::size_t>(df - 1)];
+  static constexpr std::array<std::pair<double, double>, 4> kBeyond{{{30, 1.697}, {40, 1.684}, {60, 1.671}, {100, 1.660}}};
+  const double x = 1.0 / df;
+  for (std::size_t k = 0; k + 1 < kBeyond.size(); ++k) {
+    const auto [d0, t0] = kBeyond[k];
+    const auto [d1, t1] = kBeyond[k + 1];
+    if (df <= d1) return t0 + (t1 - t0) * (x - 1 / d0) / (1 / d1 - 1 / d0);
+  }
+  constexpr double kNormal95 = 1.645;  // df -> infinity
+  const auto [d0, t0] = kBeyond.back();
+  return t0 + (kNormal95 - t0) * (x - 1 / d0) / (0 - 1 / d0);
+}
+
+PredictionInterval prediction_interval(std::span<const double> residuals) {
+  const std::size_t n = residuals.size();
+  if (n < 3) throw std::invalid_argument("prediction_interval: needs at least 3 residuals, not " + std::to_string(n));
+  PredictionInterval out;
+  const double count = static_cast<double>(n);
+  if (n >= 19) {
+    const auto [lo, hi] = std::minmax_element(residuals.begin(), residuals.end());
+    out.log_lo = *lo;
+    out.log_hi = *hi;
+    out.level = 1 - 2 / (count + 1);
+    out.range = true;
+    return out;
+  }
+  double mean = 0;
+  for (const double r : residuals) mean += r / count;
+  double ss = 0;
+  for (const double r : residuals) ss += (r - mean) * (r - mean);
+  const double half = student_t_95(static_cast<int>(n) - 1) * std::sqrt(ss / (count - 1)) * std::sqrt(1 + 1 / count);
+  out.log_lo = mean - half;
+  out.log_hi = mean + half;
+  out.level = 0.90;
+  return out;
+}
+
+double leave_one_out_coverage(std::span<const double> residuals) {
+  const std::size_t n = residuals.size();
+  int inside = 0;
+  std::vector<double> others;
+  for (std::size_t i = 0; i < n; ++i) {
+    others.assign(residuals.begin(), residuals.end());
+    others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+    const PredictionInterval p = prediction_interval(others);
+    if (residuals[i] >= p.log_lo && residuals[i] <= p.log_hi) ++inside;
+  }
+  return static_cast<double>(inside) / static_cast<double>(n);
 }
 
 void attach_interval(const plan::Plan& p, report::Report& r) {
@@ -245,11 +292,11 @@ void attach_interval(const plan::Plan& p, report::Report& r) {
   if (set == nullptr) return;
   const SetResiduals& s = *set;
   report::Interval i;
-  i.level = 1 - 2.0 / (s.cases + 1);
-  i.step_time_lo_s = r.step_time_s * std::exp(s.log_ratio_min);
-  i.step_time_hi_s = r.step_time_s * std::exp(s.log_ratio_max);
-  i.mfu_lo = r.mfu * std::exp(-s.log_ratio_max);
-  i.mfu_hi = r.mfu * std::exp(-s.log_ratio_min);
+  i.level = s.level;
+  i.step_time_lo_s = r.step_time_s * std::exp(s.log_lo);
+  i.step_time_hi_s = r.step_time_s * std::exp(s.log_hi);
+  i.mfu_lo = r.mfu * std::exp(-s.log_hi);
+  i.mfu_hi = r.mfu * std::exp(-s.log_lo);
   i.basis = basis;
   const auto notes = regime_notes(p);
   if (std::any_of(notes.begin(), notes.end(), [](const std::string& n) { return n.starts_with("outside the calibrated regime"); })) {

@@ -22,8 +22,8 @@ inline constexpr double kMasterCopyBytesPerParam = 6;
 // its shard of them into fp32 main gradients, 2 bytes read and 4 written per parameter it owns
 // (_copy_model_grads_to_main_grads, `shard_model_grad.float()`, in Megatron-core's
 // DistributedOptimizer and Float16OptimizerWithFloat16Params, megatron/core/optimizer/,
-// NVIDIA/Megatron-LM @0293807e). Apex's DistributedFusedAdam (NeMo 1.x) reads the bf16 shard in
-// its Adam kernel instead, 8 bytes fewer; not told apart.
+// NVIDIA/Megatron-LM @0293807e). Only with the default optimizer states: Apex's DistributedFusedAdam
+// and Transformer Engine's FusedAdam (training.optimizer_states) read the bf16 shard themselves.
 inline constexpr double kMainGradCopyBytesPerParam = 6;
 // Gradient clipping (training.clip_grad > 0), per parameter a GPU owns: its fp32 gradient read
 // for the norm (multi_tensor_l2norm) and read and written again when scaled by the clipping

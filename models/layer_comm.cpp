@@ -204,6 +204,14 @@ double optimizer_bytes_per_param(const plan::Plan& p) {
   return adam_bytes_per_param(t) + compression;
 }
 
+double clip_grad_bytes_per_param(const plan::TrainingConfig& t) {
+  return t.optimizer_states.classic() ? kClipGradBytesPerParam : 3 * gradient_bytes(t);
+}
+
+double unscale_grad_bytes_per_param(const plan::TrainingConfig& t) {
+  return t.optimizer_states.classic() ? kUnscaleGradBytesPerParam : 2 * gradient_bytes(t);
+}
+
 double grad_bucket_params(const plan::Plan& p) { return std::max(40e6, 1e6 * d(p.parallelism.data_parallel_size)); }
 
 std::vector<DpBucket> dp_buckets(const plan::Plan& p, const ParamCounts& counts, std::int64_t lo, std::int64_t hi, bool first_virtual,

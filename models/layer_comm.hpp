@@ -105,6 +105,14 @@ GradientReduction gradient_reduction(const plan::Plan& plan, bool expert);
 // (layer_comm.cpp, adam_bytes_per_param). With compression, the error-feedback residual (fp32,
 // read and written: 12 more, with the compensated gradient).
 double optimizer_bytes_per_param(const plan::Plan& plan);
+// Gradient clipping's and fp16's unscale passes per parameter a GPU owns: on fp32 main gradients
+// with the default optimizer states (kClipGradBytesPerParam, kUnscaleGradBytesPerParam); with
+// training.optimizer_states otherwise there are none, and they read (and write) the gradients
+// as the buffer keeps them, 3 and 2 gradient values (Megatron-core clips the decoupled grads,
+// megatron/core/optimizer/optimizer.py and clip_grads.py @0d7e02bd; Apex folds the clipping
+// scale into its Adam kernel instead, one read fewer: not told apart).
+double clip_grad_bytes_per_param(const plan::TrainingConfig& training);
+double unscale_grad_bytes_per_param(const plan::TrainingConfig& training);
 
 // One DP bucket of a model chunk, as Megatron-core DDP forms them: layers join the open bucket
 // from the chunk's last layer (the order their gradients are produced), which closes once it

@@ -279,7 +279,19 @@ void map_args(const Args& a, const std::vector<std::string>& launcher, MegatronI
         states[key] = *v;
       }
     }
-    if (aware && bf16_weights && !states.contains("master_weights")) states["master_weights"] = "remainders";
+    if (aware && bf16_weights && !states.contains("master_weights")) {
+      // With FP8 GEMMs under another recipe than delayed scaling, Megatron-core keeps its own fp32
+      // masters and copy passes (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8,
+      // optimizer_config.py @0d7e02bd): no remainders.
+      const std::string recipe = a.value("--fp8-recipe").value_or("delayed");
+      if (precision == "fp8" && recipe != "delayed") {
+        out.diagnostics.warning("--use-precision-aware-optimizer", "with --fp8-recipe " + recipe +
+                                                                       " Megatron-core keeps fp32 master weights and its own copy passes: priced so with fp32 moments, "
+                                                                       "as one fused kernel over fp32 masters with lower-precision ones");
+      } else {
+        states["master_weights"] = "remainders";
+      }
+    }
     if (!states.empty()) training["optimizer_states"] = states;
   }
   // Megatron-core's attention backend (AttnBackend) defaults to auto: Transformer Engine picks

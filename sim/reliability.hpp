@@ -37,9 +37,12 @@ enum class Loss { lost_work, restart, checkpoint, slowdown, shrink, requeue, rer
 inline constexpr std::size_t kLosses = 7;
 std::string_view to_string(Loss l);
 
-// Checkpoint bytes per parameter: fp16/bf16 weights (2), fp32 master weights (4), Adam's two
-// moments (4 + 4). NAR21 §5.10: the 1T model's checkpoint is 13.8 TB.
-inline constexpr double kCheckpointBytesPerParam = 14;
+// Checkpoint bytes per parameter: the weights (2 in 16-bit training, 4 in fp32) and the
+// optimizer's states as it keeps them (models::optimizer_state_bytes_per_param: fp32 master
+// weights and Adam's two moments, 4 + 4 + 4, unless training.optimizer_states says otherwise),
+// 14 in mixed precision. NAR21 §5.10: the 1T model's checkpoint is 13.8 TB. A checkpoint that
+// rebuilds fp32 masters from remainders when it saves is not told apart.
+double checkpoint_bytes_per_param(const plan::TrainingConfig& training);
 
 // Everything a trial needs, in seconds and per second. Derived from a plan by `inputs_for`,
 // or set directly (the tests check the textbook cases this way).

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "models/estimate.hpp"
+#include "models/memory.hpp"
 #include "models/params.hpp"
 #include "plan/validate.hpp"
 #include "sim/reliability.hpp"
@@ -71,6 +72,10 @@ std::optional<double> reroute_stall(const plan::Plan& p, const plan::FailureEven
 }
 
 }  // namespace
+
+double checkpoint_bytes_per_param(const plan::TrainingConfig& training) {
+  return (training.precision == plan::Precision::fp32 ? 4 : 2) + models::optimizer_state_bytes_per_param(training);
+}
 
 Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step_with) {
   Derived d;
@@ -154,7 +159,7 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
   // Checkpoints: the model's weights and Adam state; each GPU snapshots its own share (the
   // whole state over the GPUs of one replica, or over all of them when ZeRO shards it).
   const auto& par = p.parallelism;
-  d.checkpoint_bytes = models::count_params(p.model).total * kCheckpointBytesPerParam;
+  d.checkpoint_bytes = models::count_params(p.model).total * checkpoint_bytes_per_param(p.training);
   const double replica_gpus = gpus / static_cast<double>(std::max<std::int64_t>(par.data_parallel_size, 1));
   // With distributed-optimizer instances each instance holds the whole state (its GPUs a
   // 1/instance share each), so one instance's GPUs write it.

@@ -84,7 +84,6 @@ struct CudaGpt::Impl {
   DeviceBuffer<float> mean_f, rstd_f, loss_rows, lse_f, dy1_f32, tmp_gamma, tmp_beta, tmp_bias;
   DeviceBuffer<bf16> dprobs;  // materialised path: backward's dP, then dS, one layer at a time
 
-
   Impl(const plan::ModelConfig& model, std::uint64_t seed, const kernels::AdamWHyperparams& h, bool timing, AttentionPath attention)
       : m(model), hp(h), requested(attention), path(attention), timer(timing) {
     if (m.is_moe()) throw std::invalid_argument("CudaGpt: MoE layers are not supported");

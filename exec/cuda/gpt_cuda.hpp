@@ -17,7 +17,6 @@
 // tokens) plus one such scratch for backward's dP and dS; nothing is recomputed.
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <span>

@@ -12,7 +12,6 @@
 #include <stdexcept>
 
 #include "exec/cuda/gpt_cuda.hpp"
-#include "exec/cuda/streams.hpp"
 #include "exec/gpt.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/compute_time.hpp"
@@ -241,16 +242,18 @@ TEST(StepWork, GradientsReducedInBf16HalveTheBufferAndTheReduction) {
 // it owns are its master weights' and its two moments', and its step is one fused kernel over
 // them that reads the gradient as kept and writes the 16-bit weight itself.
 TEST(StepWork, OptimizerStatesInLowerPrecisionShrinkTheStateAndTheStep) {
-  auto optimizer_step_bytes = [](const plan::Plan& p) {
+  // Bytes of the first stage's instructions of one name in the Program.
+  auto named_bytes = [](const plan::Plan& p, std::string_view name) {
     auto lowered = lower(p);
     EXPECT_TRUE(lowered.program) << lowered.error;
     double bytes = 0;
     for (const Instr& in : lowered.program->classes[0].instrs) {
-      if (lowered.program->name(in) == "optimizer_step") bytes += in.bytes;
+      if (lowered.program->name(in) == name) bytes += in.bytes;
     }
-    EXPECT_GT(bytes, 0);
+    EXPECT_GT(bytes, 0) << name;
     return bytes;
   };
+  auto optimizer_step_bytes = [&](const plan::Plan& p) { return named_bytes(p, "optimizer_step"); };
   plan::Plan fp32_states = load("{tp: 2, pp: 2, dp: 2, zero_stage: 1}", 8);
   ASSERT_TRUE(fp32_states.training.optimizer_states.classic());
   EXPECT_EQ(optimizer_state_bytes_per_param(fp32_states.training), 12);
@@ -286,6 +289,15 @@ TEST(StepWork, OptimizerStatesInLowerPrecisionShrinkTheStateAndTheStep) {
   apex.training.grad_reduce_in_bf16 = true;
   apex.training.optimizer_states = {Precision::bf16, Precision::bf16, MasterWeights::none};
   EXPECT_EQ(optimizer_bytes_per_param(apex), 2 + 4 + 4 + 4);
+  // Clipping and fp16's unscale read (and write) the gradients as kept, not fp32 main gradients.
+  EXPECT_EQ(clip_grad_bytes_per_param(fp32_states.training), kClipGradBytesPerParam);
+  EXPECT_EQ(clip_grad_bytes_per_param(apex.training), 3 * 2);
+  EXPECT_EQ(unscale_grad_bytes_per_param(fp32_states.training), kUnscaleGradBytesPerParam);
+  EXPECT_EQ(unscale_grad_bytes_per_param(apex.training), 2 * 2);
+  plan::Plan clipped_classic = fp32_states, clipped_apex = apex;
+  clipped_classic.training.clip_grad = clipped_apex.training.clip_grad = 1.0;
+  auto clip_bytes = [&](const plan::Plan& p) { return named_bytes(p, "clip_grads"); };
+  EXPECT_NEAR(clip_bytes(clipped_apex), clip_bytes(clipped_classic) * 6 / kClipGradBytesPerParam, 1e-9 * clip_bytes(clipped_classic));
   // fp32 training keeps no master copy; remainders complete bf16 weights only.
   for (const auto& [precision, master] : {std::pair{"fp32", "none"}, std::pair{"fp16", "remainders"}}) {
     auto r = plan::load_plan_text(std::string("model: llama3-8b\ntraining: {global_batch_size: 32, precision: ") + precision +

@@ -94,8 +94,8 @@ TEST(Uncertainty, AmpereEstimateResidualsAreThisBuilds) {
   const double at_fit = sum_of_squares(ampere_set(), plans, loo.full_fit);
   EXPECT_LT(at_fit, sum_of_squares(ampere_set(), plans, loo.full_fit + 1e-4));
   EXPECT_LT(at_fit, sum_of_squares(ampere_set(), plans, loo.full_fit - 1e-4));
-  EXPECT_NEAR(loo.log_ratio_min, kAmpereEstimateResiduals.log_ratio_min, 1e-4) << "update kAmpereEstimateResiduals (meshwork accuracy)";
-  EXPECT_NEAR(loo.log_ratio_max, kAmpereEstimateResiduals.log_ratio_max, 1e-4) << "update kAmpereEstimateResiduals (meshwork accuracy)";
+  EXPECT_NEAR(loo.log_ratio_min, kAmpereEstimateResiduals.log_lo, 1e-4) << "update kAmpereEstimateResiduals (meshwork accuracy)";
+  EXPECT_NEAR(loo.log_ratio_max, kAmpereEstimateResiduals.log_hi, 1e-4) << "update kAmpereEstimateResiduals (meshwork accuracy)";
   EXPECT_EQ(static_cast<int>(ampere_set().size()), kAmpereEstimateResiduals.cases);
   EXPECT_LE(loo.largest_move, 0.02);
   EXPECT_LT(loo.log_ratio_min, 0.0);
@@ -130,24 +130,61 @@ TEST(Uncertainty, AmpereSimulateResidualsAreTheGoldens) {
     lo = std::min(lo, ratio);
     hi = std::max(hi, ratio);
   }
-  EXPECT_NEAR(lo, kAmpereSimulateResiduals.log_ratio_min, 1e-4) << "update kAmpereSimulateResiduals";
-  EXPECT_NEAR(hi, kAmpereSimulateResiduals.log_ratio_max, 1e-4) << "update kAmpereSimulateResiduals";
+  EXPECT_NEAR(lo, kAmpereSimulateResiduals.log_lo, 1e-4) << "update kAmpereSimulateResiduals";
+  EXPECT_NEAR(hi, kAmpereSimulateResiduals.log_hi, 1e-4) << "update kAmpereSimulateResiduals";
 }
 
-// Hopper's FP8 set checks at the shipped factor: the residuals FP8 Reports on Hopper use are
-// the estimate's errors on it now (the simulator's: SimUncertainty, tests/sim/tiers_test.cpp).
+// Hopper's FP8 set checks at the shipped factor: the interval FP8 Reports on Hopper carry is
+// the normal prediction interval of the estimate's errors on it now (the simulator's:
+// SimUncertainty, tests/sim/tiers_test.cpp), and each run lies inside the interval the other
+// eleven make at least 90% of the time (issue 20's bar; the range, 85% nominal, left the two
+// extremes out by construction).
 TEST(Uncertainty, HopperFp8ResidualsAreThisBuilds) {
-  double lo = INFINITY, hi = -INFINITY;
+  std::vector<double> residuals;
   for (const auto& c : hopper_fp8_set()) {
     const plan::Plan p = load(std::filesystem::path("scenarios/published") / (std::string(c.scenario) + ".yaml"));
     EXPECT_EQ(p.training.precision, plan::Precision::fp8) << c.scenario;
-    const double r = std::log(figure_of(estimate(p), c.figure) / c.published);
-    lo = std::min(lo, r);
-    hi = std::max(hi, r);
+    residuals.push_back(std::log(figure_of(estimate(p), c.figure) / c.published));
   }
-  EXPECT_NEAR(lo, kHopperFp8EstimateResiduals.log_ratio_min, 1e-4) << "update kHopperFp8EstimateResiduals (meshwork accuracy)";
-  EXPECT_NEAR(hi, kHopperFp8EstimateResiduals.log_ratio_max, 1e-4) << "update kHopperFp8EstimateResiduals (meshwork accuracy)";
+  const PredictionInterval i = prediction_interval(residuals);
+  EXPECT_FALSE(i.range);
+  EXPECT_NEAR(i.log_lo, kHopperFp8EstimateResiduals.log_lo, 1e-4) << "update kHopperFp8EstimateResiduals (meshwork accuracy)";
+  EXPECT_NEAR(i.log_hi, kHopperFp8EstimateResiduals.log_hi, 1e-4) << "update kHopperFp8EstimateResiduals (meshwork accuracy)";
+  EXPECT_EQ(i.level, kHopperFp8EstimateResiduals.level);
   EXPECT_EQ(static_cast<int>(hopper_fp8_set().size()), kHopperFp8EstimateResiduals.cases);
+  EXPECT_GE(leave_one_out_coverage(residuals), 0.9);
+}
+
+// The interval's two regimes: the range of 19 or more residuals at (n - 1) / (n + 1), a normal
+// prediction interval at 90% below; Student's t from its table, between its rows in 1/df.
+TEST(Uncertainty, PredictionIntervalsAreTheRangeOrTheNormalOnes) {
+  EXPECT_EQ(student_t_95(1), 6.314);
+  EXPECT_EQ(student_t_95(11), 1.796);
+  EXPECT_EQ(student_t_95(30), 1.697);
+  EXPECT_EQ(student_t_95(40), 1.684);
+  EXPECT_NEAR(student_t_95(50), 1.684 + (1.671 - 1.684) * (1.0 / 50 - 1.0 / 40) / (1.0 / 60 - 1.0 / 40), 1e-12);
+  EXPECT_GT(student_t_95(1000), 1.645);
+  EXPECT_LT(student_t_95(1000), 1.660);
+  EXPECT_THROW((void)student_t_95(0), std::invalid_argument);
+  std::vector<double> r;
+  for (int k = 0; k < 19; ++k) r.push_back(0.01 * k - 0.05);
+  const PredictionInterval range = prediction_interval(r);
+  EXPECT_TRUE(range.range);
+  EXPECT_DOUBLE_EQ(range.log_lo, -0.05);
+  EXPECT_DOUBLE_EQ(range.log_hi, 0.13);
+  EXPECT_DOUBLE_EQ(range.level, 0.9);
+  // Four values 0, 0.1, 0.2, 0.3: mean 0.15, s = sqrt(0.05 / 3), t(0.95; 3) = 2.353.
+  const std::vector<double> four{0, 0.1, 0.2, 0.3};
+  const PredictionInterval normal = prediction_interval(four);
+  EXPECT_FALSE(normal.range);
+  const double half = 2.353 * std::sqrt(0.05 / 3) * std::sqrt(1.25);
+  EXPECT_NEAR(normal.log_lo, 0.15 - half, 1e-12);
+  EXPECT_NEAR(normal.log_hi, 0.15 + half, 1e-12);
+  EXPECT_EQ(normal.level, 0.9);
+  EXPECT_THROW((void)prediction_interval(std::vector<double>{0, 1}), std::invalid_argument);
+  // One far case among alike ones falls outside the others' interval; they fall inside theirs.
+  const std::vector<double> one_far{0.10, 0.11, 0.12, 0.13, 0.10, 0.11, 0.12, 0.13, 0.9};
+  EXPECT_NEAR(leave_one_out_coverage(one_far), 8.0 / 9, 1e-12);
 }
 
 TEST(Uncertainty, AmpereReportsCarryTheirTiersIntervalAndOthersNone) {
@@ -156,8 +193,8 @@ TEST(Uncertainty, AmpereReportsCarryTheirTiersIntervalAndOthersNone) {
   ASSERT_TRUE(r.interval.has_value());
   const auto& i = *r.interval;
   EXPECT_NEAR(i.level, 1 - 2.0 / 22, 1e-12);
-  EXPECT_NEAR(i.step_time_lo_s, r.step_time_s * std::exp(kAmpereEstimateResiduals.log_ratio_min), 1e-12);
-  EXPECT_NEAR(i.step_time_hi_s, r.step_time_s * std::exp(kAmpereEstimateResiduals.log_ratio_max), 1e-12);
+  EXPECT_NEAR(i.step_time_lo_s, r.step_time_s * std::exp(kAmpereEstimateResiduals.log_lo), 1e-12);
+  EXPECT_NEAR(i.step_time_hi_s, r.step_time_s * std::exp(kAmpereEstimateResiduals.log_hi), 1e-12);
   EXPECT_LT(i.step_time_lo_s, r.step_time_s);
   EXPECT_GT(i.step_time_hi_s, r.step_time_s);
   EXPECT_LT(i.mfu_lo, r.mfu);
@@ -176,13 +213,15 @@ TEST(Uncertainty, AmpereReportsCarryTheirTiersIntervalAndOthersNone) {
   // No set for Hopper in BF16; a profile measured on the machine is not the set's.
   plan::Plan llama = load("scenarios/heldout/llama3-405b-h100-8192.yaml");
   EXPECT_FALSE(estimate(llama).interval.has_value());
-  // Hopper in FP8: NeMo's set, which says the step is mostly longer than estimated (its runs
-  // lie from 4% behind the estimate to 25% ahead of it).
+  // Hopper in FP8: NeMo's set, which says the step is longer than estimated (eleven of its
+  // twelve runs trained slower than meshwork predicts): its 90% normal interval lies above.
   llama.training.precision = plan::Precision::fp8;
   const report::Report fp8 = estimate(llama);
   ASSERT_TRUE(fp8.interval.has_value());
-  EXPECT_LT(fp8.interval->step_time_lo_s, fp8.step_time_s);
-  EXPECT_GT(fp8.interval->step_time_hi_s - fp8.step_time_s, 3 * (fp8.step_time_s - fp8.interval->step_time_lo_s));
+  EXPECT_EQ(fp8.interval->level, 0.9);
+  EXPECT_NEAR(fp8.interval->step_time_lo_s, fp8.step_time_s * std::exp(kHopperFp8EstimateResiduals.log_lo), 1e-12 * fp8.step_time_s);
+  EXPECT_NEAR(fp8.interval->step_time_hi_s, fp8.step_time_s * std::exp(kHopperFp8EstimateResiduals.log_hi), 1e-12 * fp8.step_time_s);
+  EXPECT_GT(fp8.interval->step_time_lo_s, fp8.step_time_s);
   EXPECT_NE(fp8.interval->basis.find("NeMo 24.07"), std::string::npos);
   EXPECT_FALSE(estimate(with_gemm_max_efficiency(p, 0.6)).interval.has_value());
 }

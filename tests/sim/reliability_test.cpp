@@ -197,6 +197,21 @@ TEST(Reliability, ThePlanGivesTheJobsRatesAndItsCheckpoint) {
   EXPECT_NEAR(d.inputs.interval_s, daly_interval_s(d.inputs.write_s, d.mtti_s), 1e-9);
   // The token target: 300e9 / (1536 x 2048) steps of 30 s.
   EXPECT_NEAR(d.inputs.target_work_s, 300e9 / (1536.0 * 2048) * 30, 1e-6);
+  // The checkpoint holds the optimizer's states as it keeps them: 2 + 12 in mixed precision, 4 + 8
+  // in fp32, 2 + 4 with Adam in bf16 and no master copy (Nemotron-340B's recipe), 2 + 10 with
+  // remainders.
+  plan::TrainingConfig t;
+  EXPECT_EQ(checkpoint_bytes_per_param(t), 14);
+  t.optimizer_states = {plan::Precision::bf16, plan::Precision::bf16, plan::MasterWeights::none};
+  EXPECT_EQ(checkpoint_bytes_per_param(t), 6);
+  t.optimizer_states = {plan::Precision::fp32, plan::Precision::fp32, plan::MasterWeights::remainders};
+  EXPECT_EQ(checkpoint_bytes_per_param(t), 12);
+  t.optimizer_states = {};
+  t.precision = plan::Precision::fp32;
+  EXPECT_EQ(checkpoint_bytes_per_param(t), 12);
+  plan::Plan bf16_states = loaded.plan;
+  bf16_states.training.optimizer_states = {plan::Precision::bf16, plan::Precision::bf16, plan::MasterWeights::none};
+  EXPECT_NEAR(inputs_for(bf16_states, 30.0).checkpoint_bytes, d.checkpoint_bytes * 6 / 14, 1e-6 * d.checkpoint_bytes);
 }
 
 // ZeRO shards the checkpoint over the GPUs that hold one copy of the state: all of them with
