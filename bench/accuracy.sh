@@ -54,17 +54,31 @@ table(acc["outside"], False)
 print("Hopper's FP8 set (NeMo 24.07 on DGX-H100, A3), at the shipped factor:\n")
 table(acc["hopper_fp8"], False)
 # The interval FP8 Reports on Hopper carry, and each run against the others' (the estimate's from
-# `meshwork accuracy`; the simulator's the same normal prediction interval, models::prediction_interval,
-# with t(0.95; n - 1) from the NIST/SEMATECH e-Handbook's table, here for the 11 and 10 of 12 runs).
+# `meshwork accuracy`; the simulator's by the same rule as models::prediction_interval: the range
+# from 19 runs, otherwise mean +- t(0.95; n - 1) s sqrt(1 + 1/n), t from the NIST/SEMATECH
+# e-Handbook's table, linear in 1/df beyond 30).
 import math, statistics
-T95 = {10: 1.812, 11: 1.796}
-def interval(r):
-    n = len(r); m = statistics.mean(r); h = T95[n - 1] * statistics.stdev(r) * math.sqrt(1 + 1 / n)
-    return m - h, m + h
+T95 = [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
+       1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697]
+BEYOND = [(30, 1.697), (40, 1.684), (60, 1.671), (100, 1.660), (math.inf, 1.645)]
+def t95(df):
+    if df <= 30:
+        return T95[df - 1]
+    for (d0, t0), (d1, t1) in zip(BEYOND, BEYOND[1:]):
+        if df <= d1:
+            return t0 + (t1 - t0) * (1 / df - 1 / d0) / (1 / d1 - 1 / d0)
+def interval(r, use_range):
+    if use_range:
+        return min(r), max(r), 1 - 2 / (len(r) + 1)
+    n = len(r); m = statistics.mean(r); h = t95(n - 1) * statistics.stdev(r) * math.sqrt(1 + 1 / n)
+    return m - h, m + h, 0.90
 def coverage(r):
-    return sum(1 for i in range(len(r)) if interval(r[:i] + r[i + 1:])[0] <= r[i] <= interval(r[:i] + r[i + 1:])[1]) / len(r)
+    use_range = len(r) >= 19
+    return sum(1 for i in range(len(r)) if interval(r[:i] + r[i + 1:], use_range)[0] <= r[i] <= interval(r[:i] + r[i + 1:], use_range)[1]) / len(r)
 sim = [math.log(simulated(c, c["figure"]) / c["published"]) for c in acc["hopper_fp8"]]
-hi = acc["hopper_fp8_interval"]
-print(f"Interval (90%, normal): estimate {hi['log_lo']:+.4f} to {hi['log_hi']:+.4f} (ln), each run inside the others' "
-      f"{100*hi['coverage']:.1f}%; simulator {interval(sim)[0]:+.4f} to {interval(sim)[1]:+.4f}, {100*coverage(sim):.1f}%.")
+hi = acc.get("hopper_fp8_interval")
+if hi and len(sim) >= 4:
+    lo_s, hi_s, level = interval(sim, len(sim) >= 19)
+    print(f"Interval ({100*hi['level']:.0f}%): estimate {hi['log_lo']:+.4f} to {hi['log_hi']:+.4f} (ln), each run inside the others' "
+          f"{100*hi['coverage']:.1f}%; simulator ({100*level:.0f}%) {lo_s:+.4f} to {hi_s:+.4f}, {100*coverage(sim):.1f}%.")
 PY

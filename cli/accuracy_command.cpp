@@ -83,7 +83,7 @@ void add_accuracy_command(CLI::App& app, Io& io) {
     for (const auto& c : hopper_checked) hopper_residuals.push_back(std::log1p(c.error));
     std::optional<models::PredictionInterval> hopper_interval;
     double hopper_coverage = 0;
-    if (hopper_residuals.size() >= 3) {
+    if (hopper_residuals.size() >= 4) {
       hopper_interval = models::prediction_interval(hopper_residuals);
       hopper_coverage = models::leave_one_out_coverage(hopper_residuals);
     }

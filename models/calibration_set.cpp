@@ -207,7 +207,7 @@ LeaveOneOut leave_one_out(std::span<const CalibrationCase> cases, std::span<cons
   }
   std::vector<double> residuals;
   for (const auto& c : out.cases) residuals.push_back(c.residual());
-  out.coverage = leave_one_out_coverage(residuals);
+  out.coverage = residuals.size() >= 4 ? leave_one_out_coverage(residuals) : NAN;
   return out;
 }
 
@@ -230,12 +230,15 @@ double student_t_95(int df) {
   return t0 + (kNormal95 - t0) * (x - 1 / d0) / (0 - 1 / d0);
 }
 
-PredictionInterval prediction_interval(std::span<const double> residuals) {
+namespace {
+
+// The set's range (`range`) or the normal prediction interval at 90%.
+PredictionInterval interval_by(std::span<const double> residuals, bool range) {
   const std::size_t n = residuals.size();
   if (n < 3) throw std::invalid_argument("prediction_interval: needs at least 3 residuals, not " + std::to_string(n));
   PredictionInterval out;
   const double count = static_cast<double>(n);
-  if (n >= 19) {
+  if (range) {
     const auto [lo, hi] = std::minmax_element(residuals.begin(), residuals.end());
     out.log_lo = *lo;
     out.log_hi = *hi;
@@ -254,14 +257,22 @@ PredictionInterval prediction_interval(std::span<const double> residuals) {
   return out;
 }
 
+constexpr std::size_t kRangeFrom = 19;  // the fewest residuals whose range covers 90%: (n - 1) / (n + 1)
+
+}  // namespace
+
+PredictionInterval prediction_interval(std::span<const double> residuals) { return interval_by(residuals, residuals.size() >= kRangeFrom); }
+
 double leave_one_out_coverage(std::span<const double> residuals) {
   const std::size_t n = residuals.size();
+  if (n < 4) throw std::invalid_argument("leave_one_out_coverage: needs at least 4 residuals, not " + std::to_string(n));
+  const bool range = n >= kRangeFrom;  // the method the whole set's interval takes
   int inside = 0;
   std::vector<double> others;
   for (std::size_t i = 0; i < n; ++i) {
     others.assign(residuals.begin(), residuals.end());
     others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
-    const PredictionInterval p = prediction_interval(others);
+    const PredictionInterval p = interval_by(others, range);
     if (residuals[i] >= p.log_lo && residuals[i] <= p.log_hi) ++inside;
   }
   return static_cast<double>(inside) / static_cast<double>(n);

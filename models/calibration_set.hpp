@@ -84,8 +84,8 @@ struct LeaveOneOut {
   std::vector<CaseResult> cases;  // in the set's order
   // The residuals' extremes (CaseResult::residual).
   double log_ratio_min = 0, log_ratio_max = 0;
-  // Cases whose residual lies in the range of the other cases' (by construction (n - 2) / n
-  // when the residuals differ: the extremes fall outside); the largest move of another case's
+  // leave_one_out_coverage of the residuals (with 19 cases or more the range, inside which
+  // (n - 2) / n lie by construction when they differ); the largest move of another case's
   // prediction when one is left out.
   double coverage = 0;
   double largest_move = 0;
@@ -100,8 +100,6 @@ struct LeaveOneOut {
 [[nodiscard]] LeaveOneOut leave_one_out(std::span<const CalibrationCase> cases, std::span<const plan::Plan> plans, double shipped,
                                         const std::function<void(int, int)>& progress = {});
 
-// A tier's residuals on a set: their extremes over its cases (the estimate's: CaseResult::residual;
-// the simulator's: ln(simulated / published) at the shipped factor).
 // A prediction interval for ln(predicted / published) of a plan outside a set, from the set's
 // residuals r_1..r_n (at least 3):
 // - n >= 19: their range, [min r, max r], at level (n - 1) / (n + 1) >= 0.9: a new case
@@ -117,7 +115,10 @@ struct PredictionInterval {
   bool range = false;  // the set's range (n >= 19), or the normal interval
 };
 [[nodiscard]] PredictionInterval prediction_interval(std::span<const double> residuals);
-// The share of the residuals that lie inside the interval the others make (each left out once).
+// The share of the residuals that lie inside the interval the others make (each left out once),
+// by the method prediction_interval takes for the whole set (its range from 19 residuals, where
+// (n - 2) / n lie inside by construction and it is no evidence; the normal interval below). At
+// least 4 residuals (std::invalid_argument otherwise).
 [[nodiscard]] double leave_one_out_coverage(std::span<const double> residuals);
 // t(0.95; df), the 95th percentile of Student's t with df >= 1 degrees of freedom (a two-sided
 // 90% interval): NIST/SEMATECH e-Handbook of Statistical Methods, §1.3.6.7.2 (Critical values of

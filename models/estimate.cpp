@@ -402,8 +402,8 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     // unscale_grads and clip_grads).
     const double owned = owned_dense + owned_expert;
     b.optimizer_s = timer(OpKind::optimizer, 0, owned * optimizer_bytes_per_param(p)) +
-                    (p.training.precision == plan::Precision::fp16 ? timer(OpKind::optimizer, 0, owned * unscale_grad_bytes_per_param(p.training)) : 0) +
-                    (p.training.clip_grad > 0 ? timer(OpKind::optimizer, 0, owned * clip_grad_bytes_per_param(p.training)) : 0);
+                    (p.training.precision == plan::Precision::fp16 ? timer(OpKind::optimizer, 0, owned * unscale_grad_bytes_per_param(p)) : 0) +
+                    (p.training.clip_grad > 0 ? timer(OpKind::optimizer, 0, owned * clip_grad_bytes_per_param(p)) : 0);
   }
 
   set_headline_figures(r, p, b.total(), step_flops(p, options.flops), peak);

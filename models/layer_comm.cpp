@@ -204,12 +204,19 @@ double optimizer_bytes_per_param(const plan::Plan& p) {
   return adam_bytes_per_param(t) + compression;
 }
 
-double clip_grad_bytes_per_param(const plan::TrainingConfig& t) {
-  return t.optimizer_states.classic() ? kClipGradBytesPerParam : 3 * gradient_bytes(t);
+namespace {
+
+// The gradients clipping and fp16's unscale work on are fp32 main gradients (or compensated ones).
+bool fp32_main_gradients(const plan::Plan& p) {
+  return p.training.optimizer_states.classic() || p.parallelism.gradient_compression != plan::GradientCompression::none;
 }
 
-double unscale_grad_bytes_per_param(const plan::TrainingConfig& t) {
-  return t.optimizer_states.classic() ? kUnscaleGradBytesPerParam : 2 * gradient_bytes(t);
+}  // namespace
+
+double clip_grad_bytes_per_param(const plan::Plan& p) { return fp32_main_gradients(p) ? kClipGradBytesPerParam : 3 * gradient_bytes(p.training); }
+
+double unscale_grad_bytes_per_param(const plan::Plan& p) {
+  return fp32_main_gradients(p) ? kUnscaleGradBytesPerParam : 2 * gradient_bytes(p.training);
 }
 
 double grad_bucket_params(const plan::Plan& p) { return std::max(40e6, 1e6 * d(p.parallelism.data_parallel_size)); }

@@ -110,9 +110,10 @@ double optimizer_bytes_per_param(const plan::Plan& plan);
 // training.optimizer_states otherwise there are none, and they read (and write) the gradients
 // as the buffer keeps them, 3 and 2 gradient values (Megatron-core clips the decoupled grads,
 // megatron/core/optimizer/optimizer.py and clip_grads.py @0d7e02bd; Apex folds the clipping
-// scale into its Adam kernel instead, one read fewer: not told apart).
-double clip_grad_bytes_per_param(const plan::TrainingConfig& training);
-double unscale_grad_bytes_per_param(const plan::TrainingConfig& training);
+// scale into its Adam kernel instead, one read fewer: not told apart). With gradient compression
+// the optimizer works on an fp32 compensated gradient (optimizer_bytes_per_param): fp32's.
+double clip_grad_bytes_per_param(const plan::Plan& plan);
+double unscale_grad_bytes_per_param(const plan::Plan& plan);
 
 // One DP bucket of a model chunk, as Megatron-core DDP forms them: layers join the open bucket
 // from the chunk's last layer (the order their gradients are produced), which closes once it

@@ -492,10 +492,10 @@ class StageLowering {
     // kClipGradBytesPerParam), in MixedPrecisionOptimizer.step's order.
     wait_for(last_grad_);
     if (p_.training.precision == plan::Precision::fp16) {
-      compute({"unscale_grads", OpKind::optimizer, OpPhase::forward, 0, owned * unscale_grad_bytes_per_param(p_.training), {}}, OpPhase::forward, -1);
+      compute({"unscale_grads", OpKind::optimizer, OpPhase::forward, 0, owned * unscale_grad_bytes_per_param(p_), {}}, OpPhase::forward, -1);
     }
     if (p_.training.clip_grad > 0) {
-      compute({"clip_grads", OpKind::optimizer, OpPhase::forward, 0, owned * clip_grad_bytes_per_param(p_.training), {}}, OpPhase::forward, -1);
+      compute({"clip_grads", OpKind::optimizer, OpPhase::forward, 0, owned * clip_grad_bytes_per_param(p_), {}}, OpPhase::forward, -1);
     }
     compute(step, OpPhase::forward, -1);
     // The distributed optimizer gathers the updated 16-bit parameters (ZeRO 1 and 2).

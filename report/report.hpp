@@ -110,11 +110,11 @@ struct Reliability {
   std::vector<std::pair<std::string, double>> losses_s;               // per run, by cause
 };
 
-// The range a prediction's step time and MFU lie in, from the errors of its tier on its GPU
-// generation's published runs (models/calibration_set.hpp); absent for a generation no
-// published run checks, or a profile measured on the machine.
+// The interval a prediction's step time and MFU lie in, from the errors of its tier on its GPU
+// generation's published runs (models/calibration_set.hpp, prediction_interval); absent for a
+// generation no published run checks, or a profile measured on the machine.
 struct Interval {
-  double level = 0;  // nominal coverage, 0.91 for 21 cases
+  double level = 0;  // nominal coverage: 0.91 for a range of 21 cases, 0.90 for a normal interval
   double step_time_lo_s = 0, step_time_hi_s = 0;
   double mfu_lo = 0, mfu_hi = 0;
   std::string basis;  // the set and the method

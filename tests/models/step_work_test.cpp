@@ -290,10 +290,13 @@ TEST(StepWork, OptimizerStatesInLowerPrecisionShrinkTheStateAndTheStep) {
   apex.training.optimizer_states = {Precision::bf16, Precision::bf16, MasterWeights::none};
   EXPECT_EQ(optimizer_bytes_per_param(apex), 2 + 4 + 4 + 4);
   // Clipping and fp16's unscale read (and write) the gradients as kept, not fp32 main gradients.
-  EXPECT_EQ(clip_grad_bytes_per_param(fp32_states.training), kClipGradBytesPerParam);
-  EXPECT_EQ(clip_grad_bytes_per_param(apex.training), 3 * 2);
-  EXPECT_EQ(unscale_grad_bytes_per_param(fp32_states.training), kUnscaleGradBytesPerParam);
-  EXPECT_EQ(unscale_grad_bytes_per_param(apex.training), 2 * 2);
+  EXPECT_EQ(clip_grad_bytes_per_param(fp32_states), kClipGradBytesPerParam);
+  EXPECT_EQ(clip_grad_bytes_per_param(apex), 3 * 2);
+  EXPECT_EQ(unscale_grad_bytes_per_param(fp32_states), kUnscaleGradBytesPerParam);
+  EXPECT_EQ(unscale_grad_bytes_per_param(apex), 2 * 2);
+  plan::Plan compressed = apex;  // the compensated gradient is fp32 whatever the states
+  compressed.parallelism.gradient_compression = plan::GradientCompression::onebit;
+  EXPECT_EQ(clip_grad_bytes_per_param(compressed), kClipGradBytesPerParam);
   plan::Plan clipped_classic = fp32_states, clipped_apex = apex;
   clipped_classic.training.clip_grad = clipped_apex.training.clip_grad = 1.0;
   auto clip_bytes = [&](const plan::Plan& p) { return named_bytes(p, "clip_grads"); };

@@ -182,6 +182,10 @@ TEST(Uncertainty, PredictionIntervalsAreTheRangeOrTheNormalOnes) {
   EXPECT_NEAR(normal.log_hi, 0.15 + half, 1e-12);
   EXPECT_EQ(normal.level, 0.9);
   EXPECT_THROW((void)prediction_interval(std::vector<double>{0, 1}), std::invalid_argument);
+  // Coverage takes the whole set's method: 19 residuals are judged by the others' ranges (18 of
+  // them, which would take the normal interval on their own), so the two extremes fall out.
+  EXPECT_NEAR(leave_one_out_coverage(r), 17.0 / 19, 1e-12);
+  EXPECT_THROW((void)leave_one_out_coverage(std::vector<double>{0, 1, 2}), std::invalid_argument);
   // One far case among alike ones falls outside the others' interval; they fall inside theirs.
   const std::vector<double> one_far{0.10, 0.11, 0.12, 0.13, 0.10, 0.11, 0.12, 0.13, 0.9};
   EXPECT_NEAR(leave_one_out_coverage(one_far), 8.0 / 9, 1e-12);
