@@ -1,6 +1,9 @@
 #include "cli/commands.hpp"
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <ostream>
 
@@ -38,10 +41,25 @@ std::string fmt(const char* format, double v) {
   return buf;
 }
 
+// The allocator this process runs on, for --version (benchmarks record it beside their
+// timings): jemalloc where the program was linked against it (cmake/MeshworkOptions.cmake),
+// found by its control entry point, the system's otherwise (glibc's, or a sanitizer's).
+namespace {
+std::string allocator_name() {
+  using Mallctl = int (*)(const char*, void*, std::size_t*, void*, std::size_t);
+  void* symbol = dlsym(RTLD_DEFAULT, "mallctl");
+  if (symbol == nullptr) return "system malloc";
+  const char* version = nullptr;
+  std::size_t size = sizeof version;
+  if (reinterpret_cast<Mallctl>(symbol)("version", static_cast<void*>(&version), &size, nullptr, 0) != 0 || version == nullptr) return "jemalloc";
+  return std::string("jemalloc ") + version;
+}
+}  // namespace
+
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Io io{out, err, 0};
   CLI::App app{"meshwork: plan, predict and run large-model training on GPU clusters", "meshwork"};
-  app.set_version_flag("--version", std::string("meshwork ") + kVersion + " (" + kGitCommit + ")");
+  app.set_version_flag("--version", std::string("meshwork ") + kVersion + " (" + kGitCommit + "; " + allocator_name() + ")");
   app.require_subcommand(1);
   add_validate_command(app, io);
   add_show_command(app, io);

@@ -319,6 +319,8 @@ SimulateResult simulate(const plan::Plan& plan, const SimulateOptions& options) 
     // The child lives for one simulation: keep freed memory for reuse instead of handing
     // large blocks back to the kernel and faulting fresh pages in for the next (the
     // per-operation Program of a long pipeline is hundreds of MB, built then coarsened).
+    // glibc's setting: a program linked against jemalloc (cmake/MeshworkOptions.cmake) keeps
+    // freed pages for a while by itself, and these change nothing.
     ::mallopt(M_MMAP_THRESHOLD, 1 << 30);
     ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
     SimulateOptions mine = options;

@@ -225,6 +225,10 @@ BuildResult build(const plan::ClusterConfig& c) {
       const std::vector<VertexId> ports = rail_order(nics, c.nics_per_node, split_ports(topo.switch_radix, topo.oversubscription).down, per_rail);
       Fabric f{b, c, ports, nic_gbytes, -1};
       f.rail_ports = per_rail;
+      // Destination-mod-k numbers each GPU by its place on its rail (Topology::port_order).
+      if (const auto g = port_geometry(c)) {
+        for (std::int64_t gpu = 0; gpu < static_cast<std::int64_t>(b.t.gpus.size()); ++gpu) b.t.port_order.push_back(g->destination_number(gpu));
+      }
       out.error = topo.tiers <= 2 ? f.two_tier() : f.three_tier();
       b.t.kind = "rail_optimized (" + tiers + ")";
       break;

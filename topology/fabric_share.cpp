@@ -89,6 +89,12 @@ std::int64_t PortGeometry::port_of_gpu(std::int64_t gpu) const {
   return rail_ports > 0 ? nic * rail_ports + node : node * nics_per_node + nic;
 }
 
+std::int64_t PortGeometry::destination_number(std::int64_t gpu) const {
+  if (rail_ports <= 0) return gpu;
+  const std::int64_t gpus_per_nic = std::max<std::int64_t>(1, gpus_per_node / nics_per_node);
+  return port_of_gpu(gpu) * gpus_per_nic + gpu % gpus_per_node % gpus_per_nic;
+}
+
 std::int64_t PortGeometry::leaf_of(std::int64_t port) const {
   if (pod_ports <= 0) return port / leaf.down;
   const std::int64_t p = port / pod_ports;
@@ -346,7 +352,7 @@ TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayou
     if (d_mod_k) link_load.assign(d_mod_k->slots(), 0.0);
     auto route = [&](std::int64_t from, std::int64_t to, std::int64_t dst, double amount) {
       if (!d_mod_k) return;
-      const auto r = d_mod_k->route(from, to, static_cast<std::uint64_t>(dst));
+      const auto r = d_mod_k->route(from, to, static_cast<std::uint64_t>(g.destination_number(dst)));
       for (int h = 0; h < r.hops; ++h) link_load[r.slot[at(h)]] += amount;
     };
     if (pattern != Pattern::all_to_all) {
@@ -426,7 +432,7 @@ TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayou
       double& f = s.edge_above_nic_fraction[i];
       if (d_mod_k) {
         double most = 0;
-        const auto r = d_mod_k->route(from, to, static_cast<std::uint64_t>(dst));
+        const auto r = d_mod_k->route(from, to, static_cast<std::uint64_t>(g.destination_number(dst)));
         for (int h = 0; h < r.hops; ++h) most = std::max(most, link_load[r.slot[at(h)]]);
         if (most > 1e-12) f = std::min(f, nic_gbytes / most / here.nic_gbytes_per_s);
         return;

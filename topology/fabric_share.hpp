@@ -47,6 +47,13 @@ struct PortGeometry {
 
   // The slot of the NIC port a GPU sends through (GPU g of a node uses NIC g * nics / gpus).
   [[nodiscard]] std::int64_t port_of_gpu(std::int64_t gpu) const;
+  // The number destination-mod-k routes a GPU by: its NIC's port slot, times the GPUs per
+  // NIC, plus its place among them. OpenSM's fat-tree routing numbers end ports by their leaf
+  // and their port on it, so that consecutive numbers share a leaf; that is the GPU index
+  // where ports are in node order, and on a rail-optimized fabric the GPU's place on its
+  // rail, where a rail's GPUs are every nics_per_node-th index (issue 21: numbered so, 32
+  // flows of a rail met on 4 of a leaf's 32 up-links).
+  [[nodiscard]] std::int64_t destination_number(std::int64_t gpu) const;
   // Leaves are numbered pod by pod, each pod's from its first port (as the builder makes them).
   [[nodiscard]] std::int64_t leaf_of(std::int64_t port) const;
   [[nodiscard]] std::int64_t pod_of(std::int64_t port) const { return pod_ports > 0 ? port / pod_ports : 0; }
@@ -91,7 +98,8 @@ class DestinationModK {
     std::array<std::size_t, 4> slot{};
     int hops = 0;
   };
-  // The flow from NIC port `from` to port `to`, destined for GPU `dst` (none within a leaf).
+  // The flow from NIC port `from` to port `to`, whose destination GPU is numbered `dst`
+  // (PortGeometry::destination_number; none within a leaf).
   [[nodiscard]] Route route(std::int64_t from, std::int64_t to, std::uint64_t dst) const;
 
  private:

@@ -249,7 +249,9 @@ std::vector<Hop> Router::route_d_mod_k(std::int64_t src_gpu, std::int64_t dst_gp
   keep_plane(m, plane);
   std::vector<Hop> hops;
   if (m.hops <= 0) return hops;
-  const auto dst = static_cast<std::uint64_t>(dst_gpu);
+  // Destinations numbered as a subnet manager numbers end ports, leaf by leaf (on a
+  // rail-optimized fabric, rail by rail: Topology::port_order).
+  const auto dst = static_cast<std::uint64_t>(t_.port_order.empty() ? dst_gpu : t_.port_order[static_cast<std::size_t>(dst_gpu)]);
   auto add = [&](VertexId from, Graph::edge_descriptor e) {
     const VertexId a = boost::source(e, t_.graph), b = boost::target(e, t_.graph);
     const VertexId to = a == from ? b : a;

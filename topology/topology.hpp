@@ -46,6 +46,11 @@ struct Topology {
   std::int64_t gpus_per_node = 0;
   std::int64_t nodes = 0;
   std::string kind;            // "single_node", "fat_tree (3 tiers)", "rail_optimized"...
+  // Per GPU, the number destination-mod-k routes it by (PortGeometry::destination_number: as
+  // a subnet manager numbers the end ports, leaf by leaf). Empty where that is the GPU index,
+  // as on every fabric whose ports are in node order; a rail-optimized one puts them in rail
+  // order.
+  std::vector<std::int64_t> port_order;
 
   [[nodiscard]] std::int64_t count(VertexKind k) const;
   [[nodiscard]] std::int64_t count(LinkTier t) const;

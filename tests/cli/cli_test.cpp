@@ -478,6 +478,8 @@ TEST(Cli, HelpForEverySubcommandAndUsageErrors) {
   const Outcome v = meshwork({"--version"});
   EXPECT_EQ(v.code, 0);
   EXPECT_NE(v.out.find("meshwork 0.1.0"), std::string::npos) << v.out;
+  // The allocator, which benchmarks record beside their timings (cmake/MeshworkOptions.cmake).
+  EXPECT_TRUE(v.out.find("; jemalloc ") != std::string::npos || v.out.find("; system malloc)") != std::string::npos) << v.out;
 }
 
 }  // namespace

@@ -310,7 +310,7 @@ TEST(FabricShare, DestinationModKTakesTheRouterPathFlowByFlow) {
           for (const Hop& h : router.route_d_mod_k(a, d, g.pod_ports > 0 || p.cluster.topology.kind == plan::TopologyKind::multi_plane ? 0 : -1)) {
             if (slot_of[h.slot()] >= 0) graph.push_back(slot_of[h.slot()]);
           }
-          const auto r = closed.route(g.port_of_gpu(a), g.port_of_gpu(d), static_cast<std::uint64_t>(d));
+          const auto r = closed.route(g.port_of_gpu(a), g.port_of_gpu(d), static_cast<std::uint64_t>(g.destination_number(d)));
           const std::vector<std::int64_t> mine(r.slot.begin(), r.slot.begin() + r.hops);
           ASSERT_EQ(std::vector<std::int64_t>(mine.begin(), mine.end()), graph) << a << " -> " << d;
           ++flows;

@@ -153,6 +153,32 @@ TEST(Router, DestinationModKRoutesShiftsWithoutCollisions) {
   }
 }
 
+// The same on a rail-optimized fabric, for what crosses it: node shifts of same-index GPUs
+// (pipeline transfers, and the DP and CP rings of a TP-innermost mesh), every rail at once.
+// Numbered by GPU index, a rail's destinations are every 8th number, and a leaf's flows took 2
+// of its 8 up-links (issue 21: a Llama-3-70B plan's pipeline receives 2.4 times as long as on
+// a fat tree, spine0 -> leaf1 the hottest link).
+TEST(Router, DestinationModKRoutesNodeShiftsOnRailsWithoutCollisions) {
+  // 16 nodes x 8 rails; 8 ports down a leaf, so each rail spans two leaves and crosses the spines.
+  const Topology t = fabric("topology: {kind: rail_optimized, tiers: 2, switch_radix: 16, routing: d_mod_k}", 128);
+  Router router(t);
+  const std::int64_t gpn = t.gpus_per_node, nodes = t.nodes;
+  ASSERT_EQ(nodes, 16);
+  ASSERT_EQ(t.port_order.size(), t.gpus.size());
+  EXPECT_EQ(t.port_order[static_cast<std::size_t>(1 * gpn + 0)], 1);      // node 1, rail 0: the rail's second port
+  EXPECT_EQ(t.port_order[static_cast<std::size_t>(0 * gpn + 1)], nodes);  // node 0, rail 1: after rail 0's ports
+  for (std::int64_t shift = 1; shift < nodes; ++shift) {
+    std::vector<int> load(2 * boost::num_edges(t.graph), 0);
+    int worst = 0;
+    for (std::int64_t n = 0; n < nodes; ++n) {
+      for (std::int64_t r = 0; r < gpn; ++r) {
+        for (const Hop& h : router.route_d_mod_k(n * gpn + r, (n + shift) % nodes * gpn + r)) worst = std::max(worst, ++load[h.slot()]);
+      }
+    }
+    EXPECT_EQ(worst, 1) << "node shift " << shift;
+  }
+}
+
 TEST(Router, AnEvenSpreadConservesTheFlow) {
   for (const auto& c : cases()) {
     SCOPED_TRACE(c.name);
