@@ -25,8 +25,19 @@ plans=(
   "scenarios/bench/llama3-405b-h100-131072.yaml|the 16K plan with 1,024 replicas, 131,072 H100 (approximate: past the budget of played actors)|60 s, 8 GB"
 )
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
-# One run: "wall_s peak_kb" of `meshwork simulate PLAN --json` (the report kept for its actors).
-one() { { /usr/bin/time -f "TIME %e %M" "$1" simulate "$2" --json > /tmp/sim_speed.json; } 2>&1 | grep '^TIME' | awk '{print $2, $3}'; }
+# One run: "wall_s peak_kb" of `meshwork simulate PLAN --json` (the report kept for its
+# actors); a run that fails stops the table rather than passing for a fast one.
+one() {
+  local t
+  t=$(mktemp)
+  if ! /usr/bin/time -o "$t" -f '%e %M' "$1" simulate "$2" --json > /tmp/sim_speed.json; then
+    echo "sim_speed: $1 simulate $2 failed" >&2
+    rm -f "$t"
+    return 1
+  fi
+  cat "$t"
+  rm -f "$t"
+}
 if [[ -n "$other" ]]; then
   printf '| plan | budget | wall (s), median of %s | peak RSS (MB) | ratio to baseline | played actors | other build: wall (s) | its peak RSS (MB) | speed-up |\n|---|---|---|---|---|---|---|---|---|\n' "$runs"
 else
@@ -38,14 +49,22 @@ for entry in "${plans[@]}"; do
   walls=() other_walls=()
   rss=0 other_rss=0
   for ((i = 0; i < runs; i++)); do
+    # Alternately: the other build first on even runs, this one first on odd runs.
+    order=(this)
     if [[ -n "$other" ]]; then
-      read -r w k < <(one "$other" "$plan")
-      other_walls+=("$w")
-      other_rss=$((k > other_rss ? k : other_rss))
+      if ((i % 2 == 0)); then order=(other this); else order=(this other); fi
     fi
-    read -r w k < <(one "$bin" "$plan")
-    walls+=("$w")
-    rss=$((k > rss ? k : rss))
+    for who in "${order[@]}"; do
+      if [[ $who == this ]]; then out=$(one "$bin" "$plan"); else out=$(one "$other" "$plan"); fi
+      read -r w k <<<"$out"
+      if [[ $who == this ]]; then
+        walls+=("$w")
+        rss=$((k > rss ? k : rss))
+      else
+        other_walls+=("$w")
+        other_rss=$((k > other_rss ? k : other_rss))
+      fi
+    done
   done
   m=$(median "${walls[@]}")
   [[ -z "$base" ]] && base="$m"

@@ -91,8 +91,12 @@ std::int64_t PortGeometry::port_of_gpu(std::int64_t gpu) const {
 
 std::int64_t PortGeometry::destination_number(std::int64_t gpu) const {
   if (rail_ports <= 0) return gpu;
-  const std::int64_t gpus_per_nic = std::max<std::int64_t>(1, gpus_per_node / nics_per_node);
-  return port_of_gpu(gpu) * gpus_per_nic + gpu % gpus_per_node % gpus_per_nic;
+  // GPU l of a node uses NIC l * nics / gpus (port_of_gpu): NIC i serves GPUs
+  // ceil(i * gpus / nics) onwards, at most ceil(gpus / nics) of them.
+  const std::int64_t local = gpu % gpus_per_node;
+  const std::int64_t nic = local * nics_per_node / gpus_per_node;
+  const std::int64_t first = ceil_div(nic * gpus_per_node, nics_per_node);
+  return port_of_gpu(gpu) * ceil_div(gpus_per_node, nics_per_node) + local - first;
 }
 
 std::int64_t PortGeometry::leaf_of(std::int64_t port) const {
@@ -205,7 +209,7 @@ DestinationModK::Route DestinationModK::route(std::int64_t from, std::int64_t to
 
 std::int64_t DestinationModK::down_link(std::int64_t spine, std::int64_t k, std::int64_t spines, std::int64_t d) const {
   const std::int64_t first = ((spine - k * up_) % spines + spines) % spines;
-  return first + d % ((up_ - 1 - first) / spines + 1) * spines;
+  return first + d / spines % ((up_ - 1 - first) / spines + 1) * spines;
 }
 
 bool DestinationModK::reaches(const Pod& pod, std::int64_t core) const {

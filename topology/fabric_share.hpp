@@ -47,12 +47,13 @@ struct PortGeometry {
 
   // The slot of the NIC port a GPU sends through (GPU g of a node uses NIC g * nics / gpus).
   [[nodiscard]] std::int64_t port_of_gpu(std::int64_t gpu) const;
-  // The number destination-mod-k routes a GPU by: its NIC's port slot, times the GPUs per
-  // NIC, plus its place among them. OpenSM's fat-tree routing numbers end ports by their leaf
-  // and their port on it, so that consecutive numbers share a leaf; that is the GPU index
+  // The number destination-mod-k routes a GPU by: its NIC's port slot, times the most GPUs a
+  // NIC serves, plus its place among them. OpenSM's fat-tree routing indexes end ports by their
+  // leaf and their port on it, so that consecutive numbers share a leaf; that is the GPU index
   // where ports are in node order, and on a rail-optimized fabric the GPU's place on its
-  // rail, where a rail's GPUs are every nics_per_node-th index (issue 21: numbered so, 32
-  // flows of a rail met on 4 of a leaf's 32 up-links).
+  // rail, where a rail's GPUs are every gpus_per_node-th index (issue 21: numbered so, 32
+  // flows of a rail met on 4 of a leaf's 32 up-links). GPUs that share a NIC share its LID in
+  // InfiniBand, so one route; here each has its own number, as before.
   [[nodiscard]] std::int64_t destination_number(std::int64_t gpu) const;
   // Leaves are numbered pod by pod, each pod's from its first port (as the builder makes them).
   [[nodiscard]] std::int64_t leaf_of(std::int64_t port) const;
@@ -113,7 +114,8 @@ class DestinationModK {
   [[nodiscard]] std::size_t pod_slot(std::int64_t x, bool down) const;
   // The up-link number of leaf `k` of its pod (0 on two tiers) by which spine `spine` of
   // `spines` comes down to it: the spine's links to the leaf are u = first + n * spines, and a
-  // flow takes number d mod their count.
+  // flow takes number (d / spines) mod their count, the digit after the one that picked the
+  // spine (Router::route_d_mod_k).
   [[nodiscard]] std::int64_t down_link(std::int64_t spine, std::int64_t k, std::int64_t spines, std::int64_t d) const;
   [[nodiscard]] bool reaches(const Pod& pod, std::int64_t core) const;
   // Small or partly filled fabrics, where a pod does not reach every core or a spine has no link

@@ -54,7 +54,7 @@ class Router {
   // count, so flows to consecutive destinations take different turning switches and a shift
   // pattern (every ring edge of a collective) does not collide on a full tree. Destinations
   // are numbered by Topology::port_order (leaf by leaf, as OpenSM numbers end ports), not by
-  // GPU index, which on a rail-optimized fabric puts a rail's GPUs every 8th number.
+  // GPU index, which on a rail-optimized fabric puts a rail's GPUs every gpus_per_node-th number.
   [[nodiscard]] std::vector<Hop> route_d_mod_k(std::int64_t src_gpu, std::int64_t dst_gpu, std::int64_t plane = -1);
   // Adds `amount` split evenly over all equal-cost paths into `loads` (2 slots per link).
   // Returns false when unreachable.

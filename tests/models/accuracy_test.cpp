@@ -103,7 +103,7 @@ TEST(Accuracy, Korthikanti2022Mfu) {
 // training.optimizer_states) 0 to 3.4 further (GPT3-20B's halved DP most).
 TEST(Accuracy, NeMo2407HopperFp8ArePinned) {
   const Errors e = errors({{"nemo2407-gpt3-5b-64", 23406, 19.1}, {"nemo2407-gpt3-20b-64", 5851, 24.8}, {"nemo2407-gpt3-175b-128", 716, 9.6},
-                           {"nemo2407-gpt3-175b-512", 825, 10.4}, {"nemo2407-llama2-7b-8", 16934, 15.4}, {"nemo2407-llama2-13b-16", 8715, 15.9},
+                           {"nemo2407-gpt3-175b-512", 825, 12.3}, {"nemo2407-llama2-7b-8", 16934, 15.4}, {"nemo2407-llama2-13b-16", 8715, 15.9},
                            {"nemo2407-llama2-70b-64", 1728, 22.8}, {"nemo2407-nemotron-8b-64", 12507, 24.9},
                            {"nemo2407-nemotron-22b-64", 4312, 16.0}, {"nemo2407-nemotron-340b-128", 326, -3.0},
                            {"nemo2407-llama3-8b-8", 12273, 19.1}, {"nemo2407-llama3-70b-64", 1524, 20.2}},
