@@ -60,6 +60,7 @@ for entry in "${plans[@]}"; do
       if [[ $who == this ]]; then
         walls+=("$w")
         rss=$((k > rss ? k : rss))
+        actors=$(python3 -c 'import json; print(json.load(open("/tmp/sim_speed.json")).get("played_actors", "?"))' 2>/dev/null || echo "?")
       else
         other_walls+=("$w")
         other_rss=$((k > other_rss ? k : other_rss))
@@ -69,7 +70,6 @@ for entry in "${plans[@]}"; do
   m=$(median "${walls[@]}")
   [[ -z "$base" ]] && base="$m"
   ratio=$(awk -v m="$m" -v b="$base" 'BEGIN {printf "%.1f", m / b}')
-  actors=$(python3 -c 'import json; print(json.load(open("/tmp/sim_speed.json")).get("played_actors", "?"))' 2>/dev/null || echo "?")
   if [[ -n "$other" ]]; then
     om=$(median "${other_walls[@]}")
     speedup=$(awk -v m="$m" -v o="$om" 'BEGIN {printf "%.2f", (m > 0 ? o / m : 0)}')

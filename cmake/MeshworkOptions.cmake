@@ -93,7 +93,7 @@ meshwork_resolve(MESHWORK_WITH_SIMGRID SIMGRID SimGrid_FOUND)
 # The programs' allocator: jemalloc (Debian's libjemalloc-dev) where found, glibc's otherwise.
 # SimGrid allocates and frees small objects for every flow (its activity lists' nodes, the
 # max-min system's elements), and glibc's bins scatter them: the 16K-GPU plan's simulation
-# runs about 1.5 times faster with jemalloc in a third of the memory (bench/RESULTS.md,
+# runs about 1.5 times faster with jemalloc, in less memory (bench/RESULTS.md,
 # "Speed"). Never with a sanitizer, which brings its own allocator.
 meshwork_tristate(MESHWORK_WITH_JEMALLOC "Link the programs (meshwork, meshwork-gui, benchmarks) against jemalloc")
 if(MESHWORK_GPU_ONLY)

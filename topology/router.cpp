@@ -300,14 +300,16 @@ std::vector<Hop> Router::route_d_mod_k(std::int64_t src_gpu, std::int64_t dst_gp
       if (t_.graph[e].bandwidth_gbytes_per_s > 0 && tier_of(t_.graph[y].kind) < tier && dst_.dist[y] == dst_.dist[v] - 1) down.push_back(e);
     }
     if (down.empty()) return {};
-    // Parallel links to one switch (a leaf's several links to each spine): the next digit of
-    // the destination after the one that picks the spine, dst / (the spines the switch below
-    // reaches), as its up-links are dealt over them. By dst alone, destinations that share a
-    // spine (dst and dst + spines, for a leaf of 2 x spines up-links) took the same link:
-    // half of a leaf's down-links idle (issue 21).
+    // Parallel links from a spine to the destination's leaf: the next digit of the destination
+    // after the one that picks the spine, dst / (the spines the leaf reaches), as the leaf's
+    // up-links are dealt over them. By dst alone, destinations that share a spine (dst and
+    // dst + spines, for a leaf of 2 x spines up-links) took the same link: half of a leaf's
+    // down-links idle (issue 21). A core's links down to a pod keep dst mod their count, as
+    // the closed form takes them (DestinationModK::route).
     std::uint64_t digit = dst;
     const VertexId below = boost::target(down.front(), t_.graph);
-    if (down.size() > 1 && std::all_of(down.begin(), down.end(), [&](const auto& e) { return boost::target(e, t_.graph) == below; })) {
+    if (down.size() > 1 && t_.graph[below].kind == VertexKind::leaf &&
+        std::all_of(down.begin(), down.end(), [&](const auto& e) { return boost::target(e, t_.graph) == below; })) {
       std::vector<VertexId> above;
       for (std::size_t k = up_start_[below]; k < up_start_[below + 1]; ++k) above.push_back(up_[k].to);
       std::sort(above.begin(), above.end());
