@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/estimate.hpp"
+#include "models/pipeline.hpp"
 #include "models/sweep.hpp"
 #include "plan/document.hpp"
 #include "plan/plan_io.hpp"
@@ -39,6 +40,29 @@ void BM_Estimate(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_Estimate);
+
+// The estimate's part that grows with the step: its two-lane pipeline replay (models/pipeline)
+// of the default scenario's shape (PP 8, interleaved v 2, 96 micro-batches), the stages' times
+// a little uneven as the embedding and head make them.
+void BM_PipelineReplay(benchmark::State& state) {
+  models::PipelineSpec with_comm;
+  with_comm.schedule = plan::PipelineSchedule::interleaved;
+  with_comm.stages = 8;
+  with_comm.chunks = 2;
+  with_comm.microbatches = 96;
+  with_comm.transfer_s = 0.004;
+  for (int i = 0; i < 16; ++i) {
+    const double edge = i == 0 || i == 15 ? 1.05 : 1.0;
+    with_comm.forward_s.push_back(0.1 * edge);
+    with_comm.backward_s.push_back(0.3 * edge);
+    with_comm.weight_s.push_back(0.1 * edge);
+  }
+  models::PipelineSpec compute_only = with_comm;
+  compute_only.transfer_s = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(models::pipeline_times(with_comm, compute_only));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_PipelineReplay);
 
 // Twelve pipeline shapes of the same model and cluster (PP 2, 4, 8, 16 x interleaved v = 2, 3,
 // 6): the estimate keeps the traversals of its thread's last 8 schedule shapes

@@ -290,7 +290,11 @@ CollectiveAlgorithm algorithm_for(const GroupNetwork& g, Collective c, double by
   return best;
 }
 
-double collective_s(const GroupNetwork& g, Collective c, double bytes) { return collective_s(g, c, bytes, algorithm_for(g, c, bytes)); }
+double collective_s(const GroupNetwork& g, Collective c, double bytes) {
+  // Nothing to move, or nobody to move it to: no algorithm to choose (collective_at's 0).
+  if (g.size <= 1 || bytes <= 0) return 0;
+  return collective_s(g, c, bytes, algorithm_for(g, c, bytes));
+}
 
 double CollectivePrices::operator()(const GroupNetwork& g, Collective c, double bytes) {
   for (const Priced& x : priced_) {

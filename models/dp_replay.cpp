@@ -1,6 +1,7 @@
 #include "models/dp_replay.hpp"
 
 #include <algorithm>
+#include <memory>
 
 #include "models/layer_comm.hpp"
 #include "models/memory.hpp"
@@ -9,6 +10,85 @@
 #include "models/sm_share.hpp"
 
 namespace meshwork::models {
+
+namespace {
+
+// A stage's order of items (models::stage_schedule) and, per chunk, its last item that
+// produces weight gradients: the same for every plan of one schedule shape, so kept for the
+// thread's last few shapes, as the pipeline's traversals are (models/pipeline.cpp; making and
+// scanning the order was a tenth of the estimate).
+struct StageOrder {
+  std::vector<ScheduleItem> items;
+  std::vector<std::size_t> last_grad_item;
+};
+
+std::shared_ptr<const StageOrder> stage_order(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t stage, std::int64_t m,
+                                              std::int64_t v, std::size_t chunks) {
+  constexpr std::size_t kKept = 8;
+  constexpr std::size_t kLargest = std::size_t{1} << 18;  // items: at most 8 x 3 MiB kept
+  struct Kept {
+    plan::PipelineSchedule schedule;
+    std::int64_t p, stage, m, v;
+    std::size_t chunks;
+    std::shared_ptr<const StageOrder> order;
+  };
+  thread_local std::vector<Kept> kept;
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    const Kept& k = kept[i];
+    if (k.schedule == schedule && k.p == p && k.stage == stage && k.m == m && k.v == v && k.chunks == chunks) {
+      std::rotate(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(i), kept.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return kept.front().order;
+    }
+  }
+  auto order = std::make_shared<StageOrder>();
+  order->items = stage_schedule(schedule, p, stage, m, v);
+  order->last_grad_item.assign(chunks, 0);
+  for (std::size_t i = 0; i < order->items.size(); ++i) {
+    const ScheduleItem& it = order->items[i];
+    if (it.pass == Pass::backward || it.pass == Pass::backward_weight) order->last_grad_item[static_cast<std::size_t>(it.chunk)] = i;
+  }
+  if (order->items.size() > kLargest) return order;
+  if (kept.size() == kKept) kept.pop_back();
+  kept.insert(kept.begin(), Kept{schedule, p, stage, m, v, chunks, order});
+  return order;
+}
+
+// The items of a stage's order in which nothing happens between their layers, from `i` on:
+// no ZeRO-3 gather, no parameter bucket to wait for (a forward), no gradient bucket to reduce
+// (a backward with weight gradients: every one with sharded gradients, otherwise the chunk's
+// last). Each runs at once for its seconds by (chunk, pass).
+struct PlainItems {
+  const std::vector<ScheduleItem>& order;
+  const std::vector<double>& seconds;  // [chunk * 4 + pass]
+  const std::vector<std::size_t>& last_grad_item;
+  const std::vector<std::vector<DpBucket>>& buckets;
+  const std::vector<std::size_t>& awaited;
+  bool sharded_grads = false;
+
+  bool plain(std::size_t i) const {
+    const ScheduleItem& it = order[i];
+    const auto c = static_cast<std::size_t>(it.chunk);
+    if (it.pass == Pass::forward) return buckets.empty() || awaited[c] >= buckets[c].size();
+    return it.pass == Pass::backward_input || !(sharded_grads || last_grad_item[c] == i);
+  }
+  // Runs the plain items from `i` on, as SharedSms::run runs them; returns the first item that
+  // is not plain. Kept out of line: inlined into replay_dp, whose lambdas capture its clocks,
+  // the loop kept them and its index in memory (a tenth of the estimate's time).
+  [[gnu::noinline]] std::size_t run(std::size_t i, SharedSms& sms, double& compute_s, double& busy_s) const {
+    double at = compute_s, total = busy_s;
+    const bool full_speed = sms.idle_from(at);
+    for (; i < order.size() && plain(i); ++i) {
+      const double dt = seconds[static_cast<std::size_t>(order[i].chunk) * 4 + static_cast<std::size_t>(order[i].pass)];
+      at = full_speed ? at + dt : sms.run(at, dt);
+      total += dt;
+    }
+    compute_s = at;
+    busy_s = total;
+    return i;
+  }
+};
+
+}  // namespace
 
 DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCounts& counts, const DpNetworks& nets, const DpStage& stage,
                    CollectivePrices& price) {
@@ -46,12 +126,10 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
     const auto& chunks = stage.chunk_layers;
     const auto& firsts = stage.chunk_firsts;
     // This stage's order alone.
-    const std::vector<ScheduleItem> sched = stage_schedule(par.pipeline_schedule, par.pipeline_model_parallel_size, stage.index, stage.micro_batches, pchunks);
-    // The last item of each chunk that produces weight gradients.
-    std::vector<std::size_t> last_grad_item(chunks.size(), 0);
-    for (std::size_t i = 0; i < sched.size(); ++i) {
-      if (sched[i].pass == Pass::backward || sched[i].pass == Pass::backward_weight) last_grad_item[static_cast<std::size_t>(sched[i].chunk)] = i;
-    }
+    const std::shared_ptr<const StageOrder> order =
+        stage_order(par.pipeline_schedule, par.pipeline_model_parallel_size, stage.index, stage.micro_batches, pchunks, chunks.size());
+    const std::vector<ScheduleItem>& sched = order->items;
+    const std::vector<std::size_t>& last_grad_item = order->last_grad_item;
     double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0;
     GpuParams pending;
     // The compute beside the DP stream's collectives runs on the SMs they leave it
@@ -130,7 +208,28 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
         sums[c].weight += l.weight_s;
       }
     }
+    // An item in which nothing happens between its layers runs at once, for its seconds by
+    // (chunk, pass): no ZeRO-3 gather, no bucket to wait for (a forward) or to reduce (a
+    // backward with weight gradients, on the chunk's last one unless gradients are sharded).
+    std::vector<double> plain_s(chunks.size() * 4, 0.0);
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      const bool first_virtual = first_stage && c == 0, last_virtual = last_stage && c + 1 == chunks.size();
+      for (const Pass pass : {Pass::forward, Pass::backward, Pass::backward_input, Pass::backward_weight}) {
+        const bool input = pass != Pass::backward_weight, weights = pass != Pass::backward_input;
+        auto part = [&](const StageTimes& st) { return (input ? st.backward_s - st.weight_s : 0) + (weights ? st.weight_s : 0); };
+        plain_s[c * 4 + static_cast<std::size_t>(pass)] =
+            pass == Pass::forward
+                ? (first_virtual ? stage.first_ops.forward_s : 0) + sums[c].forward + (last_virtual ? stage.last_ops.forward_s : 0)
+                : (last_virtual ? part(stage.last_ops) : 0) + (input ? sums[c].recompute + sums[c].input : 0) +
+                      (weights ? sums[c].weight : 0) + (first_virtual ? part(stage.first_ops) : 0);
+      }
+    }
+    const PlainItems plain{sched, plain_s, last_grad_item, buckets, awaited, sharded_grads};
     for (std::size_t i = 0; i < sched.size(); ++i) {
+      if (!zero3) {
+        i = plain.run(i, sms, compute, busy);
+        if (i == sched.size()) break;
+      }
       const ScheduleItem& it = sched[i];
       const auto c = static_cast<std::size_t>(it.chunk);
       const std::int64_t lo = firsts[c], n = chunks[c];
@@ -140,10 +239,6 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
         return stage.layers[is_moe_layer(m, lo + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
       };
       if (it.pass == Pass::forward) {
-        if (!zero3 && (buckets.empty() || awaited[c] >= buckets[c].size())) {
-          run((first_virtual ? stage.first_ops.forward_s : 0) + sums[c].forward + (last_virtual ? stage.last_ops.forward_s : 0));
-          continue;
-        }
         await_params(c, lo);
         if (first_virtual) run(stage.first_ops.forward_s);
         for (std::int64_t k = 0; k < n; ++k) {
@@ -158,11 +253,6 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
       auto part = [&](const StageTimes& st) {
         return (input ? st.backward_s - st.weight_s : 0) + (weights ? st.weight_s : 0);
       };
-      if (!zero3 && !(weights && reduce)) {
-        run((last_virtual ? part(stage.last_ops) : 0) + (input ? sums[c].recompute + sums[c].input : 0) + (weights ? sums[c].weight : 0) +
-            (first_virtual ? part(stage.first_ops) : 0));
-        continue;
-      }
       if (last_virtual) run(part(stage.last_ops));
       if (input) {
         for (std::int64_t k = 0; k < n; ++k) run(layer(k).recompute_s);

@@ -33,10 +33,13 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 
 }  // namespace
 
-void attach_memory(const plan::Plan& p, report::Report& r) {
+namespace {
+
+// The Report's memory rows and verdict, of the stages' memory.
+void attach_stage_memory(const std::vector<StageMemory>& stages, report::Report& r) {
   r.memory.clear();
   r.fits = true;
-  for (const auto& sm : stage_memory(p)) {
+  for (const auto& sm : stages) {
     report::StageMemory row;
     row.stage = sm.stage;
     row.layers = sm.layers;
@@ -74,6 +77,10 @@ void attach_memory(const plan::Plan& p, report::Report& r) {
   r.notes.emplace_back(buf);
 }
 
+}  // namespace
+
+void attach_memory(const plan::Plan& p, report::Report& r) { attach_stage_memory(stage_memory(p), r); }
+
 void attach_power(const plan::Plan& p, report::Report& r) {
   // Power: a GPU draws between idle and TDP in proportion to its busy time; the host's parts
   // at load; the power supplies' losses on top.
@@ -106,13 +113,13 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
 
   const HardwareProfile hw = hardware_profile(p.cluster.gpu);
   const double peak = plan::peak_tflops(p.cluster.gpu, p.training.precision) * 1e12;
-  const plan::DerivedFigures derived = plan::derive(p);
+  const std::int64_t step_micro_batches = plan::micro_batches_per_step(p);
   const auto& m = p.model;
   const auto& par = p.parallelism;
   const double e = activation_bytes(p.training.precision);
   const double t = d(par.tensor_model_parallel_size);
   const double tokens_mb = d(p.training.micro_batch_size) * d(m.seq_length) / d(par.context_parallel_size);
-  const double micro_batches = d(derived.micro_batches_per_step);
+  const double micro_batches = d(step_micro_batches);
 
   const ComputeTimer timer(p);
   const auto layout = plan::RankLayout::from_plan(par);
@@ -143,7 +150,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const double ag_sms = sm_fraction(hw, Stream::tp, Collective::all_gather, split_tp);
   // The SMs CP's ring (NCCL send/receive kernels) takes from the attention, as in the simulator.
   const double cp_sms = sm_fraction(hw, Stream::cp, Collective::ring_exchange, false);
-  auto comm_pass = [&](const std::vector<Op>& ops, bool moe, OpPhase phase, StageTimes& s, double& raw_f, double& raw_b) {
+  // `seconds`: each op's, as the timer gives it (timed once by the caller).
+  auto comm_pass = [&](const std::vector<Op>& ops, const std::vector<double>& seconds, bool moe, OpPhase phase, StageTimes& s, double& raw_f,
+                       double& raw_b) {
     std::vector<LayerComm> comms;
     const bool fwd = phase != OpPhase::backward_input;
     double pending_gather = 0, last_gemm = 0;  // tp_comm: an all-gather awaiting its GEMM; the previous GEMM
@@ -169,7 +178,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         (fwd && phase == OpPhase::forward ? raw_f : raw_b) += dt;
       }
     };
-    auto visit = [&](const Op& op) {
+    auto visit = [&](const Op& op, double op_s) {
       if (op.phase == OpPhase::backward_weight && phase == OpPhase::backward_input && op.kind == OpKind::embedding) {
         charge(op, true);
         return;
@@ -178,13 +187,13 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       charge(op, true);
       if (pending_ring > 0) {
         // The exposed part of the ring under this attention (Instr::tail_after in the Program).
-        const double dt = split_exposed_s(pending_ring, timer(op), d(par.context_parallel_size), cp_sms);
+        const double dt = split_exposed_s(pending_ring, op_s, d(par.context_parallel_size), cp_sms);
         s.cp_s += dt;
         (phase == OpPhase::forward ? raw_f : raw_b) += dt;
         pending_ring = 0;
       }
       if (op.kind == OpKind::gemm) {
-        const double g = timer(op);
+        const double g = op_s;
         if (pending_gather > 0) {
           const double dt = tp_exposed_s(pending_gather, g, ag_sms);
           s.tp_s += dt;
@@ -195,16 +204,21 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       }
       charge(op, false);
     };
-    if (fwd) for (const auto& op : ops) visit(op);
-    else for (auto op = ops.rbegin(); op != ops.rend(); ++op) visit(*op);
+    if (fwd) {
+      for (std::size_t i = 0; i < ops.size(); ++i) visit(ops[i], seconds[i]);
+    } else {
+      for (std::size_t i = ops.size(); i-- > 0;) visit(ops[i], seconds[i]);
+    }
     s.tp_s += pending_gather;
     (phase == OpPhase::forward ? raw_f : raw_b) += pending_gather;
   };
   auto time_layer = [&](bool moe, bool recomputed) {
     StageTimes s;
     const auto ops = layer_ops(p, moe, recomputed);
+    std::vector<double> seconds;
+    seconds.reserve(ops.size());
     for (const auto& op : ops) {
-      const double dt = timer(op);
+      const double dt = seconds.emplace_back(timer(op));
       s.kinds.add(op.kind, dt);
       if (op.phase == OpPhase::forward) s.forward_s += dt;
       else if (op.phase == OpPhase::recompute) s.recompute_s += dt;
@@ -214,9 +228,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       if (op.kind == OpKind::attention && op.phase == OpPhase::forward) s.attention_s += dt;
     }
     double raw_f = 0, raw_b = 0;
-    comm_pass(ops, moe, OpPhase::forward, s, raw_f, raw_b);
-    comm_pass(ops, moe, OpPhase::recompute, s, raw_f, raw_b);
-    comm_pass(ops, moe, OpPhase::backward_input, s, raw_f, raw_b);
+    comm_pass(ops, seconds, moe, OpPhase::forward, s, raw_f, raw_b);
+    comm_pass(ops, seconds, moe, OpPhase::recompute, s, raw_f, raw_b);
+    comm_pass(ops, seconds, moe, OpPhase::backward_input, s, raw_f, raw_b);
     // CP's p2p ring is split with the attention above (the Program's tail_after); the
     // gradients' return, and all_gather's exchange, hold the compute whole.
     const double raw = raw_f + raw_b, exposed = s.tp_s + s.cp_s + s.ep_s;
@@ -235,18 +249,20 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // The ops outside the layers with the TP collectives around them (the embedding's reduction,
   // the gather before the LM head): their exposed time is in comm_f_s, comm_b_s and tp_s.
   auto time_ops = [&](const std::vector<Op>& ops, StageTimes& s) {
+    std::vector<double> seconds;
+    seconds.reserve(ops.size());
     for (const auto& op : ops) {
-      const double dt = timer(op);
+      const double dt = seconds.emplace_back(timer(op));
       s.kinds.add(op.kind, dt);
       if (op.phase == OpPhase::forward) s.forward_s += dt;
       else s.backward_s += dt;
     }
     StageTimes comm;
     double raw_f = 0, raw_b = 0;
-    comm_pass(ops, false, OpPhase::forward, comm, raw_f, raw_b);
+    comm_pass(ops, seconds, false, OpPhase::forward, comm, raw_f, raw_b);
     s.comm_f_s += comm.tp_s;
     const double forward_tp = comm.tp_s;
-    comm_pass(ops, false, OpPhase::backward_input, comm, raw_f, raw_b);
+    comm_pass(ops, seconds, false, OpPhase::backward_input, comm, raw_f, raw_b);
     s.comm_b_s += comm.tp_s - forward_tp;
     s.tp_s += comm.tp_s;
   };
@@ -262,7 +278,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   PipelineSpec pipe;
   pipe.schedule = par.pipeline_schedule;
   pipe.stages = par.pipeline_model_parallel_size;
-  pipe.microbatches = derived.micro_batches_per_step;
+  pipe.microbatches = step_micro_batches;
   pipe.chunks = vchunks;
   pipe.preposted = par.overlap.p2p;
   const auto pipe_slots = static_cast<std::size_t>(pipe.stages * vchunks);
@@ -297,29 +313,52 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         pipe.forward_s[at] += last_ops.comm_f_s;
         pipe.backward_s[at] += last_ops.comm_b_s;
       }
-      for (std::int64_t k = 0; k < chunks[i][c]; ++k) {
-        const bool moe = is_moe_layer(m, first + k);
-        const StageTimes& l = layer_times[moe ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
-        pipe_compute.forward_s[at] += l.forward_s;
-        pipe_compute.backward_s[at] += l.recompute_s + l.backward_s;
-        pipe_compute.weight_s[at] += l.weight_s;
-        pipe.forward_s[at] += l.forward_s + l.comm_f_s;
-        pipe.backward_s[at] += l.recompute_s + l.backward_s + l.comm_b_s;
-        pipe.weight_s[at] += l.weight_s;
-        s.forward_s += l.forward_s;
-        s.backward_s += l.backward_s;
-        s.recompute_s += l.recompute_s;
-        s.kinds.add(l.kinds);
-        s.tp_s += l.tp_s;
-        s.cp_s += l.cp_s;
-        s.ep_s += l.ep_s;
-        s.params += kind_params[moe ? 1 : 0].dense;
-        s.expert_params += kind_params[moe ? 1 : 0].expert;
+      // The chunk's layers, run by run of one kind (an MoE model's dense layers first, block
+      // recomputation's first layers of a chunk): a run's times are its count times a layer's.
+      double cf = pipe_compute.forward_s[at], cb = pipe_compute.backward_s[at], cw = pipe_compute.weight_s[at];
+      double pf = pipe.forward_s[at], pb = pipe.backward_s[at], pw = pipe.weight_s[at];
+      for (std::int64_t k = 0; k < chunks[i][c];) {
+        const bool moe = is_moe_layer(m, first + k), rec = recomputes_layer(p.training, k);
+        std::int64_t end = k + 1;
+        while (end < chunks[i][c] && is_moe_layer(m, first + end) == moe && recomputes_layer(p.training, end) == rec) ++end;
+        const double n = d(end - k);
+        k = end;
+        const StageTimes& l = layer_times[moe ? 1 : 0][rec ? 1 : 0];
+        cf += n * l.forward_s;
+        cb += n * (l.recompute_s + l.backward_s);
+        cw += n * l.weight_s;
+        pf += n * (l.forward_s + l.comm_f_s);
+        pb += n * (l.recompute_s + l.backward_s + l.comm_b_s);
+        pw += n * l.weight_s;
+        s.forward_s += n * l.forward_s;
+        s.backward_s += n * l.backward_s;
+        s.recompute_s += n * l.recompute_s;
+        s.kinds.add(l.kinds, n);
+        s.tp_s += n * l.tp_s;
+        s.cp_s += n * l.cp_s;
+        s.ep_s += n * l.ep_s;
+        s.params += n * kind_params[moe ? 1 : 0].dense;
+        s.expert_params += n * kind_params[moe ? 1 : 0].expert;
       }
+      pipe_compute.forward_s[at] = cf;
+      pipe_compute.backward_s[at] = cb;
+      pipe_compute.weight_s[at] = cw;
+      pipe.forward_s[at] = pf;
+      pipe.backward_s[at] = pb;
+      pipe.weight_s[at] = pw;
     }
     const GpuParams ends = end_params_per_gpu(p, counts, i == 0, i + 1 == chunks.size());
-    if (i == 0) time_ops(first_stage_ops(p), s);
-    if (i + 1 == chunks.size()) time_ops(last_stage_ops(p), s);
+    // The embedding's and the head's ops, timed once above (time_ops).
+    auto add_ops = [&s](const StageTimes& ops) {
+      s.kinds.add(ops.kinds);
+      s.forward_s += ops.forward_s;
+      s.backward_s += ops.backward_s;
+      s.comm_f_s += ops.comm_f_s;
+      s.comm_b_s += ops.comm_b_s;
+      s.tp_s += ops.tp_s;
+    };
+    if (i == 0) add_ops(first_ops);
+    if (i + 1 == chunks.size()) add_ops(last_ops);
     s.params += ends.dense;
     stages.push_back(s);
   }
@@ -355,7 +394,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const auto slow_index = static_cast<std::size_t>(slow_stage);
   const DpReplay dp = replay_dp(p, hw, counts,
                                 {dp_net, edp_net, dp_replica_net, edp_replica_net, dense_groups.replicas, expert_groups.replicas},
-                                {slow_stage, derived.micro_batches_per_step, chunks[slow_index], firsts[slow_index], layer_times, first_ops,
+                                {slow_stage, step_micro_batches, chunks[slow_index], firsts[slow_index], layer_times, first_ops,
                                  last_ops, slow.params, slow.expert_params, zero_grads_s},
                                 collective_time);
   b.dp_s = dp.dp_s;
@@ -409,7 +448,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   set_headline_figures(r, p, b.total(), step_flops(p, options.flops), peak);
   r.mfu_attention = options.flops.causal_attention || p.training.attention_flops == plan::AttentionFlops::causal ? "causal" : "full";
 
-  attach_memory(p, r);
+  attach_stage_memory(stage_memory(p, chunks, firsts, step_micro_batches), r);
 
   attach_power(p, r);
 

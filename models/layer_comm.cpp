@@ -23,14 +23,16 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
   const auto& m = p.model;
   const double t = d(par.tensor_model_parallel_size);
   const double e = activation_bytes(p.training.precision);
-  const double tokens = d(p.training.micro_batch_size) * d(m.seq_length) / d(par.context_parallel_size);
+  // Computed where a collective is found: most ops have none (a division per op was half of
+  // this function's time, which the estimate asks of every op twice).
+  auto tokens = [&] { return d(p.training.micro_batch_size) * d(m.seq_length) / d(par.context_parallel_size); };
   const bool sp = par.sequence_parallel;
   if (t > 1) {
     // Megatron's f/g at the norms and residuals (Shoeybi et al. 2019 §3; with SP, Korthikanti
     // et al. 2022 §4.2.2: all-gather after the norm, reduce-scatter before the residual).
     // Forward: after a norm (SP: gather the sequence), before a residual (reduce). The backward
     // runs the mirror image: after a residual's backward (SP: gather), before a norm's (reduce).
-    const double bytes = tokens * d(m.hidden_size) * e;
+    auto bytes = [&] { return tokens() * d(m.hidden_size) * e; };
     // The final norm feeds the column-parallel LM head as a layer norm feeds its GEMMs
     // (Megatron's f before the output layer); the vocabulary-parallel embedding's output is
     // reduced as a row-parallel layer's (VocabParallelEmbedding: all-reduce, or reduce-scatter
@@ -41,7 +43,7 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
     const bool norm = op == "input_norm" || (op == "mlp_norm" && moe_block_gathers) || op == "final_norm";
     const bool residual = op == "attention_residual" || (op == "mlp_residual" && moe_block_gathers);
     const Collective reduce = sp ? Collective::reduce_scatter : Collective::all_reduce;
-    auto add = [&](Collective c) { out.push_back({Stream::tp, c, plan::GroupKind::tp, bytes, "tp"}); };
+    auto add = [&](Collective c) { out.push_back({Stream::tp, c, plan::GroupKind::tp, bytes(), "tp"}); };
     if (forward && !before && norm && sp) add(Collective::all_gather);
     if (forward && before && residual) add(reduce);
     if (!forward && !before && residual && sp) add(Collective::all_gather);
@@ -65,12 +67,12 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
     // holding a column/row slice of every local expert); combine is the reduce-scatter over TP
     // of the experts' partial outputs, then the all-to-all back. The backward mirrors both.
     const bool ep = par.expert_model_parallel_size > 1;
-    const double routed = (sp ? tokens / t : tokens) * d(m.moe.moe_router_topk) * hottest_expert_load(m.moe) * d(m.hidden_size) * e;
+    auto routed = [&] { return (sp ? tokens() / t : tokens()) * d(m.moe.moe_router_topk) * hottest_expert_load(m.moe) * d(m.hidden_size) * e; };
     auto a2a = [&](std::string_view what) {
-      if (ep) out.push_back({Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed, what});
+      if (ep) out.push_back({Stream::ep, Collective::all_to_all, plan::GroupKind::ep, routed(), what});
     };
     auto tp = [&](Collective c) {
-      if (t > 1) out.push_back({Stream::tp, c, plan::GroupKind::tp, routed * t, "moe_tp"});
+      if (t > 1) out.push_back({Stream::tp, c, plan::GroupKind::tp, routed() * t, "moe_tp"});
     };
     // The dispatch follows the permute (the rows leave in their experts' order) and the
     // combine precedes the unpermute, in the forward and mirrored in the backward.
@@ -96,7 +98,7 @@ void comm_around(const plan::Plan& p, std::string_view op, bool moe_layer, bool 
     // again before the backward, whose K and V gradients travel the ring back to their owners
     // after it (Liu et al. 2023 §3; Megatron-core's ring attention): (cp - 1) blocks forward,
     // twice that backward. The executor plays each as the Program lists it (exec/gpt.cpp).
-    const double kv = 2 * tokens * d(m.num_query_groups) * d(m.kv_channels) / t * e;
+    const double kv = 2 * tokens() * d(m.num_query_groups) * d(m.kv_channels) / t * e;
     const double blocks = d(par.context_parallel_size - 1) * kv;
     // With the p2p ring (Megatron-core's default --cp-comm-type, Transformer Engine's
     // AttnFuncWithCPAndKVP2P) each of the cp - 1 steps' K and V travel while the block before

@@ -192,14 +192,18 @@ double gradient_buffer_bytes(const plan::Plan& p, double dense, double expert) {
 }
 
 std::vector<StageMemory> stage_memory(const plan::Plan& p) {
+  const auto chunks = plan::layers_per_chunk(p);
+  if (chunks.empty()) return {};
+  return stage_memory(p, chunks, plan::chunk_first_layers(chunks), plan::micro_batches_per_step(p));
+}
+
+std::vector<StageMemory> stage_memory(const plan::Plan& p, const std::vector<std::vector<std::int64_t>>& chunks,
+                                      const std::vector<std::vector<std::int64_t>>& firsts, std::int64_t micro_batches) {
   std::vector<StageMemory> out;
+  if (chunks.empty()) return out;
   const auto& m = p.model;
   const auto& par = p.parallelism;
-  const auto chunks = plan::layers_per_chunk(p);
-  if (chunks.empty()) return out;
-  const auto firsts = plan::chunk_first_layers(chunks);
   const ParamCounts c = count_params(m);
-  const plan::DerivedFigures derived = plan::derive(p);
   const double t = d(par.tensor_model_parallel_size);
   const double ep = d(par.expert_model_parallel_size);
   // Dense parameters are sharded by ZeRO over DP x CP (Megatron's distributed optimizer uses
@@ -283,8 +287,8 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p) {
       sm.gradients_bytes += 2 * std::min(grad_bucket_params(p), sm.params) * gradient_bytes(p.training);
     }
 
-    sm.in_flight_micro_batches = in_flight_micro_batches(p, stage, derived.micro_batches_per_step);
-    double act = peak_in_flight_bytes(p, stage, derived.micro_batches_per_step, chunk_bytes);
+    sm.in_flight_micro_batches = in_flight_micro_batches(p, stage, micro_batches);
+    double act = peak_in_flight_bytes(p, stage, micro_batches, chunk_bytes);
     if (full) act += transient_act;
     const double sbh = d(m.seq_length) / d(par.context_parallel_size) * d(p.training.micro_batch_size) * d(m.hidden_size);
     // KOR22 §4.2: the embedding's dropout mask on the first stage, for each micro-batch in

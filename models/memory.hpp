@@ -81,5 +81,9 @@ double gradient_buffer_bytes(const plan::Plan& plan, double dense, double expert
 double runtime_overhead_bytes();
 
 std::vector<StageMemory> stage_memory(const plan::Plan& plan);
+// The same, of the plan's layers per chunk (plan::layers_per_chunk), their first layers
+// (plan::chunk_first_layers) and its micro-batches per step, as the estimate has them.
+std::vector<StageMemory> stage_memory(const plan::Plan& plan, const std::vector<std::vector<std::int64_t>>& chunks,
+                                      const std::vector<std::vector<std::int64_t>>& firsts, std::int64_t micro_batches);
 
 }  // namespace meshwork::models

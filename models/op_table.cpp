@@ -25,7 +25,7 @@ struct Builder {
   // Megatron with Transformer Engine runs it.
   // `groups`: a grouped GEMM of that many members (an MoE layer's local experts), each
   // [m / groups x k] x [k x n] with weights of its own: `m` rows in all, groups x k x n weights.
-  void gemm(const std::string& name, double m, double n, double k, bool linear = true, double groups = 1) {
+  void gemm(std::string_view name, double m, double n, double k, bool linear = true, double groups = 1) {
     const double flops = 2 * m * n * k;
     const double bytes = e * (m * k + groups * k * n + m * n);
     const double cast = fp8 && linear ? kFp8CastBytesPerElement : 0;
@@ -36,13 +36,13 @@ struct Builder {
   }
 
   // A memory-bound op whose backward moves `backward_bytes` (not twice its forward's).
-  void streamed(const std::string& name, double forward_bytes, double backward_bytes) {
+  void streamed(std::string_view name, double forward_bytes, double backward_bytes) {
     ops.push_back({name, OpKind::elementwise, OpPhase::forward, 0, forward_bytes, {}});
     ops.push_back({name, OpKind::elementwise, OpPhase::backward_input, 0, backward_bytes, {}});
   }
 
   // Memory-bound op over `elements` values read and written `passes` times; backward twice.
-  void elementwise(const std::string& name, OpKind kind, double elements, double passes) {
+  void elementwise(std::string_view name, OpKind kind, double elements, double passes) {
     const double bytes = e * elements * passes;
     ops.push_back({name, kind, OpPhase::forward, 0, bytes, {}});
     ops.push_back({name, kind, OpPhase::backward_input, 0, 2 * bytes, {}});
@@ -50,11 +50,6 @@ struct Builder {
 };
 
 }  // namespace
-
-bool recomputes_layer(const plan::TrainingConfig& training, std::int64_t index_in_chunk) {
-  if (training.recompute != plan::Recompute::full) return false;
-  return training.recompute_method == plan::RecomputeMethod::uniform || index_in_chunk < training.recompute_num_layers;
-}
 
 std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer) {
   return layer_ops(p, moe_layer, p.training.recompute == plan::Recompute::full &&
@@ -69,6 +64,7 @@ std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer, bool recomputed) 
   Builder b{p, {}, d(p.training.micro_batch_size) * d(m.seq_length) / cp, 0, d(par.tensor_model_parallel_size),
             act_bytes(p), p.training.precision == plan::Precision::fp8};
   b.sp_tokens = par.sequence_parallel ? b.tokens / b.t : b.tokens;
+  b.ops.reserve(64);  // an MoE layer with shared experts and recomputation: about 50
   const double h = d(m.hidden_size);
   const double a = d(m.num_attention_heads);
 
@@ -118,10 +114,13 @@ std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer, bool recomputed) 
   // MLP block.
   b.elementwise("mlp_norm", OpKind::norm, b.sp_tokens * h, 2);
   const bool gated = m.activation == plan::Activation::swiglu;
-  auto mlp = [&](const std::string& prefix, double tokens, double ffn, double groups = 1) {
-    b.gemm(prefix + "_fc1", tokens, (gated ? 2 : 1) * ffn / b.t, h, true, groups);
-    b.elementwise(prefix + "_act", OpKind::elementwise, tokens * ffn / b.t, gated ? 3 : 2);
-    b.gemm(prefix + "_fc2", tokens, h, ffn / b.t, true, groups);
+  struct MlpNames {
+    std::string_view fc1, act, fc2;
+  };
+  auto mlp = [&](const MlpNames& name, double tokens, double ffn, double groups = 1) {
+    b.gemm(name.fc1, tokens, (gated ? 2 : 1) * ffn / b.t, h, true, groups);
+    b.elementwise(name.act, OpKind::elementwise, tokens * ffn / b.t, gated ? 3 : 2);
+    b.gemm(name.fc2, tokens, h, ffn / b.t, true, groups);
   };
   if (moe_layer) {
     // Megatron-core's MoE layer (TopKRouter, then the all-to-all token dispatcher's permute,
@@ -149,15 +148,15 @@ std::vector<Op> layer_ops(const plan::Plan& p, bool moe_layer, bool recomputed) 
                           (moe.capacity_factor > 0 ? std::min(moe.routing_imbalance, std::max(1.0, moe.capacity_factor))
                                                    : moe.routing_imbalance);
     const double local_experts = experts / d(std::max<std::int64_t>(1, par.expert_model_parallel_size));
-    mlp("expert", routed, d(moe.moe_ffn_hidden_size), local_experts);
-    if (moe.moe_shared_expert_intermediate_size > 0) mlp("shared_expert", b.tokens, d(moe.moe_shared_expert_intermediate_size));
+    mlp({"expert_fc1", "expert_act", "expert_fc2"}, routed, d(moe.moe_ffn_hidden_size), local_experts);
+    if (moe.moe_shared_expert_intermediate_size > 0) mlp({"shared_expert_fc1", "shared_expert_act", "shared_expert_fc2"}, b.tokens, d(moe.moe_shared_expert_intermediate_size));
     // Unpermute: each token's k expert outputs read back into token order, weighted by their
     // gates and summed (moe_utils.unpermute). Backward: the output's gradient read, written
     // once per copy times its gate, and the copies' outputs read again for the gates' gradient.
     const double token_rows = b.e * b.sp_tokens * h;
     b.streamed("moe_unpermute", copies + token_rows, 2 * copies + token_rows);
   } else {
-    mlp("mlp", b.tokens, d(m.ffn_hidden_size));
+    mlp({"mlp_fc1", "mlp_act", "mlp_fc2"}, b.tokens, d(m.ffn_hidden_size));
   }
   b.elementwise("mlp_residual", OpKind::elementwise, b.sp_tokens * h, 3);
 
@@ -241,7 +240,7 @@ std::vector<Op> last_stage_ops(const plan::Plan& p) {
 
 std::vector<const Op*> backward_order(const std::vector<Op>& ops, bool weights) {
   std::vector<const Op*> out;
-  auto find = [&](const std::string& name, OpPhase phase) -> const Op* {
+  auto find = [&](std::string_view name, OpPhase phase) -> const Op* {
     for (const Op& op : ops) {
       if (op.name == name && op.phase == phase) return &op;
     }

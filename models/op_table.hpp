@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "plan/plan.hpp"
@@ -32,7 +33,9 @@ struct GemmShape {
 };
 
 struct Op {
-  std::string name;  // "qkv", "attention", "mlp_fc1"... the same names in traces
+  // "qkv", "attention", "mlp_fc1"... the same names in traces: a literal, never owned (an op
+  // table of strings was a tenth of the estimate's allocations).
+  std::string_view name;
   OpKind kind = OpKind::gemm;
   OpPhase phase = OpPhase::forward;
   double flops = 0;
@@ -83,7 +86,10 @@ std::vector<Op> layer_ops(const plan::Plan& plan, bool moe_layer);
 // Whether full recomputation repeats the layer at `index_in_chunk` (0-based within its model
 // chunk): every layer under recompute_method uniform, the first recompute_num_layers of each
 // chunk under block (Megatron-LM's --recompute-method); none without full recomputation.
-bool recomputes_layer(const plan::TrainingConfig& training, std::int64_t index_in_chunk);
+inline bool recomputes_layer(const plan::TrainingConfig& training, std::int64_t index_in_chunk) {
+  if (training.recompute != plan::Recompute::full) return false;
+  return training.recompute_method == plan::RecomputeMethod::uniform || index_in_chunk < training.recompute_num_layers;
+}
 // The tensors of one micro-batch a stage loads, as Megatron-LM's get_batch moves them: whole
 // sequences (context parallelism slices them on the GPU, get_batch_on_this_cp_rank).
 // `first`/`last`: the stage holds the first / last virtual stage (both with one stage).

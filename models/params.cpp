@@ -60,10 +60,6 @@ report::Parameters parameter_summary(const plan::ModelConfig& m) {
   return {c.total, c.active, c.embedding + c.position + c.lm_head};
 }
 
-bool is_moe_layer(const plan::ModelConfig& m, std::int64_t index) {
-  return m.is_moe() && index >= m.moe.first_k_dense_layers;
-}
-
 ParamCounts count_params(const plan::ModelConfig& m) {
   ParamCounts c;
   const double h = d(m.hidden_size);

@@ -47,7 +47,7 @@ ParamCounts count_params(const plan::ModelConfig& m);
 // The three figures a Report and `show` print.
 report::Parameters parameter_summary(const plan::ModelConfig& m);
 
-// Is layer `index` (0-based) a MoE layer?
-bool is_moe_layer(const plan::ModelConfig& m, std::int64_t index);
+// Is layer `index` (0-based) a MoE layer? (Inline: asked of every layer of every stage.)
+inline bool is_moe_layer(const plan::ModelConfig& m, std::int64_t index) { return m.is_moe() && index >= m.moe.first_k_dense_layers; }
 
 }  // namespace meshwork::models

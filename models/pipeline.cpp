@@ -30,14 +30,17 @@ namespace {
 // estimate's speed; the traversal with its bookkeeping was two thirds of the replay's time).
 struct Traversal {
   StageOrders orders;  // per stage, its items
+  // Each item's end is kept stage by stage, each stage's in its order: first[s] + i is item i
+  // of stage s (the steady-state check reads a stage's items in a row).
   struct Step {
     std::int32_t stage = 0;
-    std::int32_t from = -1;     // the step whose send this item waits for; -1: none
+    std::int32_t at = 0;        // where its end is kept
+    std::int32_t from = -1;     // where the end of the item whose send it waits for is; -1: none
     std::int32_t boundary = 0;  // the boundary that send crosses
     std::int32_t slot = 0;      // (stage * chunks + chunk) * 4 + pass: its seconds' index
   };
   std::vector<Step> steps;
-  std::vector<std::vector<std::int32_t>> step_of;  // per stage and item of its order, its step
+  std::vector<std::int32_t> first;  // per stage
 };
 
 Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t m, std::int64_t v) {
@@ -56,22 +59,22 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
     throw std::length_error("a pipeline schedule of " + std::to_string(items) + " items: more than the replay numbers (2^31)");
   }
   t.steps.reserve(items);
-  t.step_of.resize(P);
-  for (std::size_t s = 0; s < P; ++s) t.step_of[s].reserve(t.orders[s].size());
-  // The step that sent what a stage's chunk needs for a micro-batch: by receiver,
-  // [(stage * v + chunk) * m + micro-batch]; -1 until it is sent.
+  t.first.assign(P, 0);
+  for (std::size_t s = 1; s < P; ++s) t.first[s] = t.first[s - 1] + static_cast<std::int32_t>(t.orders[s - 1].size());
+  // Where the end of the item that sent what a stage's chunk needs for a micro-batch is kept: by
+  // receiver, [(stage * v + chunk) * m + micro-batch]; -1 until it is sent.
   const auto slots = static_cast<std::size_t>(p * v * m);
   std::vector<std::int32_t> activation(slots, -1), gradient(slots, -1);
   auto slot = [&](std::int64_t s, std::int64_t c, std::int64_t mb) { return static_cast<std::size_t>((s * v + c) * m + mb); };
   std::vector<std::size_t> next(P, 0);
-  std::vector<std::int64_t> work;
-  work.reserve(P * 2);
-  for (std::int64_t s = p - 1; s >= 0; --s) work.push_back(s);
-  while (!work.empty()) {
-    const std::int64_t s = work.back();
-    work.pop_back();
-    const auto S = static_cast<std::size_t>(s);
-    while (next[S] < t.orders[S].size()) {
+  // Round by round, each stage takes its next item if what it waits for was sent: consecutive
+  // steps are mostly of different stages, so the timed loop's chains through each stage's clock
+  // overlap in the processor (issue 18: a stage drained at a time made one chain of them all).
+  for (std::size_t placed = 0; placed < items;) {
+    const std::size_t before = placed;
+    for (std::int64_t s = 0; s < p; ++s) {
+      const auto S = static_cast<std::size_t>(s);
+      if (next[S] == t.orders[S].size()) continue;
       const ScheduleItem& it = t.orders[S][next[S]];
       const std::int64_t c = it.chunk, mb = it.microbatch;
       const bool forward = it.pass == Pass::forward;
@@ -81,14 +84,14 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
       step.slot = static_cast<std::int32_t>((s * v + c) * 4 + static_cast<std::int64_t>(it.pass));
       if (needs) {
         step.from = (forward ? activation : gradient)[slot(s, c, mb)];
-        if (step.from < 0) break;  // its sender has not got there yet
+        if (step.from < 0) continue;  // its sender has not got there yet
         // From the previous stage (forward; stage 0 from the last) or the next (backward).
         step.boundary = static_cast<std::int32_t>(forward ? (s + p - 1) % p : s);
       }
-      const auto here = static_cast<std::int32_t>(t.steps.size());
+      step.at = t.first[S] + static_cast<std::int32_t>(next[S]);
       t.steps.push_back(step);
-      t.step_of[S].push_back(here);
       ++next[S];
+      ++placed;
       // The send: forward to the next stage (the last one wraps to the first, next chunk),
       // backward to the previous (the first wraps to the last, previous chunk).
       std::int64_t to = -1, to_chunk = c;
@@ -99,11 +102,10 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
         if (s > 0) to = s - 1;
         else if (c > 0) to = p - 1, to_chunk = c - 1;
       }
-      if (to >= 0) {
-        (forward ? activation : gradient)[slot(to, to_chunk, mb)] = here;
-        if (to != s) work.push_back(to);
-      }
+      if (to >= 0) (forward ? activation : gradient)[slot(to, to_chunk, mb)] = step.at;
     }
+    // Every stage waits for a send nobody will make: the schedule's orders deadlock.
+    if (placed == before) throw std::logic_error("a pipeline schedule whose stages all wait for each other");
   }
   return t;
 }
@@ -168,49 +170,65 @@ std::vector<Lanes<N>> item_seconds(const std::array<const PipelineSpec*, N>& spe
   return seconds;
 }
 
+// Each step's end on every lane, timed over the traversal in one pass (`ends`, where
+// Traversal::Step::at says); the stages' clocks at the end (`free_s`). kPosted: 1 every lane posts its receives ahead, 0 none
+// does, -1 as each lane's spec says.
+template <std::size_t N, int kPosted>
+void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const std::vector<Lanes<N>>& transfer, const Lanes<N>& preposted,
+                std::vector<Lanes<N>>& ends, std::vector<Lanes<N>>& free_s) {
+  ends.resize(t.steps.size());
+  for (std::size_t i = 0; i < t.steps.size(); ++i) {
+    const Traversal::Step& step = t.steps[i];
+    const auto S = static_cast<std::size_t>(step.stage);
+    Lanes<N> start = free_s[S];
+    if (step.from >= 0) {
+      // Posted ahead, the transfer left when it was sent; otherwise when this stage reached
+      // the item.
+      const Lanes<N>& sent = ends[static_cast<std::size_t>(step.from)];
+      const Lanes<N>& tr = transfer[static_cast<std::size_t>(step.boundary)];
+      for (std::size_t k = 0; k < N; ++k) {
+        const bool posted = kPosted == 1 || (kPosted == -1 && preposted[k] != 0);
+        start[k] = std::max(start[k], (posted ? sent[k] : std::max(sent[k], start[k])) + tr[k]);
+      }
+    }
+    // The item's end, kept in a local: read back from free_s[S] right after its lanes were
+    // stored one by one, it stalled on store forwarding.
+    const Lanes<N>& dt = seconds[static_cast<std::size_t>(step.slot)];
+    Lanes<N> end;
+    for (std::size_t k = 0; k < N; ++k) end[k] = start[k] + dt[k];
+    free_s[S] = end;
+    ends[static_cast<std::size_t>(step.at)] = end;
+  }
+}
+
 // The replay of N specs that share their schedule (stages, micro-batches, chunks), timed in one
 // pass over its traversal of `m` micro-batches (the specs' own count, or fewer: see replay
-// below). `seconds`: item_seconds(specs); `ends`: each step's end, by step.
+// below). `seconds`: item_seconds(specs); `ends`: each item's end (Traversal::Step::at). Each stage's busy
+// time is its items' seconds over the specs' whole step: every stage runs each pass of each of
+// its chunks once per micro-batch.
 template <std::size_t N>
 std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpec*, N>& specs, std::int64_t m, const Traversal& t,
                                               const std::vector<Lanes<N>>& seconds, std::vector<Lanes<N>>& ends) {
   const PipelineSpec& spec = *specs[0];
   const auto P = static_cast<std::size_t>(std::max<std::int64_t>(1, spec.stages));
+  const auto V = static_cast<std::size_t>(std::max<std::int64_t>(1, spec.chunks));
   using Lanes = models::Lanes<N>;
   // Each lane's transfer over each boundary.
   std::vector<Lanes> transfer(P);
   Lanes preposted{};
+  std::size_t posted = 0;
   for (std::size_t k = 0; k < N; ++k) {
     const PipelineSpec& sp = *specs[k];
     preposted[k] = sp.preposted ? 1 : 0;
+    posted += sp.preposted ? 1 : 0;
     for (std::size_t b = 0; b < P; ++b) transfer[b][k] = b < sp.boundary_transfer_s.size() ? sp.boundary_transfer_s[b] : sp.transfer_s;
   }
-  std::vector<Lanes> busy(P, Lanes{}), free_s(P, Lanes{});  // free_s: the stage's compute stream
-  ends.resize(t.steps.size());
-  for (std::size_t i = 0; i < t.steps.size(); ++i) {
-    const Traversal::Step& step = t.steps[i];
-    const auto S = static_cast<std::size_t>(step.stage);
-    Lanes start = free_s[S];
-    if (step.from >= 0) {
-      // Posted ahead, the transfer left when it was sent; otherwise when this stage reached
-      // the item.
-      const Lanes& sent = ends[static_cast<std::size_t>(step.from)];
-      const Lanes& tr = transfer[static_cast<std::size_t>(step.boundary)];
-      for (std::size_t k = 0; k < N; ++k) {
-        start[k] = std::max(start[k], (preposted[k] != 0 ? sent[k] : std::max(sent[k], start[k])) + tr[k]);
-      }
-    }
-    // The item's end, kept in a local: read back from free_s[S] right after its lanes were
-    // stored one by one, it stalled on store forwarding.
-    const Lanes& dt = seconds[static_cast<std::size_t>(step.slot)];
-    Lanes end;
-    for (std::size_t k = 0; k < N; ++k) {
-      end[k] = start[k] + dt[k];
-      busy[S][k] += dt[k];
-    }
-    free_s[S] = end;
-    ends[i] = end;
-  }
+  std::vector<Lanes> free_s(P, Lanes{});  // the stage's compute stream
+  if (posted == N) time_steps<N, 1>(t, seconds, transfer, preposted, ends, free_s);
+  else if (posted == 0) time_steps<N, 0>(t, seconds, transfer, preposted, ends, free_s);
+  else time_steps<N, -1>(t, seconds, transfer, preposted, ends, free_s);
+  const bool split = spec.schedule == plan::PipelineSchedule::zero_bubble;
+  const auto whole_m = static_cast<double>(std::max<std::int64_t>(1, spec.microbatches));
   std::array<PipelineTimes, N> out;
   for (std::size_t k = 0; k < N; ++k) {
     PipelineTimes& o = out[k];
@@ -219,8 +237,13 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
     o.idle_s.resize(P);
     for (std::size_t s = 0; s < P; ++s) o.makespan_s = std::max(o.makespan_s, free_s[s][k]);
     for (std::size_t s = 0; s < P; ++s) {
-      o.busy_s[s] = busy[s][k];
-      o.idle_s[s] = o.makespan_s - busy[s][k];
+      double per_microbatch = 0;
+      for (std::size_t c = 0; c < V; ++c) {
+        auto at = [&](Pass pass) { return seconds[(s * V + c) * 4 + static_cast<std::size_t>(pass)][k]; };
+        per_microbatch += at(Pass::forward) + (split ? at(Pass::backward_input) + at(Pass::backward_weight) : at(Pass::backward));
+      }
+      o.busy_s[s] = whole_m * per_microbatch;
+      o.idle_s[s] = o.makespan_s - o.busy_s[s];
     }
   }
   return out;
@@ -270,12 +293,13 @@ std::pair<std::int64_t, std::int64_t> steady_section(plan::PipelineSchedule sche
 // period end a constant delta after the same items of the period before, the state the next
 // period starts from is the last one's shifted by delta, and so is all that follows. So the
 // replay plays a shorter step (the warm-up, the periods the check needs, the cool-down),
-// checks that its last kCheckedPeriods periods repeat shifted on every stage and lane, and adds
-// the skipped periods: delta to the makespan, a period's items to each stage's busy time. Where
-// the check fails (a transient longer than the short step), it replays every micro-batch.
+// checks that the last period of every stage's steady section repeats the one before it
+// shifted, on every lane, and adds the skipped periods' delta to the makespan (each stage's busy
+// time is its items' over the whole step already). The first short step leaves no room for a transient; where the
+// check fails there, a second leaves p micro-batches more (one period of the interleaved
+// schedule's p), and where that fails too, every micro-batch is replayed.
 template <std::size_t N>
 std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& specs) {
-  constexpr std::int64_t kCheckedPeriods = 2;
   const PipelineSpec& spec = *specs[0];
   const std::int64_t p = std::max<std::int64_t>(1, spec.stages);
   const std::int64_t v = std::max<std::int64_t>(1, spec.chunks);
@@ -288,63 +312,66 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
   const std::vector<Lanes<N>> seconds = item_seconds<N>(specs);
   auto whole = [&] { return replay_traversal<N>(specs, m, traversal(spec.schedule, p, m, v, hold), seconds, ends); };
   if (!spec.extrapolate || period.microbatches == 0 || p < 2) return whole();
-  // The short step: room on every stage for a transient of p micro-batches (one period of the
-  // interleaved schedule's p) and the checked periods, besides the warm-up and cool-down.
-  std::int64_t short_m = m;
-  for (std::int64_t k = m % period.microbatches; k < m; k += period.microbatches) {
-    if (k < p + 1) continue;
-    bool room = true;
-    for (std::int64_t s = 0; s < p && room; ++s) {
-      const auto [from, to] = steady_section(spec.schedule, p, s, k, v);
-      const std::int64_t transient = p / period.microbatches * period.items;
-      room = to - from >= transient + (kCheckedPeriods + 1) * period.items;
-    }
-    if (room) {
-      short_m = k;
-      break;
-    }
-  }
-  const std::int64_t skipped = (m - short_m) / period.microbatches;
-  if (skipped < 2) return whole();
-
-  const Traversal& t = traversal(spec.schedule, p, short_m, v, hold);
-  std::array<PipelineTimes, N> out = replay_traversal<N>(specs, short_m, t, seconds, ends);
-  auto end_of = [&](std::size_t s, std::size_t i) -> const Lanes<N>& { return ends[static_cast<std::size_t>(t.step_of[s][i])]; };
   const auto P = static_cast<std::size_t>(p);
   const auto L = static_cast<std::size_t>(period.items);
-  std::array<double, N> delta{};
-  std::vector<Lanes<N>> period_busy(P, Lanes<N>{});
-  for (std::size_t s = 0; s < P; ++s) {
-    const auto to = static_cast<std::size_t>(steady_section(spec.schedule, p, static_cast<std::int64_t>(s), short_m, v).second);
-    if (s == 0) {
-      for (std::size_t k = 0; k < N; ++k) {
-        delta[k] = end_of(0, to - 1)[k] - end_of(0, to - 1 - L)[k];
-        if (!std::isfinite(delta[k])) return whole();
+  // The fewest micro-batches (as many as m modulo the period) whose step has room on every stage
+  // for `transient` items and the two periods the check compares, besides the warm-up and
+  // cool-down; m where there is none.
+  auto short_step = [&](std::int64_t transient) {
+    for (std::int64_t k = m % period.microbatches; k < m; k += period.microbatches) {
+      if (k < p + 1) continue;
+      bool room = true;
+      for (std::int64_t s = 0; s < p && room; ++s) {
+        const auto [from, to] = steady_section(spec.schedule, p, s, k, v);
+        room = to - from >= transient + 2 * period.items;
       }
+      if (room) return k;
     }
-    for (std::size_t i = to - kCheckedPeriods * L; i < to; ++i) {
-      const Lanes<N>& now = end_of(s, i);
-      const Lanes<N>& before = end_of(s, i - L);
-      for (std::size_t k = 0; k < N; ++k) {
-        // Written so that a NaN fails it.
-        if (!(std::abs(now[k] - before[k] - delta[k]) <= 1e-9 * std::max(1.0, std::abs(now[k])))) return whole();
+    return m;
+  };
+  std::int64_t tried = -1;
+  for (const std::int64_t transient : {std::int64_t{0}, p / period.microbatches * period.items}) {
+    const std::int64_t short_m = short_step(transient);
+    if (short_m == tried) continue;
+    tried = short_m;
+    const std::int64_t skipped = (m - short_m) / period.microbatches;
+    if (skipped < 2) break;
+    const Traversal& t = traversal(spec.schedule, p, short_m, v, hold);
+    std::array<PipelineTimes, N> out = replay_traversal<N>(specs, short_m, t, seconds, ends);
+    auto end_of = [&](std::size_t s, std::size_t i) -> const Lanes<N>& { return ends[static_cast<std::size_t>(t.first[s]) + i]; };
+    std::array<double, N> delta{};
+    bool steady = true;
+    for (std::size_t s = 0; s < P && steady; ++s) {
+      const auto to = static_cast<std::size_t>(steady_section(spec.schedule, p, static_cast<std::int64_t>(s), short_m, v).second);
+      if (s == 0) {
+        for (std::size_t k = 0; k < N; ++k) {
+          delta[k] = end_of(0, to - 1)[k] - end_of(0, to - 1 - L)[k];
+          steady = steady && std::isfinite(delta[k]);
+        }
       }
+      // Every item tested, the verdicts or-ed without a branch (a test written so that a NaN
+      // fails it): the items are independent, and the loop runs at the processor's width.
+      bool missed = false;
+      for (std::size_t i = to - L; i < to; ++i) {
+        const Lanes<N>& now = end_of(s, i);
+        const Lanes<N>& before = end_of(s, i - L);
+        for (std::size_t k = 0; k < N; ++k) {
+          missed |= !(std::abs(now[k] - before[k] - delta[k]) <= 1e-9 * std::max(1.0, std::abs(now[k])));
+        }
+      }
+      steady = steady && !missed;
     }
-    for (std::size_t i = to - L; i < to; ++i) {
-      const Lanes<N>& dt = seconds[static_cast<std::size_t>(t.steps[static_cast<std::size_t>(t.step_of[s][i])].slot)];
-      for (std::size_t k = 0; k < N; ++k) period_busy[s][k] += dt[k];
+    if (!steady) continue;
+    // The busy times are the whole step's already (replay_traversal).
+    const auto n = static_cast<double>(skipped);
+    for (std::size_t k = 0; k < N; ++k) {
+      PipelineTimes& o = out[k];
+      o.makespan_s += n * delta[k];
+      for (std::size_t s = 0; s < P; ++s) o.idle_s[s] = o.makespan_s - o.busy_s[s];
     }
+    return out;
   }
-  const auto n = static_cast<double>(skipped);
-  for (std::size_t k = 0; k < N; ++k) {
-    PipelineTimes& o = out[k];
-    o.makespan_s += n * delta[k];
-    for (std::size_t s = 0; s < P; ++s) {
-      o.busy_s[s] += n * period_busy[s][k];
-      o.idle_s[s] = o.makespan_s - o.busy_s[s];
-    }
-  }
-  return out;
+  return whole();
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "models/compute_time.hpp"
@@ -108,10 +111,12 @@ class StageLowering {
     return i32((mb * prog_.chunks + receiver_chunk) * 2 + (gradient ? 1 : 0));
   }
 
-  std::int32_t intern(const std::string& name) {
-    auto [it, added] = ids_.try_emplace(name, i32(static_cast<std::int64_t>(prog_.names.size())));
-    if (added) prog_.names.push_back(name);
-    return it->second;
+  std::int32_t intern(std::string_view name) {
+    if (const auto it = ids_.find(name); it != ids_.end()) return it->second;
+    const std::int32_t id = i32(static_cast<std::int64_t>(prog_.names.size()));
+    prog_.names.emplace_back(name);
+    ids_.emplace(std::string(name), id);
+    return id;
   }
   std::int32_t last_index() const { return i32(static_cast<std::int64_t>(out_->size()) - 1); }
 
@@ -514,7 +519,12 @@ class StageLowering {
   ParamCounts counts_;
   std::vector<std::vector<std::int64_t>> chunks_;  // layers per [stage][chunk]
   std::vector<Instr>* out_ = nullptr;
-  std::unordered_map<std::string, std::int32_t> ids_;
+  // Looked up by a string_view (an op's name) without a string made for it.
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::int32_t, NameHash, std::equal_to<>> ids_;
   std::int32_t item_ = -1, blocking_ = -1, last_compute_ = -1;
   GpuParams pending_;  // DP: parameters in the open gradient bucket
   std::vector<std::pair<GpuParams, std::int64_t>> deferred_;  // buckets held for the end of the backward

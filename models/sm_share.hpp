@@ -67,9 +67,9 @@ class SharedSms {
   // (one stream).
   void busy(double start_s, double end_s);
   // When compute of `work_s` (at full speed) started at `start_s` ends.
-  double run(double start_s, double work_s) {
-    return spans_.empty() || spans_.back().second <= start_s ? start_s + work_s : run_beside(start_s, work_s);
-  }
+  double run(double start_s, double work_s) { return idle_from(start_s) ? start_s + work_s : run_beside(start_s, work_s); }
+  // Whether no collective runs at or after `t_s`: compute from then on runs at full speed.
+  bool idle_from(double t_s) const { return spans_.empty() || spans_.back().second <= t_s; }
 
  private:
   double run_beside(double start_s, double work_s);

@@ -23,10 +23,11 @@ struct KindTimes {
     seconds.at(i) += s;
     count.at(i) += 1;
   }
-  void add(const KindTimes& o) {
+  // Adds `times` copies of `o` (layers of one kind).
+  void add(const KindTimes& o, double times = 1) {
     for (std::size_t i = 0; i < kNumOpKinds; ++i) {
-      seconds[i] += o.seconds[i];
-      count[i] += o.count[i];
+      seconds[i] += times * o.seconds[i];
+      count[i] += times * o.count[i];
     }
   }
 };

@@ -20,5 +20,7 @@ struct DerivedFigures {
 };
 
 DerivedFigures derive(const Plan& plan);
+// derive's micro_batches_per_step alone (the estimate's; derive also splits the layers).
+std::int64_t micro_batches_per_step(const Plan& plan);
 
 }  // namespace meshwork::plan

@@ -177,9 +177,16 @@ const ModelPreset* find_model_preset(std::string_view key) {
 }
 
 GpuGeneration gpu_generation(const GpuSpec& gpu) {
-  std::string name = gpu.name;  // "H100 SXM" as well as "h100-sxm"
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  const auto starts = [&](std::string_view prefix) { return std::string_view(name).substr(0, prefix.size()) == prefix; };
+  // "H100 SXM" as well as "h100-sxm": the prefix compared without case, in place (the
+  // estimate asks several times a plan).
+  const std::string_view name = gpu.name;
+  const auto starts = [&](std::string_view prefix) {
+    if (name.size() < prefix.size()) return false;
+    for (std::size_t i = 0; i < prefix.size(); ++i) {
+      if (std::tolower(static_cast<unsigned char>(name[i])) != prefix[i]) return false;
+    }
+    return true;
+  };
   if (starts("a100")) return GpuGeneration::ampere;
   if (starts("h100") || starts("h200") || starts("h800")) return GpuGeneration::hopper;
   if (starts("b200")) return GpuGeneration::blackwell;

@@ -171,15 +171,22 @@ class Validator {
     const std::int64_t micro_batches = t.global_batch_size / *per_step;
     const std::int64_t pp = p_.pipeline_model_parallel_size;
     if (p_.pipeline_schedule == PipelineSchedule::interleaved && pp > 1) {
-      // Megatron-LM's interleaved schedule needs at least PP micro-batches; before core 0.7 it
-      // required a multiple of PP.
+      // Megatron-LM's interleaved schedule runs the micro-batches in groups of PP through each
+      // model chunk in turn (microbatch_group_size_per_vp_stage, PP by default): it needs at
+      // least PP of them, and a whole number of groups. Megatron-core raises a RuntimeError when
+      // the last group would hold between 1 and PP - 1 (forward_backward_pipelining_with_
+      // interleaving, megatron/core/pipeline_parallel/schedules.py @d98e8a6, and
+      // ModelParallelConfig's default); before core 0.7 it asserted a multiple of PP. The
+      // schedules (models/schedules.cpp) build whole groups.
       if (micro_batches < pp) {
         d_.error("training.global_batch_size", str(micro_batches) + " micro-batches per step; the interleaved schedule needs at least PP = " + str(pp));
         return;
       }
       if (micro_batches % pp != 0) {
-        d_.warning("training.global_batch_size", str(micro_batches) + " micro-batches per step is not a multiple of PP = " + str(pp) +
-                                                     " (Megatron-LM before core 0.7 rejects this for the interleaved schedule)");
+        d_.error("training.global_batch_size", str(micro_batches) + " micro-batches per step is not a multiple of PP = " + str(pp) +
+                                                   ": the interleaved schedule runs them in groups of PP (Megatron-LM rejects a last group of " +
+                                                   str(micro_batches % pp) + ")");
+        return;
       }
     }
     if (pp > 1 && micro_batches < pp) {

@@ -32,7 +32,7 @@ plan::Plan mixtral(int tp, int ep) {
 
 std::map<std::pair<std::string, OpPhase>, Op> by_name(const std::vector<Op>& ops) {
   std::map<std::pair<std::string, OpPhase>, Op> out;
-  for (const Op& op : ops) out[{op.name, op.phase}] = op;
+  for (const Op& op : ops) out[{std::string(op.name), op.phase}] = op;
   return out;
 }
 

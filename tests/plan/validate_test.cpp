@@ -282,16 +282,21 @@ TEST(Validate, MlpWidthsMustDivideByTp) {
   EXPECT_TRUE(has_error(check(p), "model.moe.moe_ffn_hidden_size"));
 }
 
-TEST(Validate, InterleavedNeedsAtLeastPpMicroBatches) {
+// Megatron-core runs the interleaved schedule's micro-batches in groups of PP and raises on a
+// last group of 1 to PP - 1 (issue 18: the schedules referred to micro-batches past the step's,
+// and a 24-micro-batch PP 16 plan of the GPT-3 mesh sweep was estimated at 36.0 s against
+// 24.4 s, its bubble at 0.91).
+TEST(Validate, InterleavedNeedsWholeGroupsOfPpMicroBatches) {
   Plan p = base_plan();
   p.parallelism.pipeline_schedule = PipelineSchedule::interleaved;
   p.parallelism.virtual_pipeline_model_parallel_size = 2;
   p.training.global_batch_size = 8;  // 1 micro-batch, PP 2
   EXPECT_TRUE(has_error(check(p), "training.global_batch_size", "needs at least PP = 2"));
-  p.training.global_batch_size = 24;  // 3 micro-batches: allowed, but not a multiple of PP
-  auto d = check(p);
+  p.training.global_batch_size = 24;  // 3 micro-batches: a last group of 1
+  EXPECT_TRUE(has_error(check(p), "training.global_batch_size", "not a multiple of PP = 2"));
+  p.training.global_batch_size = 32;  // 4 micro-batches: two groups
+  const auto d = check(p);
   EXPECT_FALSE(d.has_errors()) << dump(d);
-  EXPECT_TRUE(has_warning(d, "training.global_batch_size", "not a multiple of PP"));
 }
 
 TEST(Validate, ACustomGpuWithoutAPeakIsAnError) {
