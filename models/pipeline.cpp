@@ -32,12 +32,13 @@ struct Traversal {
   StageOrders orders;  // per stage, its items
   // Each item's end is kept stage by stage, each stage's in its order: first[s] + i is item i
   // of stage s (the steady-state check reads a stage's items in a row).
+  // 16 bytes (the timed loop reads one a step): stages and boundaries number under 2^16.
   struct Step {
-    std::int32_t stage = 0;
-    std::int32_t at = 0;        // where its end is kept
-    std::int32_t from = -1;     // where the end of the item whose send it waits for is; -1: none
-    std::int32_t boundary = 0;  // the boundary that send crosses
-    std::int32_t slot = 0;      // (stage * chunks + chunk) * 4 + pass: its seconds' index
+    std::uint16_t stage = 0;
+    std::uint16_t boundary = 0;  // the boundary the send it waits for crosses
+    std::int32_t at = 0;         // where its end is kept
+    std::int32_t from = -1;      // where the end of the item whose send it waits for is; -1: none
+    std::int32_t slot = 0;       // (stage * chunks + chunk) * 4 + pass: its seconds' index
   };
   std::vector<Step> steps;
   std::vector<std::int32_t> first;  // per stage
@@ -57,6 +58,9 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
   // Steps are numbered in 32 bits (half the memory of the replay's hot loop).
   if (items > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
     throw std::length_error("a pipeline schedule of " + std::to_string(items) + " items: more than the replay numbers (2^31)");
+  }
+  if (p > std::numeric_limits<std::uint16_t>::max()) {
+    throw std::length_error("a pipeline of " + std::to_string(p) + " stages: more than the replay numbers (2^16)");
   }
   t.steps.reserve(items);
   t.first.assign(P, 0);
@@ -80,13 +84,13 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
       const bool forward = it.pass == Pass::forward;
       const bool needs = forward ? !(s == 0 && c == 0) : !(s == p - 1 && c == v - 1) && it.pass != Pass::backward_weight;
       Traversal::Step step;
-      step.stage = static_cast<std::int32_t>(s);
+      step.stage = static_cast<std::uint16_t>(s);
       step.slot = static_cast<std::int32_t>((s * v + c) * 4 + static_cast<std::int64_t>(it.pass));
       if (needs) {
         step.from = (forward ? activation : gradient)[slot(s, c, mb)];
         if (step.from < 0) continue;  // its sender has not got there yet
         // From the previous stage (forward; stage 0 from the last) or the next (backward).
-        step.boundary = static_cast<std::int32_t>(forward ? (s + p - 1) % p : s);
+        step.boundary = static_cast<std::uint16_t>(forward ? (s + p - 1) % p : s);
       }
       step.at = t.first[S] + static_cast<std::int32_t>(next[S]);
       t.steps.push_back(step);
