@@ -32,13 +32,14 @@ struct Traversal {
   StageOrders orders;  // per stage, its items
   // Each item's end is kept stage by stage, each stage's in its order: first[s] + i is item i
   // of stage s (the steady-state check reads a stage's items in a row).
-  // 16 bytes (the timed loop reads one a step): stages and boundaries number under 2^16.
+  // 16 bytes (the timed loop reads one a step). The boundary a send crosses follows from the
+  // stage and the pass: a forward's from the stage before (stage 0's from the last), a
+  // backward's from the stage after, its own boundary.
   struct Step {
-    std::uint16_t stage = 0;
-    std::uint16_t boundary = 0;  // the boundary the send it waits for crosses
-    std::int32_t at = 0;         // where its end is kept
-    std::int32_t from = -1;      // where the end of the item whose send it waits for is; -1: none
-    std::int32_t slot = 0;       // (stage * chunks + chunk) * 4 + pass: its seconds' index
+    std::int32_t stage = 0;
+    std::int32_t at = 0;     // where its end is kept
+    std::int32_t from = -1;  // where the end of the item whose send it waits for is; -1: none
+    std::int32_t slot = 0;   // (stage * chunks + chunk) * 4 + pass: its seconds' index
   };
   std::vector<Step> steps;
   std::vector<std::int32_t> first;  // per stage
@@ -59,8 +60,12 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
   if (items > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
     throw std::length_error("a pipeline schedule of " + std::to_string(items) + " items: more than the replay numbers (2^31)");
   }
-  if (p > std::numeric_limits<std::uint16_t>::max()) {
-    throw std::length_error("a pipeline of " + std::to_string(p) + " stages: more than the replay numbers (2^16)");
+  // The interleaved schedule numbers micro-batches in groups of p (models/schedules.cpp): with a
+  // partial last group it would name micro-batches past the step's (plan::validate refuses
+  // such plans, as Megatron-core does).
+  if (schedule == plan::PipelineSchedule::interleaved && p > 1 && m % p != 0) {
+    throw std::invalid_argument("the interleaved schedule of " + std::to_string(m) + " micro-batches on " + std::to_string(p) +
+                                " stages: not a multiple of the stages");
   }
   t.steps.reserve(items);
   t.first.assign(P, 0);
@@ -84,13 +89,11 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
       const bool forward = it.pass == Pass::forward;
       const bool needs = forward ? !(s == 0 && c == 0) : !(s == p - 1 && c == v - 1) && it.pass != Pass::backward_weight;
       Traversal::Step step;
-      step.stage = static_cast<std::uint16_t>(s);
+      step.stage = static_cast<std::int32_t>(s);
       step.slot = static_cast<std::int32_t>((s * v + c) * 4 + static_cast<std::int64_t>(it.pass));
       if (needs) {
         step.from = (forward ? activation : gradient)[slot(s, c, mb)];
         if (step.from < 0) continue;  // its sender has not got there yet
-        // From the previous stage (forward; stage 0 from the last) or the next (backward).
-        step.boundary = static_cast<std::uint16_t>(forward ? (s + p - 1) % p : s);
       }
       step.at = t.first[S] + static_cast<std::int32_t>(next[S]);
       t.steps.push_back(step);
@@ -120,7 +123,7 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
 const Traversal& traversal(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t m, std::int64_t v,
                            std::shared_ptr<const Traversal>& hold) {
   constexpr std::size_t kKept = 8;
-  constexpr std::int64_t kLargest = 1 << 18;  // at most 8 x 4 MiB kept
+  constexpr std::int64_t kLargest = 1 << 18;  // about 7 MiB each (a step and its order's item): at most 8 x 7 MiB kept
   struct Kept {
     plan::PipelineSchedule schedule;
     std::int64_t p, m, v;
@@ -181,15 +184,18 @@ template <std::size_t N, int kPosted>
 void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const std::vector<Lanes<N>>& transfer, const Lanes<N>& preposted,
                 std::vector<Lanes<N>>& ends, std::vector<Lanes<N>>& free_s) {
   ends.resize(t.steps.size());
+  const std::size_t last = free_s.size() - 1;
   for (std::size_t i = 0; i < t.steps.size(); ++i) {
     const Traversal::Step& step = t.steps[i];
     const auto S = static_cast<std::size_t>(step.stage);
     Lanes<N> start = free_s[S];
     if (step.from >= 0) {
       // Posted ahead, the transfer left when it was sent; otherwise when this stage reached
-      // the item.
+      // the item. A forward's transfer crossed the boundary before this stage (stage 0's, the
+      // last one), a backward's this stage's own.
       const Lanes<N>& sent = ends[static_cast<std::size_t>(step.from)];
-      const Lanes<N>& tr = transfer[static_cast<std::size_t>(step.boundary)];
+      const bool forward = (step.slot & 3) == static_cast<std::int32_t>(Pass::forward);
+      const Lanes<N>& tr = transfer[forward ? (S == 0 ? last : S - 1) : S];
       for (std::size_t k = 0; k < N; ++k) {
         const bool posted = kPosted == 1 || (kPosted == -1 && preposted[k] != 0);
         start[k] = std::max(start[k], (posted ? sent[k] : std::max(sent[k], start[k])) + tr[k]);
@@ -232,6 +238,8 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
   else if (posted == 0) time_steps<N, 0>(t, seconds, transfer, preposted, ends, free_s);
   else time_steps<N, -1>(t, seconds, transfer, preposted, ends, free_s);
   const bool split = spec.schedule == plan::PipelineSchedule::zero_bubble;
+  // Only the interleaved schedule runs more than one chunk a stage (models::stage_schedule).
+  const std::size_t chunks_run = spec.schedule == plan::PipelineSchedule::interleaved ? V : 1;
   const auto whole_m = static_cast<double>(std::max<std::int64_t>(1, spec.microbatches));
   std::array<PipelineTimes, N> out;
   for (std::size_t k = 0; k < N; ++k) {
@@ -242,7 +250,7 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
     for (std::size_t s = 0; s < P; ++s) o.makespan_s = std::max(o.makespan_s, free_s[s][k]);
     for (std::size_t s = 0; s < P; ++s) {
       double per_microbatch = 0;
-      for (std::size_t c = 0; c < V; ++c) {
+      for (std::size_t c = 0; c < chunks_run; ++c) {
         auto at = [&](Pass pass) { return seconds[(s * V + c) * 4 + static_cast<std::size_t>(pass)][k]; };
         per_microbatch += at(Pass::forward) + (split ? at(Pass::backward_input) + at(Pass::backward_weight) : at(Pass::backward));
       }
@@ -256,8 +264,8 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
 // The steady state of a schedule's orders: each period of `microbatches` more micro-batches
 // adds the same `items` to every stage's order, at the end of its steady section (1F1B's
 // forward-backward pairs, ZB-H1's triples, the interleaved schedule's pairs over a group of p
-// micro-batches in every chunk). 0: none the replay extrapolates (GPipe, or interleaved with
-// m not a multiple of p).
+// micro-batches in every chunk). 0: none the replay extrapolates (GPipe; interleaved with m not
+// a multiple of p is refused by traverse).
 struct Period {
   std::int64_t microbatches = 0, items = 0;
 };

@@ -57,9 +57,12 @@ struct PipelineTimes {
 // The orders pipeline_times replays for `spec`.
 StageOrders stage_orders(const PipelineSpec& spec);
 
-// Replays the schedule: O(stages x micro-batches x chunks), or, extrapolated over its steady
-// state, O(stages x (stages + check periods) x chunks). The schedule's traversal (which item
-// waits for which) is made once per shape and kept per thread for the next calls.
+// Replays the schedule: O(stages x micro-batches x chunks) timed steps, or, extrapolated over
+// its steady state, O(stages x (stages + check periods) x chunks). The schedule's traversal
+// (which item waits for which, found in rounds over the stages: O(stages x (2 micro-batches x
+// chunks + stages))) is made once per shape and kept per thread for the next calls. Throws
+// std::invalid_argument for an interleaved schedule whose micro-batches are not a multiple of
+// its stages (plan::validate refuses such plans).
 PipelineTimes pipeline_times(const PipelineSpec& spec);
 // Replays two specs of one schedule (the same stages, micro-batches, chunks and orders; their
 // times, transfers and preposted may differ) in one pass: the estimate's replay with

@@ -227,7 +227,8 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
   in.replicas = std::max<std::int64_t>(par.data_parallel_size, 1);
   if (in.shrink) {
     // The smaller mesh keeps the global batch where it divides (more micro-batches per
-    // replica), else the largest that does; its step and tokens re-derived by the estimate.
+    // replica), else the largest that does (the interleaved schedule's micro-batches a
+    // multiple of PP, plan::validate); its step and tokens re-derived by the estimate.
     const report::Report healthy = models::estimate(p);
     in.shrunk_throughput.push_back(1.0);
     for (std::int64_t lost = 1; lost < std::min<std::int64_t>(in.replicas, 9); ++lost) {
@@ -235,7 +236,8 @@ Derived inputs_for(const plan::Plan& p, double step_s, const StateStepTime& step
       const std::int64_t dp = in.replicas - lost;
       smaller.parallelism.data_parallel_size = dp;
       smaller.cluster.num_gpus = p.cluster.num_gpus / in.replicas * dp;
-      const std::int64_t unit = std::max<std::int64_t>(p.training.micro_batch_size, 1) * dp;
+      const bool interleaved = par.pipeline_schedule == plan::PipelineSchedule::interleaved && par.pipeline_model_parallel_size > 1;
+      const std::int64_t unit = std::max<std::int64_t>(p.training.micro_batch_size, 1) * dp * (interleaved ? par.pipeline_model_parallel_size : 1);
       smaller.training.global_batch_size = std::max(unit, p.training.global_batch_size / unit * unit);
       double factor = static_cast<double>(dp) / static_cast<double>(in.replicas);
       if (!plan::validate(smaller).has_errors() && healthy.tokens_per_s > 0) {

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
+#include "models/estimate.hpp"
 #include "plan/plan_io.hpp"
 
 namespace meshwork::reliability {
@@ -212,6 +215,29 @@ TEST(Reliability, ThePlanGivesTheJobsRatesAndItsCheckpoint) {
   plan::Plan bf16_states = loaded.plan;
   bf16_states.training.optimizer_states = {plan::Precision::bf16, plan::Precision::bf16, plan::MasterWeights::none};
   EXPECT_NEAR(inputs_for(bf16_states, 30.0).checkpoint_bytes, d.checkpoint_bytes * 6 / 14, 1e-6 * d.checkpoint_bytes);
+}
+
+// Shrinking an interleaved mesh keeps its micro-batches a multiple of PP (issue 18: validate
+// refuses the rest, as Megatron-core does, and the shrunk plan fell back to dp'/dp): one replica
+// of 16 lost, 1,536 does not divide by 15 x 8, so the global batch is 1,440 (96 micro-batches),
+// and the throughput is the estimate's of that mesh.
+TEST(Reliability, ShrinkingAnInterleavedMeshKeepsWholeGroupsOfMicroBatches) {
+  const std::string cluster = "cluster: {gpu: a100-sxm-80gb, gpus_per_node: 8, nics_per_node: 8, nic_bandwidth_gbps: 200";
+  const std::string parallel = "parallelism: {tp: 8, pp: 8, vpp: 2, pipeline_schedule: interleaved, ";
+  auto loaded = plan::load_plan_text("model: gpt3-175b\ntraining: {global_batch_size: 1536, tokens: 300e9}\n" + parallel + "dp: 16}\n" + cluster +
+                                         ", num_gpus: 1024}\nfailures: {mtbf_hours: {gpu: 50000}}\n"
+                                         "checkpoint: {write_gbytes_per_s: 273, mode: sync, on_failure: shrink_dp}\n",
+                                     plan::Format::yaml);
+  ASSERT_TRUE(loaded.ok());
+  auto shrunk = plan::load_plan_text("model: gpt3-175b\ntraining: {global_batch_size: 1440, tokens: 300e9}\n" + parallel + "dp: 15}\n" + cluster +
+                                         ", num_gpus: 960}\n",
+                                     plan::Format::yaml);
+  ASSERT_TRUE(shrunk.ok());
+  const double factor = models::estimate(shrunk.plan).tokens_per_s / models::estimate(loaded.plan).tokens_per_s;
+  const Derived d = inputs_for(loaded.plan, 30.0);
+  ASSERT_GE(d.inputs.shrunk_throughput.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.inputs.shrunk_throughput[1], std::min(1.0, factor));
+  EXPECT_NE(d.inputs.shrunk_throughput[1], 15.0 / 16);
 }
 
 // ZeRO shards the checkpoint over the GPUs that hold one copy of the state: all of them with
