@@ -71,6 +71,48 @@ TEST(Pipeline, ExtrapolatedSteadyStateMatchesTheWholeReplay) {
   }
 }
 
+// Where the steady state has not settled by the first short step (no room for a transient),
+// the replay tries a step with p micro-batches more before it replays them all: on two
+// interleaved stages of 48 micro-batches the short steps are 6 and 8 micro-batches. Random
+// uneven stages and transfers; each lands on one of the three, and the answers are the whole
+// replay's.
+TEST(Pipeline, ASecondShortStepWhereTheFirstHasNotSettled) {
+  std::uint64_t seed = 777;
+  auto uniform = [&seed] {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(seed >> 11) / static_cast<double>(1ULL << 53);
+  };
+  int by_steps[3] = {0, 0, 0};  // replayed 6, 8, 48 micro-batches
+  for (int trial = 0; trial < 200; ++trial) {
+    PipelineSpec spec;
+    spec.schedule = plan::PipelineSchedule::interleaved;
+    spec.stages = 2;
+    spec.chunks = 2;
+    spec.microbatches = 48;
+    spec.preposted = trial % 2 == 0;
+    for (int b = 0; b < 2; ++b) spec.boundary_transfer_s.push_back(2 * uniform());
+    for (int i = 0; i < 4; ++i) {
+      const double f = 0.2 + 3 * uniform();
+      spec.forward_s.push_back(f);
+      spec.backward_s.push_back(f * (1 + 2 * uniform()));
+    }
+    PipelineSpec whole = spec;
+    whole.extrapolate = false;
+    const PipelineTimes a = pipeline_times(spec), b = pipeline_times(whole);
+    const std::string what = "trial " + std::to_string(trial);
+    EXPECT_NEAR(a.makespan_s, b.makespan_s, 1e-9 * b.makespan_s) << what;
+    for (std::size_t s = 0; s < 2; ++s) EXPECT_NEAR(a.idle_s[s], b.idle_s[s], 1e-9 * b.makespan_s) << what;
+    by_steps[a.replayed_microbatches == 6 ? 0 : a.replayed_microbatches == 8 ? 1 : 2] += 1;
+    if (a.replayed_microbatches != 6 && a.replayed_microbatches != 8) {
+      EXPECT_EQ(a.replayed_microbatches, 48) << what;
+    }
+  }
+  // 16, 169 and 15 of the 200 when written: every path is taken.
+  EXPECT_GT(by_steps[0], 0);
+  EXPECT_GT(by_steps[1], 0);
+  EXPECT_GT(by_steps[2], 0);
+}
+
 // Two stages, two micro-batches, t_F = 1, t_B = 2, a transfer 0.5 (by hand, F/B per stage):
 // free:      stage 1 F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]; stage 0 B0 [4,6] B1 [7,9]: 9.
 // preposted: stage 1 F0 [1.5,2.5] B0 [2.5,4.5] F1 [4.5,5.5] (sent at 2) B1 [5.5,7.5];
