@@ -123,7 +123,8 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
 const Traversal& traversal(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t m, std::int64_t v,
                            std::shared_ptr<const Traversal>& hold) {
   constexpr std::size_t kKept = 8;
-  constexpr std::int64_t kLargest = 1 << 18;  // about 7 MiB each (a step and its order's item): at most 8 x 7 MiB kept
+  // A step and its order's item, 28 bytes: about 7 MiB a traversal, at most 8 x 7 MiB kept.
+  constexpr std::int64_t kLargest = 1 << 18;
   struct Kept {
     plan::PipelineSchedule schedule;
     std::int64_t p, m, v;
@@ -178,8 +179,8 @@ std::vector<Lanes<N>> item_seconds(const std::array<const PipelineSpec*, N>& spe
 }
 
 // Each step's end on every lane, timed over the traversal in one pass (`ends`, where
-// Traversal::Step::at says); the stages' clocks at the end (`free_s`). kPosted: 1 every lane posts its receives ahead, 0 none
-// does, -1 as each lane's spec says.
+// Traversal::Step::at says); the stages' clocks at the end (`free_s`). kPosted: 1 every lane
+// posts its receives ahead, 0 none does, -1 as each lane's spec says.
 template <std::size_t N, int kPosted>
 void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const std::vector<Lanes<N>>& transfer, const Lanes<N>& preposted,
                 std::vector<Lanes<N>>& ends, std::vector<Lanes<N>>& free_s) {
@@ -213,9 +214,9 @@ void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const 
 
 // The replay of N specs that share their schedule (stages, micro-batches, chunks), timed in one
 // pass over its traversal of `m` micro-batches (the specs' own count, or fewer: see replay
-// below). `seconds`: item_seconds(specs); `ends`: each item's end (Traversal::Step::at). Each stage's busy
-// time is its items' seconds over the specs' whole step: every stage runs each pass of each of
-// its chunks once per micro-batch.
+// below). `seconds`: item_seconds(specs); `ends`: each item's end (Traversal::Step::at).
+// Each stage's busy time is its items' seconds over the specs' whole step: every stage runs
+// each pass of each of its chunks once per micro-batch (one chunk unless interleaved).
 template <std::size_t N>
 std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpec*, N>& specs, std::int64_t m, const Traversal& t,
                                               const std::vector<Lanes<N>>& seconds, std::vector<Lanes<N>>& ends) {
@@ -306,10 +307,11 @@ std::pair<std::int64_t, std::int64_t> steady_section(plan::PipelineSchedule sche
 // period starts from is the last one's shifted by delta, and so is all that follows. So the
 // replay plays a shorter step (the warm-up, the periods the check needs, the cool-down),
 // checks that the last period of every stage's steady section repeats the one before it
-// shifted, on every lane, and adds the skipped periods' delta to the makespan (each stage's busy
-// time is its items' over the whole step already). The first short step leaves no room for a transient; where the
-// check fails there, a second leaves p micro-batches more (one period of the interleaved
-// schedule's p), and where that fails too, every micro-batch is replayed.
+// shifted, on every lane, and adds the skipped periods' delta to the makespan (each stage's
+// busy time is its items' over the whole step already). The first short step leaves no room
+// for a transient; where the check fails there, a second leaves p micro-batches more (one
+// period of the interleaved schedule's p), and where that fails too, every micro-batch is
+// replayed.
 template <std::size_t N>
 std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& specs) {
   const PipelineSpec& spec = *specs[0];
