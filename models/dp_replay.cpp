@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <tuple>
 
+#include "models/kept_last.hpp"
 #include "models/layer_comm.hpp"
 #include "models/memory.hpp"
 #include "models/op_table.hpp"
@@ -24,33 +26,19 @@ struct StageOrder {
 
 std::shared_ptr<const StageOrder> stage_order(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t stage, std::int64_t m,
                                               std::int64_t v, std::size_t chunks) {
-  constexpr std::size_t kKept = 8;
   constexpr std::size_t kLargest = std::size_t{1} << 18;  // items: at most 8 x 3 MiB kept
-  struct Kept {
-    plan::PipelineSchedule schedule;
-    std::int64_t p, stage, m, v;
-    std::size_t chunks;
-    std::shared_ptr<const StageOrder> order;
-  };
-  thread_local std::vector<Kept> kept;
-  for (std::size_t i = 0; i < kept.size(); ++i) {
-    const Kept& k = kept[i];
-    if (k.schedule == schedule && k.p == p && k.stage == stage && k.m == m && k.v == v && k.chunks == chunks) {
-      std::rotate(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(i), kept.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      return kept.front().order;
+  thread_local KeptLast<std::tuple<plan::PipelineSchedule, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::size_t>, StageOrder> kept;
+  auto make = [&] {
+    StageOrder order;
+    order.items = stage_schedule(schedule, p, stage, m, v);
+    order.last_grad_item.assign(chunks, 0);
+    for (std::size_t i = 0; i < order.items.size(); ++i) {
+      const ScheduleItem& it = order.items[i];
+      if (it.pass == Pass::backward || it.pass == Pass::backward_weight) order.last_grad_item[static_cast<std::size_t>(it.chunk)] = i;
     }
-  }
-  auto order = std::make_shared<StageOrder>();
-  order->items = stage_schedule(schedule, p, stage, m, v);
-  order->last_grad_item.assign(chunks, 0);
-  for (std::size_t i = 0; i < order->items.size(); ++i) {
-    const ScheduleItem& it = order->items[i];
-    if (it.pass == Pass::backward || it.pass == Pass::backward_weight) order->last_grad_item[static_cast<std::size_t>(it.chunk)] = i;
-  }
-  if (order->items.size() > kLargest) return order;
-  if (kept.size() == kKept) kept.pop_back();
-  kept.insert(kept.begin(), Kept{schedule, p, stage, m, v, chunks, order});
-  return order;
+    return order;
+  };
+  return kept.get({schedule, p, stage, m, v, chunks}, make, [](const StageOrder& o) { return o.items.size() <= kLargest; });
 }
 
 // The items of a stage's order in which nothing happens between their layers, from `i` on:

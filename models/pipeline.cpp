@@ -7,7 +7,10 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
+
+#include "models/kept_last.hpp"
 
 namespace meshwork::models {
 
@@ -117,31 +120,16 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
   return t;
 }
 
-// The traversals made last on this thread: a sweep or search prices many plans of one
-// schedule shape (every ZeRO stage, TP size or fabric of a mesh). A traversal of more than
-// kLargest steps is made for its call alone.
+// The traversals made last on this thread (models::KeptLast): a sweep or search prices many
+// plans of one schedule shape (every ZeRO stage, TP size or fabric of a mesh). A traversal of
+// more than kLargest steps is made for its call alone.
 const Traversal& traversal(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t m, std::int64_t v,
                            std::shared_ptr<const Traversal>& hold) {
-  constexpr std::size_t kKept = 8;
   // A step and its order's item, 28 bytes: about 7 MiB a traversal, at most 8 x 7 MiB kept.
-  constexpr std::int64_t kLargest = 1 << 18;
-  struct Kept {
-    plan::PipelineSchedule schedule;
-    std::int64_t p, m, v;
-    std::shared_ptr<const Traversal> traversal;
-  };
-  thread_local std::vector<Kept> kept;
-  for (std::size_t i = 0; i < kept.size(); ++i) {
-    if (kept[i].schedule == schedule && kept[i].p == p && kept[i].m == m && kept[i].v == v) {
-      std::rotate(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(i), kept.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      hold = kept.front().traversal;
-      return *hold;
-    }
-  }
-  hold = std::make_shared<const Traversal>(traverse(schedule, p, m, v));
-  if (static_cast<std::int64_t>(hold->steps.size()) > kLargest) return *hold;
-  if (kept.size() == kKept) kept.pop_back();
-  kept.insert(kept.begin(), Kept{schedule, p, m, v, hold});
+  constexpr std::size_t kLargest = std::size_t{1} << 18;
+  thread_local KeptLast<std::tuple<plan::PipelineSchedule, std::int64_t, std::int64_t, std::int64_t>, Traversal> kept;
+  hold = kept.get({schedule, p, m, v}, [&] { return traverse(schedule, p, m, v); },
+                  [](const Traversal& t) { return t.steps.size() <= kLargest; });
   return *hold;
 }
 
