@@ -21,6 +21,13 @@ std::vector<char> boundaries_crossing_nodes(const plan::RankLayout& layout, std:
   const std::int64_t n = layout.size(plan::MeshDim::pp), stride = layout.stride(plan::MeshDim::pp), g = gpus_per_node;
   std::vector<char> crosses(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)), 0);
   if (n <= 1 || g <= 0) return crosses;
+  // Neighbours a node's size or more apart are on different nodes, whatever the first member
+  // (the common case: pipeline outside TP, which fills a node; the loops below divide twice
+  // per member and position, issue 18).
+  if (stride >= g) {
+    std::fill(crosses.begin(), crosses.end(), char{1});
+    return crosses;
+  }
   std::vector<char> residue(static_cast<std::size_t>(g), 0);
   residue[0] = 1;
   for (const plan::MeshDim dim : {plan::MeshDim::tp, plan::MeshDim::cp, plan::MeshDim::ep, plan::MeshDim::dp}) {

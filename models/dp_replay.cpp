@@ -22,6 +22,11 @@ namespace {
 struct StageOrder {
   std::vector<ScheduleItem> items;
   std::vector<std::size_t> last_grad_item;
+  // Per item, chunk * 4 + pass: its seconds' index in PlainItems::seconds.
+  std::vector<std::uint32_t> slot;
+  // Per item, the first item from it on that reduces its chunk's gradients when they are not
+  // sharded (its chunk's last with weight gradients; the order's size where none is left).
+  std::vector<std::size_t> next_grad_item;
 };
 
 std::shared_ptr<const StageOrder> stage_order(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t stage, std::int64_t m,
@@ -32,9 +37,17 @@ std::shared_ptr<const StageOrder> stage_order(plan::PipelineSchedule schedule, s
     StageOrder order;
     order.items = stage_schedule(schedule, p, stage, m, v);
     order.last_grad_item.assign(chunks, 0);
+    order.slot.reserve(order.items.size());
     for (std::size_t i = 0; i < order.items.size(); ++i) {
       const ScheduleItem& it = order.items[i];
       if (it.pass == Pass::backward || it.pass == Pass::backward_weight) order.last_grad_item[static_cast<std::size_t>(it.chunk)] = i;
+      order.slot.push_back(static_cast<std::uint32_t>(it.chunk) * 4 + static_cast<std::uint32_t>(it.pass));
+    }
+    order.next_grad_item.assign(order.items.size() + 1, order.items.size());
+    for (std::size_t i = order.items.size(); i-- > 0;) {
+      const ScheduleItem& it = order.items[i];
+      const bool reduces = it.pass != Pass::forward && it.pass != Pass::backward_input && order.last_grad_item[static_cast<std::size_t>(it.chunk)] == i;
+      order.next_grad_item[i] = reduces ? i : order.next_grad_item[i + 1];
     }
     return order;
   };
@@ -46,6 +59,7 @@ std::shared_ptr<const StageOrder> stage_order(plan::PipelineSchedule schedule, s
 // (a backward with weight gradients: every one with sharded gradients, otherwise the chunk's
 // last). Each runs at once for its seconds by (chunk, pass).
 struct PlainItems {
+  const StageOrder& schedule;  // the stage's order, with its slots and reductions
   const std::vector<ScheduleItem>& order;
   const std::vector<double>& seconds;  // [chunk * 4 + pass]
   const std::vector<std::size_t>& last_grad_item;
@@ -65,6 +79,20 @@ struct PlainItems {
   [[gnu::noinline]] std::size_t run(std::size_t i, SharedSms& sms, double& compute_s, double& busy_s) const {
     double at = compute_s, total = busy_s;
     const bool full_speed = sms.idle_from(at);
+    if (full_speed && buckets.empty() && !sharded_grads) {
+      // Most steps (no bucket to wait for, gradients reduced at each chunk's last backward):
+      // every item up to the next such backward is plain, in the same order of additions as
+      // below, without testing each (issue 18).
+      const std::size_t stop = schedule.next_grad_item[i];
+      for (; i < stop; ++i) {
+        const double dt = seconds[schedule.slot[i]];
+        at += dt;
+        total += dt;
+      }
+      compute_s = at;
+      busy_s = total;
+      return i;
+    }
     for (; i < order.size() && plain(i); ++i) {
       const double dt = seconds[static_cast<std::size_t>(order[i].chunk) * 4 + static_cast<std::size_t>(order[i].pass)];
       at = full_speed ? at + dt : sms.run(at, dt);
@@ -212,7 +240,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
                       (weights ? sums[c].weight : 0) + (first_virtual ? part(stage.first_ops) : 0);
       }
     }
-    const PlainItems plain{sched, plain_s, last_grad_item, buckets, awaited, sharded_grads};
+    const PlainItems plain{*order, sched, plain_s, last_grad_item, buckets, awaited, sharded_grads};
     for (std::size_t i = 0; i < sched.size(); ++i) {
       if (!zero3) {
         i = plain.run(i, sms, compute, busy);

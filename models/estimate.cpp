@@ -239,13 +239,18 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     return s;
   };
   // [moe][recomputed]: the layer kinds, each with and without full recomputation (which
-  // recompute_method: block applies to some layers of a chunk only).
+  // recompute_method: block applies to some layers of a chunk only), each timed when a layer
+  // of its kind is first met below (issue 18: uniform recomputation has no layer without it,
+  // an MoE model with no dense layer none of those). The DP replay reads the slowest stage's,
+  // timed by then.
   StageTimes layer_times[2][2];
-  for (int moe = 0; moe < (m.is_moe() ? 2 : 1); ++moe) {
-    for (int rec = 0; rec < (p.training.recompute == plan::Recompute::full ? 2 : 1); ++rec) {
-      layer_times[moe][rec] = time_layer(moe == 1, rec == 1);
-    }
-  }
+  bool layer_timed[2][2] = {};
+  auto layer_kind = [&](bool moe, bool recomputed) -> const StageTimes& {
+    StageTimes& l = layer_times[moe ? 1 : 0][recomputed ? 1 : 0];
+    bool& timed = layer_timed[moe ? 1 : 0][recomputed ? 1 : 0];
+    if (!timed) l = time_layer(moe, recomputed), timed = true;
+    return l;
+  };
   // The ops outside the layers with the TP collectives around them (the embedding's reduction,
   // the gather before the LM head): their exposed time is in comm_f_s, comm_b_s and tp_s.
   auto time_ops = [&](const std::vector<Op>& ops, StageTimes& s) {
@@ -323,7 +328,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         while (end < chunks[i][c] && is_moe_layer(m, first + end) == moe && recomputes_layer(p.training, end) == rec) ++end;
         const double n = d(end - k);
         k = end;
-        const StageTimes& l = layer_times[moe ? 1 : 0][rec ? 1 : 0];
+        const StageTimes& l = layer_kind(moe, rec);
         cf += n * l.forward_s;
         cb += n * (l.recompute_s + l.backward_s);
         cw += n * l.weight_s;

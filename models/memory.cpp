@@ -239,7 +239,12 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p, const std::vector<std
       sm.layers += n;
       double bytes = 0;
       double group_full = 0;  // full activations of the recomputed group being backpropagated
+      // k modulo the recomputed group, counted (a division a layer was a third of this
+      // function's time, issue 18)
+      std::int64_t k_in_group = 0;
       for (std::int64_t k = 0; k < n; ++k) {
+        const std::int64_t k_mod_group = k_in_group;
+        k_in_group = k_in_group + 1 == group ? 0 : k_in_group + 1;
         const bool moe = is_moe_layer(m, first + k);
         double layer_params = 0;
         if (moe) {
@@ -259,7 +264,7 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p, const std::vector<std
         // uniform: one checkpoint (the group's input) per group of recompute_num_layers
         // layers; block: one per recomputed layer. During its backward a group's full
         // activations exist for one micro-batch.
-        const std::int64_t in_group = uniform ? k % group : 0;
+        const std::int64_t in_group = uniform ? k_mod_group : 0;
         if (in_group == 0) bytes += layer_bytes[moe][1];
         if (in_group == 0) group_full = 0;
         group_full += layer_bytes[moe][0];

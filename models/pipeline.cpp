@@ -33,19 +33,20 @@ namespace {
 // estimate's speed; the traversal with its bookkeeping was two thirds of the replay's time).
 struct Traversal {
   StageOrders orders;  // per stage, its items
-  // Each item's end is kept stage by stage, each stage's in its order: first[s] + i is item i
-  // of stage s (the steady-state check reads a stage's items in a row).
-  // 16 bytes (the timed loop reads one a step). The boundary a send crosses follows from the
-  // stage and the pass: a forward's from the stage before (stage 0's from the last), a
-  // backward's from the stage after, its own boundary.
+  // 16 bytes (the timed loop reads one a step). Step i's end is kept at i + 1: the end at 0,
+  // zero on every lane, is what an item that waits for no send waits for, over a transfer of
+  // zero seconds (boundary `stages`), so the timed loop has no branch (issue 18).
   struct Step {
     std::int32_t stage = 0;
-    std::int32_t at = 0;     // where its end is kept
-    std::int32_t from = -1;  // where the end of the item whose send it waits for is; -1: none
-    std::int32_t slot = 0;   // (stage * chunks + chunk) * 4 + pass: its seconds' index
+    std::int32_t from = 0;      // where the end of the item whose send it waits for is kept
+    std::int32_t boundary = 0;  // the boundary that send crosses: a forward's the stage before
+                                // (stage 0's the last), a backward's its own
+    std::int32_t slot = 0;      // (stage * chunks + chunk) * 4 + pass: its seconds' index
   };
   std::vector<Step> steps;
-  std::vector<std::int32_t> first;  // per stage
+  // Where item i of stage s's end is kept: at[first[s] + i] (the steady-state check reads a
+  // stage's items in order).
+  std::vector<std::int32_t> at, first;
 };
 
 Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t m, std::int64_t v) {
@@ -59,8 +60,8 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
   const auto P = static_cast<std::size_t>(p);
   std::size_t items = 0;
   for (const auto& o : t.orders) items += o.size();
-  // Steps are numbered in 32 bits (half the memory of the replay's hot loop).
-  if (items > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+  // Steps are numbered in 32 bits from 1 (half the memory of the replay's hot loop).
+  if (items >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
     throw std::length_error("a pipeline schedule of " + std::to_string(items) + " items: more than the replay numbers (2^31)");
   }
   // The interleaved schedule numbers micro-batches in groups of p (models/schedules.cpp): with a
@@ -71,12 +72,13 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
                                 " stages: not a multiple of the stages");
   }
   t.steps.reserve(items);
+  t.at.assign(items, 0);
   t.first.assign(P, 0);
   for (std::size_t s = 1; s < P; ++s) t.first[s] = t.first[s - 1] + static_cast<std::int32_t>(t.orders[s - 1].size());
   // Where the end of the item that sent what a stage's chunk needs for a micro-batch is kept: by
-  // receiver, [(stage * v + chunk) * m + micro-batch]; -1 until it is sent.
+  // receiver, [(stage * v + chunk) * m + micro-batch]; 0 until it is sent.
   const auto slots = static_cast<std::size_t>(p * v * m);
-  std::vector<std::int32_t> activation(slots, -1), gradient(slots, -1);
+  std::vector<std::int32_t> activation(slots, 0), gradient(slots, 0);
   auto slot = [&](std::int64_t s, std::int64_t c, std::int64_t mb) { return static_cast<std::size_t>((s * v + c) * m + mb); };
   std::vector<std::size_t> next(P, 0);
   // Round by round, each stage takes its next item if what it waits for was sent: consecutive
@@ -94,11 +96,14 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
       Traversal::Step step;
       step.stage = static_cast<std::int32_t>(s);
       step.slot = static_cast<std::int32_t>((s * v + c) * 4 + static_cast<std::int64_t>(it.pass));
+      step.boundary = static_cast<std::int32_t>(p);
       if (needs) {
         step.from = (forward ? activation : gradient)[slot(s, c, mb)];
-        if (step.from < 0) continue;  // its sender has not got there yet
+        if (step.from == 0) continue;  // its sender has not got there yet
+        step.boundary = static_cast<std::int32_t>(forward ? (s == 0 ? p - 1 : s - 1) : s);
       }
-      step.at = t.first[S] + static_cast<std::int32_t>(next[S]);
+      const auto kept = static_cast<std::int32_t>(t.steps.size() + 1);
+      t.at[static_cast<std::size_t>(t.first[S]) + next[S]] = kept;
       t.steps.push_back(step);
       ++next[S];
       ++placed;
@@ -112,7 +117,7 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
         if (s > 0) to = s - 1;
         else if (c > 0) to = p - 1, to_chunk = c - 1;
       }
-      if (to >= 0) (forward ? activation : gradient)[slot(to, to_chunk, mb)] = step.at;
+      if (to >= 0) (forward ? activation : gradient)[slot(to, to_chunk, mb)] = kept;
     }
     // Every stage waits for a send nobody will make: the schedule's orders deadlock.
     if (placed == before) throw std::logic_error("a pipeline schedule whose stages all wait for each other");
@@ -125,7 +130,8 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
 // more than kLargest steps is made for its call alone.
 const Traversal& traversal(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t m, std::int64_t v,
                            std::shared_ptr<const Traversal>& hold) {
-  // A step and its order's item, 28 bytes: about 7 MiB a traversal, at most 8 x 7 MiB kept.
+  // A step, its order's item and where its end is kept, 32 bytes: 8 MiB a traversal, at most
+  // 8 x 8 MiB kept.
   constexpr std::size_t kLargest = std::size_t{1} << 18;
   thread_local KeptLast<std::tuple<plan::PipelineSchedule, std::int64_t, std::int64_t, std::int64_t>, Traversal> kept;
   hold = kept.get({schedule, p, m, v}, [&] { return traverse(schedule, p, m, v); },
@@ -166,43 +172,39 @@ std::vector<Lanes<N>> item_seconds(const std::array<const PipelineSpec*, N>& spe
   return seconds;
 }
 
-// Each step's end on every lane, timed over the traversal in one pass (`ends`, where
-// Traversal::Step::at says); the stages' clocks at the end (`free_s`). kPosted: 1 every lane
-// posts its receives ahead, 0 none does, -1 as each lane's spec says.
+// Each step's end on every lane, timed over the traversal in one pass (`ends`: step i's at
+// i + 1, the end at 0 zero); the stages' clocks at the end (`free_s`). `transfer`: per
+// boundary, and a last of zero seconds (Traversal::Step). kPosted: 1 every lane posts its
+// receives ahead, 0 none does, -1 as each lane's spec says. An item that waits for no send
+// waits for the zero end over the zero transfer, which its stage's clock is never before.
 template <std::size_t N, int kPosted>
 void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const std::vector<Lanes<N>>& transfer, const Lanes<N>& preposted,
                 std::vector<Lanes<N>>& ends, std::vector<Lanes<N>>& free_s) {
-  ends.resize(t.steps.size());
-  const std::size_t last = free_s.size() - 1;
+  ends.resize(t.steps.size() + 1);
+  ends[0] = Lanes<N>{};
   for (std::size_t i = 0; i < t.steps.size(); ++i) {
     const Traversal::Step& step = t.steps[i];
     const auto S = static_cast<std::size_t>(step.stage);
-    Lanes<N> start = free_s[S];
-    if (step.from >= 0) {
-      // Posted ahead, the transfer left when it was sent; otherwise when this stage reached
-      // the item. A forward's transfer crossed the boundary before this stage (stage 0's, the
-      // last one), a backward's this stage's own.
-      const Lanes<N>& sent = ends[static_cast<std::size_t>(step.from)];
-      const bool forward = (step.slot & 3) == static_cast<std::int32_t>(Pass::forward);
-      const Lanes<N>& tr = transfer[forward ? (S == 0 ? last : S - 1) : S];
-      for (std::size_t k = 0; k < N; ++k) {
-        const bool posted = kPosted == 1 || (kPosted == -1 && preposted[k] != 0);
-        start[k] = std::max(start[k], (posted ? sent[k] : std::max(sent[k], start[k])) + tr[k]);
-      }
-    }
+    // Posted ahead, the transfer left when it was sent; otherwise when this stage reached the
+    // item.
+    const Lanes<N>& sent = ends[static_cast<std::size_t>(step.from)];
+    const Lanes<N>& tr = transfer[static_cast<std::size_t>(step.boundary)];
+    const Lanes<N>& dt = seconds[static_cast<std::size_t>(step.slot)];
     // The item's end, kept in a local: read back from free_s[S] right after its lanes were
     // stored one by one, it stalled on store forwarding.
-    const Lanes<N>& dt = seconds[static_cast<std::size_t>(step.slot)];
-    Lanes<N> end;
-    for (std::size_t k = 0; k < N; ++k) end[k] = start[k] + dt[k];
+    Lanes<N> end = free_s[S];
+    for (std::size_t k = 0; k < N; ++k) {
+      const bool posted = kPosted == 1 || (kPosted == -1 && preposted[k] != 0);
+      end[k] = std::max(end[k], (posted ? sent[k] : std::max(sent[k], end[k])) + tr[k]) + dt[k];
+    }
     free_s[S] = end;
-    ends[static_cast<std::size_t>(step.at)] = end;
+    ends[i + 1] = end;
   }
 }
 
 // The replay of N specs that share their schedule (stages, micro-batches, chunks), timed in one
 // pass over its traversal of `m` micro-batches (the specs' own count, or fewer: see replay
-// below). `seconds`: item_seconds(specs); `ends`: each item's end (Traversal::Step::at).
+// below). `seconds`: item_seconds(specs); `ends`: each item's end (Traversal::at).
 // Each stage's busy time is its items' seconds over the specs' whole step: every stage runs
 // each pass of each of its chunks once per micro-batch (one chunk unless interleaved).
 template <std::size_t N>
@@ -212,8 +214,8 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
   const auto P = static_cast<std::size_t>(std::max<std::int64_t>(1, spec.stages));
   const auto V = static_cast<std::size_t>(std::max<std::int64_t>(1, spec.chunks));
   using Lanes = models::Lanes<N>;
-  // Each lane's transfer over each boundary.
-  std::vector<Lanes> transfer(P);
+  // Each lane's transfer over each boundary, and none (time_steps).
+  std::vector<Lanes> transfer(P + 1, Lanes{});
   Lanes preposted{};
   std::size_t posted = 0;
   for (std::size_t k = 0; k < N; ++k) {
@@ -340,7 +342,9 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
     if (skipped < 2) break;
     const Traversal& t = traversal(spec.schedule, p, short_m, v, hold);
     std::array<PipelineTimes, N> out = replay_traversal<N>(specs, short_m, t, seconds, ends);
-    auto end_of = [&](std::size_t s, std::size_t i) -> const Lanes<N>& { return ends[static_cast<std::size_t>(t.first[s]) + i]; };
+    auto end_of = [&](std::size_t s, std::size_t i) -> const Lanes<N>& {
+      return ends[static_cast<std::size_t>(t.at[static_cast<std::size_t>(t.first[s]) + i])];
+    };
     std::array<double, N> delta{};
     bool steady = true;
     for (std::size_t s = 0; s < P && steady; ++s) {
@@ -351,17 +355,17 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
           steady = steady && std::isfinite(delta[k]);
         }
       }
-      // Every item tested, the verdicts or-ed without a branch (a test written so that a NaN
-      // fails it): the items are independent, and the loop runs at the processor's width.
-      bool missed = false;
+      // Every item tested, by the sum of their deviations from the shift on each lane, held to
+      // a billionth of the period's first end (no later end of the stage's is below it: a
+      // stage's items end in order): stricter than each item's alone, a NaN fails it, and the
+      // loop has no branch (issue 18: a verdict per item was a twentieth of the estimate).
+      Lanes<N> deviation{};
       for (std::size_t i = to - L; i < to; ++i) {
         const Lanes<N>& now = end_of(s, i);
         const Lanes<N>& before = end_of(s, i - L);
-        for (std::size_t k = 0; k < N; ++k) {
-          missed |= !(std::abs(now[k] - before[k] - delta[k]) <= 1e-9 * std::max(1.0, std::abs(now[k])));
-        }
+        for (std::size_t k = 0; k < N; ++k) deviation[k] += std::abs(now[k] - before[k] - delta[k]);
       }
-      steady = steady && !missed;
+      for (std::size_t k = 0; k < N; ++k) steady = steady && deviation[k] <= 1e-9 * std::max(1.0, std::abs(end_of(s, to - L)[k]));
     }
     if (!steady) continue;
     // The busy times are the whole step's already (replay_traversal).
