@@ -278,7 +278,13 @@ double leave_one_out_coverage(std::span<const double> residuals) {
   return static_cast<double>(inside) / static_cast<double>(n);
 }
 
-void attach_interval(const plan::Plan& p, report::Report& r) {
+bool outside_regime(const std::vector<std::string>& regime_notes) {
+  return std::any_of(regime_notes.begin(), regime_notes.end(), [](const std::string& n) { return n.starts_with("outside the calibrated regime"); });
+}
+
+void attach_interval(const plan::Plan& p, report::Report& r) { attach_interval(p, r, outside_regime(regime_notes(p))); }
+
+void attach_interval(const plan::Plan& p, report::Report& r, bool outside) {
   r.interval.reset();
   // Compute measured on the machine: the set does not speak for it. A profile with only its
   // fabric measured (calibrate --nccl-tests) keeps its generation's compute, and its interval,
@@ -309,10 +315,7 @@ void attach_interval(const plan::Plan& p, report::Report& r) {
   i.mfu_lo = r.mfu * std::exp(-s.log_hi);
   i.mfu_hi = r.mfu * std::exp(-s.log_lo);
   i.basis = basis;
-  const auto notes = regime_notes(p);
-  if (std::any_of(notes.begin(), notes.end(), [](const std::string& n) { return n.starts_with("outside the calibrated regime"); })) {
-    i.basis += "; the plan is outside their regime (see the notes), so it may not hold";
-  }
+  if (outside) i.basis += "; the plan is outside their regime (see the notes), so it may not hold";
   r.interval = std::move(i);
 }
 

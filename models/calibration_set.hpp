@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -161,5 +162,10 @@ inline constexpr SetResiduals kHopperFp8SimulateResiduals{0.006096, 0.284147, 0.
 // Leaves it empty otherwise: a generation or precision without a set (Hopper in BF16,
 // Blackwell), compute measured on the machine, a CPU host.
 void attach_interval(const plan::Plan& p, report::Report& r);
+// The same where the caller has the plan's regime notes (models::regime_notes): whether one
+// says the plan is outside the calibrated regime.
+void attach_interval(const plan::Plan& p, report::Report& r, bool outside_regime);
+// Whether a regime note (models::regime_notes) says the plan is outside the calibrated regime.
+bool outside_regime(const std::vector<std::string>& regime_notes);
 
 }  // namespace meshwork::models

@@ -260,16 +260,47 @@ CollectiveFlows flows_with_latency(const GroupNetwork& g, Collective c, double b
   return f;
 }
 
-// collective_s at the given NIC rates between nodes (a ring's, an all-to-all's).
-double collective_at(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a, double nic_bytes_per_s,
-                     double all_to_all_nic_bytes_per_s) {
-  if (g.size <= 1 || bytes <= 0) return 0;
-  if (!applies(g, c, a) || a == CollectiveAlgorithm::automatic) a = CollectiveAlgorithm::ring;
-  const CollectiveFlows f = flows_with_latency(g, c, bytes, a);
+// The time of flows `f` of algorithm `a` (one that applies) at the given NIC rates between
+// nodes (a ring's, an all-to-all's).
+double flows_s(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a, const CollectiveFlows& f, double nic_bytes_per_s,
+               double all_to_all_nic_bytes_per_s) {
   const double n = d(g.size), k = d(g.per_node);
   double t = f.edge_bytes / edge_rate(g, c, a, nic_bytes_per_s, all_to_all_nic_bytes_per_s) + f.latency_s + f.in_node_s;
   if (c == Collective::all_to_all && g.crosses_nodes) t = std::max(t, (k - 1) / n * bytes / g.nvlink_bytes_per_s + f.latency_s);
   return t;
+}
+
+// collective_s at the given NIC rates between nodes.
+double collective_at(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a, double nic_bytes_per_s,
+                     double all_to_all_nic_bytes_per_s) {
+  if (g.size <= 1 || bytes <= 0) return 0;
+  if (!applies(g, c, a) || a == CollectiveAlgorithm::automatic) a = CollectiveAlgorithm::ring;
+  return flows_s(g, c, bytes, a, flows_with_latency(g, c, bytes, a), nic_bytes_per_s, all_to_all_nic_bytes_per_s);
+}
+
+// The plan's algorithm where it applies, otherwise (and for `auto`) the one NCCL's tuner would
+// pick, with its flows (which the NIC rates do not change: the protocol is the tuner's choice
+// at the NIC's own rate). A collective that moves something between at least two members.
+struct Chosen {
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
+  CollectiveFlows flows;
+};
+Chosen choose(const GroupNetwork& g, Collective c, double bytes) {
+  if (g.algorithm != CollectiveAlgorithm::automatic) {
+    const CollectiveAlgorithm a = applies(g, c, g.algorithm) ? g.algorithm : CollectiveAlgorithm::ring;
+    return {a, flows_with_latency(g, c, bytes, a)};
+  }
+  // NCCL's tuner knows the node and its NICs, not the fabric above them: it chooses at the
+  // NIC's own rate, whatever an oversubscribed tier or hashing's collisions then leave.
+  Chosen best{CollectiveAlgorithm::ring, flows_with_latency(g, c, bytes, CollectiveAlgorithm::ring)};
+  double best_s = flows_s(g, c, bytes, best.algorithm, best.flows, g.nic_alone_bytes_per_s, g.nic_alone_bytes_per_s);
+  for (const auto a : {CollectiveAlgorithm::nvls, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical}) {
+    if (!applies(g, c, a)) continue;
+    CollectiveFlows f = flows_with_latency(g, c, bytes, a);
+    const double t = flows_s(g, c, bytes, a, f, g.nic_alone_bytes_per_s, g.nic_alone_bytes_per_s);
+    if (t < best_s) best = {a, f}, best_s = t;
+  }
+  return best;
 }
 
 }  // namespace
@@ -284,23 +315,17 @@ double collective_s(const GroupNetwork& g, Collective c, double bytes, Collectiv
 
 CollectiveAlgorithm algorithm_for(const GroupNetwork& g, Collective c, double bytes) {
   if (g.algorithm != CollectiveAlgorithm::automatic) return applies(g, c, g.algorithm) ? g.algorithm : CollectiveAlgorithm::ring;
-  // NCCL's tuner knows the node and its NICs, not the fabric above them: it chooses at the
-  // NIC's own rate, whatever an oversubscribed tier or hashing's collisions then leave.
-  auto tuner_s = [&](CollectiveAlgorithm a) { return collective_at(g, c, bytes, a, g.nic_alone_bytes_per_s, g.nic_alone_bytes_per_s); };
-  CollectiveAlgorithm best = CollectiveAlgorithm::ring;
-  double best_s = tuner_s(best);
-  for (const auto a : {CollectiveAlgorithm::nvls, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical}) {
-    if (!applies(g, c, a)) continue;
-    const double t = tuner_s(a);
-    if (t < best_s) best = a, best_s = t;
-  }
-  return best;
+  if (g.size <= 1 || bytes <= 0) return CollectiveAlgorithm::ring;  // every algorithm takes no time
+  return choose(g, c, bytes).algorithm;
 }
 
 double collective_s(const GroupNetwork& g, Collective c, double bytes) {
   // Nothing to move, or nobody to move it to: no algorithm to choose (collective_at's 0).
   if (g.size <= 1 || bytes <= 0) return 0;
-  return collective_s(g, c, bytes, algorithm_for(g, c, bytes));
+  // The chosen algorithm's flows, timed at the rates the fabric leaves (issue 18: timing them
+  // again from scratch was a fifth of the pricing).
+  const Chosen chosen = choose(g, c, bytes);
+  return flows_s(g, c, bytes, chosen.algorithm, chosen.flows, g.nic_bytes_per_s, g.all_to_all_nic_bytes_per_s);
 }
 
 double CollectivePrices::operator()(const GroupNetwork& g, Collective c, double bytes) {

@@ -38,6 +38,7 @@ namespace {
 // The Report's memory rows and verdict, of the stages' memory.
 void attach_stage_memory(const std::vector<StageMemory>& stages, report::Report& r) {
   r.memory.clear();
+  r.memory.reserve(stages.size());
   r.fits = true;
   for (const auto& sm : stages) {
     report::StageMemory row;
@@ -81,10 +82,11 @@ void attach_stage_memory(const std::vector<StageMemory>& stages, report::Report&
 
 void attach_memory(const plan::Plan& p, report::Report& r) { attach_stage_memory(stage_memory(p), r); }
 
-void attach_power(const plan::Plan& p, report::Report& r) {
+void attach_power(const plan::Plan& p, report::Report& r) { attach_power(p, hardware_profile(p.cluster.gpu), r); }
+
+void attach_power(const plan::Plan& p, const HardwareProfile& hw, report::Report& r) {
   // Power: a GPU draws between idle and TDP in proportion to its busy time; the host's parts
   // at load; the power supplies' losses on top.
-  const HardwareProfile hw = hardware_profile(p.cluster.gpu);
   const report::Breakdown& b = r.breakdown;
   const double busy = r.step_time_s > 0 ? std::clamp((b.compute_s + b.recompute_s) / r.step_time_s, 0.0, 1.0) : 0.0;
   const double tdp = p.cluster.gpu.tdp_watts;
@@ -150,10 +152,10 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const double ag_sms = sm_fraction(hw, Stream::tp, Collective::all_gather, split_tp);
   // The SMs CP's ring (NCCL send/receive kernels) takes from the attention, as in the simulator.
   const double cp_sms = sm_fraction(hw, Stream::cp, Collective::ring_exchange, false);
+  std::vector<LayerComm> comms;  // an op's, reused by every pass
   // `seconds`: each op's, as the timer gives it (timed once by the caller).
   auto comm_pass = [&](const std::vector<Op>& ops, const std::vector<double>& seconds, bool moe, OpPhase phase, StageTimes& s, double& raw_f,
                        double& raw_b) {
-    std::vector<LayerComm> comms;
     const bool fwd = phase != OpPhase::backward_input;
     double pending_gather = 0, last_gemm = 0;  // tp_comm: an all-gather awaiting its GEMM; the previous GEMM
     double pending_ring = 0;  // CP's p2p ring awaiting the attention it is split with
@@ -274,8 +276,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
 
   // Per stage, per micro-batch.
   const ParamCounts counts = count_params(m);
-  std::vector<StageTimes> stages;
   const auto chunks = plan::layers_per_chunk(p);
+  std::vector<StageTimes> stages;
+  stages.reserve(chunks.size());
   const auto firsts = plan::chunk_first_layers(chunks);
   // Each schedule item's seconds, per stage and chunk, with the TP, CP and EP time exposed
   // inside it (`pipe`) and without (`pipe_compute`): the pipeline replays below.
@@ -387,6 +390,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   const double zero_grads_s = timer(OpKind::elementwise, 0, gradient_buffer_bytes(p, slow.params, slow.expert_params));
   b.compute_s += zero_grads_s;
   // The same compute by op kind: per step, as compute_s and recompute_s count it.
+  r.op_times.reserve(kNumOpKinds);
   for (const OpKind k : kOpKinds) {
     const auto i = static_cast<std::size_t>(k);
     const bool zeroing = k == OpKind::elementwise;
@@ -455,10 +459,12 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
 
   attach_stage_memory(stage_memory(p, chunks, firsts, step_micro_batches), r);
 
-  attach_power(p, r);
+  attach_power(p, hw, r);
 
-  for (auto& note : regime_notes(p)) r.notes.push_back(std::move(note));
-  attach_interval(p, r);
+  std::vector<std::string> regime = regime_notes(p);
+  const bool outside = outside_regime(regime);
+  for (auto& note : regime) r.notes.push_back(std::move(note));
+  attach_interval(p, r, outside);
   r.provenance.meshwork_version = kVersion;
   r.provenance.meshwork_commit = kGitCommit;
   if (options.provenance) r.provenance.plan_hash = report::fnv1a_hex(plan::to_json(p).dump());

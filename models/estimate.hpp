@@ -5,6 +5,7 @@
 // optimizer step; MFU, HFU, throughput, memory per stage, power. Microseconds per plan.
 
 #include "models/flops.hpp"
+#include "models/hardware.hpp"
 #include "models/layer_comm.hpp"  // hottest_expert_load
 #include "plan/plan.hpp"
 #include "report/report.hpp"
@@ -26,5 +27,7 @@ void attach_memory(const plan::Plan& plan, report::Report& report);
 // Power for the report's step (its time and its breakdown's compute): the estimate's and the
 // simulator's Reports each price their own step.
 void attach_power(const plan::Plan& plan, report::Report& report);
+// The same with the plan's GPU's profile (models::hardware_profile(plan.cluster.gpu)).
+void attach_power(const plan::Plan& plan, const HardwareProfile& hw, report::Report& report);
 
 }  // namespace meshwork::models

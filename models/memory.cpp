@@ -201,6 +201,7 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p, const std::vector<std
                                       const std::vector<std::vector<std::int64_t>>& firsts, std::int64_t micro_batches) {
   std::vector<StageMemory> out;
   if (chunks.empty()) return out;
+  out.reserve(chunks.size());
   const auto& m = p.model;
   const auto& par = p.parallelism;
   const ParamCounts c = count_params(m);
@@ -232,6 +233,7 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p, const std::vector<std
     sm.stage = stage;
     double dense = 0, expert = 0, largest_layer = 0, transient_act = 0;
     std::vector<double> chunk_bytes;
+    chunk_bytes.reserve(chunks[static_cast<std::size_t>(stage)].size());
     const auto& stage_chunks = chunks[static_cast<std::size_t>(stage)];
     for (std::size_t ch = 0; ch < stage_chunks.size(); ++ch) {
       const std::int64_t first = firsts[static_cast<std::size_t>(stage)][ch];

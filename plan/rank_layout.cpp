@@ -38,15 +38,24 @@ std::optional<DimOrder> parse_order(std::string_view text, std::string& error) {
   std::string_view rest = text;
   while (true) {
     const auto dash = rest.find('-');
-    std::string token(rest.substr(0, dash));
-    for (char& c : token) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);  // as Megatron's order.lower()
-    auto it = std::find_if(kDimNames.begin(), kDimNames.end(), [&](const auto& p) { return p.second == token; });
+    // Compared as Megatron's order.lower(), without a string a token (the estimate lays out
+    // its mesh once a plan: issue 18).
+    const std::string_view token = rest.substr(0, dash);
+    auto lower = [](char c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c); };
+    auto lowered = [&] {
+      std::string out(token);
+      for (char& c : out) c = lower(c);
+      return out;
+    };
+    auto it = std::find_if(kDimNames.begin(), kDimNames.end(), [&](const auto& p) {
+      return p.second.size() == token.size() && std::equal(token.begin(), token.end(), p.second.begin(), [&](char a, char b) { return lower(a) == b; });
+    });
     if (it == kDimNames.end()) {
-      error = "\"" + std::string(token) + "\" is not a mesh dimension (tp, cp, ep, dp, pp)";
+      error = "\"" + lowered() + "\" is not a mesh dimension (tp, cp, ep, dp, pp)";
       return std::nullopt;
     }
     if (seen[idx(it->first)]) {
-      error = std::string(token) + " appears twice";
+      error = lowered() + " appears twice";
       return std::nullopt;
     }
     if (n == kMeshDims) {
@@ -241,7 +250,13 @@ RankLayout::Digits RankLayout::fixed(GroupKind g) const {
 
 std::int64_t RankLayout::group_size(GroupKind g) const {
   std::int64_t n = 1;
-  for (const Digit& x : varying(g)) n *= x.size;
+  if (is_shard(g) || is_replica(g)) {
+    for (const Digit& x : varying(g)) n *= x.size;
+    return n;
+  }
+  // The group's dimensions' sizes, without their digits (the estimate asks eight groups'
+  // sizes a plan, issue 18).
+  for (const MeshDim d : dims(g)) n *= size(d);
   return n;
 }
 
