@@ -228,12 +228,12 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p, const std::vector<std
   }
 
   const std::int64_t pp = par.pipeline_model_parallel_size;
+  std::vector<double> chunk_bytes;  // per chunk of the stage, a micro-batch's activations
   for (std::int64_t stage = 0; stage < pp; ++stage) {
     StageMemory sm;
     sm.stage = stage;
     double dense = 0, expert = 0, largest_layer = 0, transient_act = 0;
-    std::vector<double> chunk_bytes;
-    chunk_bytes.reserve(chunks[static_cast<std::size_t>(stage)].size());
+    chunk_bytes.clear();
     const auto& stage_chunks = chunks[static_cast<std::size_t>(stage)];
     for (std::size_t ch = 0; ch < stage_chunks.size(); ++ch) {
       const std::int64_t first = firsts[static_cast<std::size_t>(stage)][ch];

@@ -34,10 +34,11 @@ namespace {
 struct Traversal {
   StageOrders orders;  // per stage, its items
   // 16 bytes (the timed loop reads one a step). Step i's end is kept at i + 1: the end at 0,
-  // zero on every lane, is what an item that waits for no send waits for, over a transfer of
-  // zero seconds (boundary `stages`), so the timed loop has no branch (issue 18).
+  // zero on every lane, is what a stage's first item follows, and what an item that waits for
+  // no send waits for, over a transfer of zero seconds (boundary `stages`), so the timed loop
+  // has no branch and keeps no clock per stage (issue 18).
   struct Step {
-    std::int32_t stage = 0;
+    std::int32_t after = 0;     // where the end of the stage's item before it is kept
     std::int32_t from = 0;      // where the end of the item whose send it waits for is kept
     std::int32_t boundary = 0;  // the boundary that send crosses: a forward's the stage before
                                 // (stage 0's the last), a backward's its own
@@ -81,6 +82,7 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
   std::vector<std::int32_t> activation(slots, 0), gradient(slots, 0);
   auto slot = [&](std::int64_t s, std::int64_t c, std::int64_t mb) { return static_cast<std::size_t>((s * v + c) * m + mb); };
   std::vector<std::size_t> next(P, 0);
+  std::vector<std::int32_t> last(P, 0);  // where each stage's last placed item's end is kept
   // Round by round, each stage takes its next item if what it waits for was sent: consecutive
   // steps are mostly of different stages, so the timed loop's chains through each stage's clock
   // overlap in the processor (issue 18: a stage drained at a time made one chain of them all).
@@ -94,7 +96,7 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
       const bool forward = it.pass == Pass::forward;
       const bool needs = forward ? !(s == 0 && c == 0) : !(s == p - 1 && c == v - 1) && it.pass != Pass::backward_weight;
       Traversal::Step step;
-      step.stage = static_cast<std::int32_t>(s);
+      step.after = last[S];
       step.slot = static_cast<std::int32_t>((s * v + c) * 4 + static_cast<std::int64_t>(it.pass));
       step.boundary = static_cast<std::int32_t>(p);
       if (needs) {
@@ -104,6 +106,7 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
       }
       const auto kept = static_cast<std::int32_t>(t.steps.size() + 1);
       t.at[static_cast<std::size_t>(t.first[S]) + next[S]] = kept;
+      last[S] = kept;
       t.steps.push_back(step);
       ++next[S];
       ++placed;
@@ -173,31 +176,28 @@ std::vector<Lanes<N>> item_seconds(const std::array<const PipelineSpec*, N>& spe
 }
 
 // Each step's end on every lane, timed over the traversal in one pass (`ends`: step i's at
-// i + 1, the end at 0 zero); the stages' clocks at the end (`free_s`). `transfer`: per
-// boundary, and a last of zero seconds (Traversal::Step). kPosted: 1 every lane posts its
-// receives ahead, 0 none does, -1 as each lane's spec says. An item that waits for no send
-// waits for the zero end over the zero transfer, which its stage's clock is never before.
+// i + 1, the end at 0 zero). `transfer`: per boundary, and a last of zero seconds
+// (Traversal::Step). kPosted: 1 every lane posts its receives ahead, 0 none does, -1 as each
+// lane's spec says. A stage's first item follows the zero end; an item that waits for no send
+// waits for the zero end over the zero transfer; no end is before zero.
 template <std::size_t N, int kPosted>
 void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const std::vector<Lanes<N>>& transfer, const Lanes<N>& preposted,
-                std::vector<Lanes<N>>& ends, std::vector<Lanes<N>>& free_s) {
+                std::vector<Lanes<N>>& ends) {
   ends.resize(t.steps.size() + 1);
   ends[0] = Lanes<N>{};
   for (std::size_t i = 0; i < t.steps.size(); ++i) {
     const Traversal::Step& step = t.steps[i];
-    const auto S = static_cast<std::size_t>(step.stage);
     // Posted ahead, the transfer left when it was sent; otherwise when this stage reached the
-    // item.
+    // item (when its item before it ended).
+    const Lanes<N>& free = ends[static_cast<std::size_t>(step.after)];
     const Lanes<N>& sent = ends[static_cast<std::size_t>(step.from)];
     const Lanes<N>& tr = transfer[static_cast<std::size_t>(step.boundary)];
     const Lanes<N>& dt = seconds[static_cast<std::size_t>(step.slot)];
-    // The item's end, kept in a local: read back from free_s[S] right after its lanes were
-    // stored one by one, it stalled on store forwarding.
-    Lanes<N> end = free_s[S];
+    Lanes<N> end;
     for (std::size_t k = 0; k < N; ++k) {
       const bool posted = kPosted == 1 || (kPosted == -1 && preposted[k] != 0);
-      end[k] = std::max(end[k], (posted ? sent[k] : std::max(sent[k], end[k])) + tr[k]) + dt[k];
+      end[k] = std::max(free[k], (posted ? sent[k] : std::max(sent[k], free[k])) + tr[k]) + dt[k];
     }
-    free_s[S] = end;
     ends[i + 1] = end;
   }
 }
@@ -224,10 +224,14 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
     posted += sp.preposted ? 1 : 0;
     for (std::size_t b = 0; b < P; ++b) transfer[b][k] = b < sp.boundary_transfer_s.size() ? sp.boundary_transfer_s[b] : sp.transfer_s;
   }
-  std::vector<Lanes> free_s(P, Lanes{});  // the stage's compute stream
-  if (posted == N) time_steps<N, 1>(t, seconds, transfer, preposted, ends, free_s);
-  else if (posted == 0) time_steps<N, 0>(t, seconds, transfer, preposted, ends, free_s);
-  else time_steps<N, -1>(t, seconds, transfer, preposted, ends, free_s);
+  if (posted == N) time_steps<N, 1>(t, seconds, transfer, preposted, ends);
+  else if (posted == 0) time_steps<N, 0>(t, seconds, transfer, preposted, ends);
+  else time_steps<N, -1>(t, seconds, transfer, preposted, ends);
+  // Each stage's clock at the end: its last item's end (zero for a stage with none).
+  std::vector<Lanes> free_s(P, Lanes{});
+  for (std::size_t s = 0; s < P; ++s) {
+    if (!t.orders[s].empty()) free_s[s] = ends[static_cast<std::size_t>(t.at[static_cast<std::size_t>(t.first[s]) + t.orders[s].size() - 1])];
+  }
   const bool split = spec.schedule == plan::PipelineSchedule::zero_bubble;
   // Only the interleaved schedule runs more than one chunk a stage (models::stage_schedule).
   const std::size_t chunks_run = spec.schedule == plan::PipelineSchedule::interleaved ? V : 1;
