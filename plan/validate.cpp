@@ -428,15 +428,28 @@ class Validator {
     const std::int64_t stride = layout.stride(MeshDim::tp);
     const std::int64_t tp = layout.size(MeshDim::tp);
     const std::int64_t per_node = c_.gpus_per_node;
-    for (std::int64_t base = 0; base < layout.world_size(); ++base) {
-      if ((base / stride) % tp != 0) continue;
-      const std::int64_t last = base + (tp - 1) * stride;
-      if (base / per_node != last / per_node) {
-        d_.warning("parallelism.tensor_model_parallel_size",
-                   "the TP group of ranks " + str(base) + ".." + str(last) + " spans nodes of " + str(per_node) +
-                       " GPUs: its all-reduces leave NVLink for the network");
-        return;
+    // From its first member to its last, a group reaches this far; it spans nodes when its
+    // first member's place in its node leaves less room than that.
+    const std::int64_t reach = (tp - 1) * stride;
+    auto warn = [&](std::int64_t base) {
+      d_.warning("parallelism.tensor_model_parallel_size", "the TP group of ranks " + str(base) + ".." + str(base + reach) + " spans nodes of " +
+                                                               str(per_node) + " GPUs: its all-reduces leave NVLink for the network");
+    };
+    if (reach == 0) return;
+    if (reach >= per_node) return warn(0);  // rank 0's group, the first
+    // The bases in increasing order: blocks of stride * tp ranks, each starting with the stride
+    // bases of TP coordinate 0 (places in a node counted, not divided: a sweep validates every
+    // plan, and a division per rank was a fifth of it, issue 18).
+    const std::int64_t block = stride * tp, block_step = block % per_node;
+    std::int64_t place = 0;  // the block's first rank's place in its node
+    for (std::int64_t first = 0; first < layout.world_size(); first += block) {
+      std::int64_t at = place;
+      for (std::int64_t lo = 0; lo < stride; ++lo) {
+        if (at + reach >= per_node) return warn(first + lo);
+        if (++at == per_node) at = 0;
       }
+      place += block_step;
+      if (place >= per_node) place -= per_node;
     }
   }
 

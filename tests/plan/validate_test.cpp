@@ -1,8 +1,13 @@
 // Each validation rule with a plan that breaks it and one that keeps it.
+#include <cstdint>
+#include <string>
+#include <utility>
+
 #include <gtest/gtest.h>
 
 #include "plan/backend_limits.hpp"
 #include "plan/presets.hpp"
+#include "plan/rank_layout.hpp"
 #include "plan/validate.hpp"
 #include "tests/plan/test_plans.hpp"
 
@@ -387,6 +392,52 @@ TEST(Validate, TpSpanningNodesIsAWarning) {
   p.parallelism.order = "dp-tp-cp-ep-pp";
   d = check(p);
   EXPECT_TRUE(has_warning(d, "parallelism.tensor_model_parallel_size", "spans nodes")) << dump(d);
+}
+
+// The warning names the first TP group (by its first rank) that spans nodes, as a walk over
+// every rank finds it, on every order, node size (some not a power of two) and mesh of the
+// base plan on 64 and 48 GPUs.
+TEST(Validate, TpSpanningNodesNamesTheFirstGroupThatSpans) {
+  int warned = 0, checked = 0;
+  const std::pair<std::int64_t, std::int64_t> clusters[] = {{64, 2}, {64, 4}, {64, 8}, {64, 16}, {48, 3}, {48, 6}, {48, 12}};
+  for (const char* order : {"tp-cp-ep-dp-pp", "dp-tp-cp-ep-pp", "cp-tp-ep-dp-pp", "pp-dp-tp-cp-ep", "cp-dp-pp-ep-tp", "tp-pp-dp-cp-ep"}) {
+    for (const auto& [gpus, per_node] : clusters) {
+      for (const std::int64_t tp : {1, 2, 4, 8}) {
+        for (const std::int64_t cp : {1, 2}) {
+          Plan p = base_plan();
+          p.parallelism.order = order;
+          p.parallelism.tensor_model_parallel_size = tp;
+          p.parallelism.context_parallel_size = cp;
+          p.parallelism.data_parallel_size = gpus / (tp * cp * p.parallelism.pipeline_model_parallel_size);
+          p.training.global_batch_size = 192;  // whole micro-batches on every DP size here
+          p.cluster.num_gpus = gpus;
+          p.cluster.gpus_per_node = per_node;
+          const auto d = check(p);
+          if (d.has_errors()) continue;
+          ++checked;
+          const RankLayout layout = RankLayout::from_plan(p.parallelism);
+          const std::int64_t stride = layout.stride(MeshDim::tp);
+          std::string expected;
+          for (std::int64_t base = 0; base < layout.world_size() && expected.empty(); ++base) {
+            if ((base / stride) % tp != 0) continue;
+            const std::int64_t last = base + (tp - 1) * stride;
+            if (base / per_node != last / per_node) expected = "the TP group of ranks " + std::to_string(base) + ".." + std::to_string(last) + " spans";
+          }
+          const std::string where = std::string(order) + ", " + std::to_string(gpus) + " GPUs, " + std::to_string(per_node) + " a node, TP " +
+                                    std::to_string(tp) + ", CP " + std::to_string(cp);
+          if (expected.empty()) {
+            EXPECT_FALSE(has_warning(d, "parallelism.tensor_model_parallel_size", "spans nodes")) << where << "\n" << dump(d);
+          } else {
+            ++warned;
+            EXPECT_TRUE(has_warning(d, "parallelism.tensor_model_parallel_size", expected)) << where << ": " << expected << "\n" << dump(d);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 200);
+  EXPECT_GE(warned, 50);
+  EXPECT_LT(warned, checked);
 }
 
 TEST(Validate, OrderMustNameEachDimensionOnce) {
