@@ -417,42 +417,45 @@ class SectionReader {
 
  private:
   const json* find(const FieldInfo& info) {
+    // Keys and aliases are views of the field catalogue's literals, and the keys claimed views
+    // of the object's own: no string is made for a field the plan does not give (a sweep reads
+    // thousands of plans, issue 18).
     const json* found = nullptr;
-    std::string found_key;
+    std::string_view found_key;
     auto look = [&](std::string_view key) {
-      known_.emplace_back(key);
-      auto it = obj_.find(std::string(key));
+      known_.push_back(key);
+      auto it = obj_.find(key);
       if (it == obj_.end()) return;
-      claimed_.insert(std::string(key));
+      claimed_.insert(std::string_view(it.key()));
       if (found) {
-        ctx_.diagnostics.error(join_path(path_, info.key), "given twice, as \"" + found_key + "\" and \"" +
+        ctx_.diagnostics.error(join_path(path_, info.key), "given twice, as \"" + std::string(found_key) + "\" and \"" +
                                                                std::string(key) + "\"");
         return;
       }
       found = &*it;
-      found_key = std::string(key);
+      found_key = key;
     };
     look(info.key);
     for_each_alias(info, look);
     if (found) {
       ctx_.written_paths.emplace(join_path(path_, info.key), join_path(written_, found_key));
-      written_keys_[std::string(info.key)] = found_key;
+      if (found_key != info.key) written_keys_.emplace(info.key, found_key);
     }
     return found;
   }
 
   std::string written_key_path(const FieldInfo& info) const {
-    auto it = written_keys_.find(std::string(info.key));
-    return join_path(written_, it == written_keys_.end() ? std::string(info.key) : it->second);
+    auto it = written_keys_.find(info.key);
+    return join_path(written_, it == written_keys_.end() ? info.key : it->second);
   }
 
   const json& obj_;
   std::string path_;
   std::string written_;
   ReadContext& ctx_;
-  std::set<std::string> claimed_;
-  std::vector<std::string> known_;
-  std::map<std::string, std::string> written_keys_;
+  std::set<std::string_view, std::less<>> claimed_;  // views of obj_'s keys
+  std::vector<std::string_view> known_;              // the fields' keys and aliases
+  std::map<std::string_view, std::string_view, std::less<>> written_keys_;  // a field's key: the alias the plan wrote
 };
 
 }  // namespace
