@@ -227,6 +227,10 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p, const std::vector<std
     for (int rec = 0; rec < 2; ++rec) layer_bytes[moe][rec] = moe == 1 && !m.is_moe() ? 0 : layer_activation_bytes(p, moe == 1, rec == 1);
   }
 
+  // A layer's dense parameters, and those a GPU holds, by kind ([moe]).
+  const double kind_dense[2] = {c.dense_layer(), c.layer.attention + c.layer.norms + c.layer.router + c.layer.shared_expert};
+  const double kind_params[2] = {c.dense_layer() / t, kind_dense[1] / t + c.layer.experts / (t * ep)};
+
   const std::int64_t pp = par.pipeline_model_parallel_size;
   std::vector<double> chunk_bytes;  // per chunk of the stage, a micro-batch's activations
   for (std::int64_t stage = 0; stage < pp; ++stage) {
@@ -248,16 +252,9 @@ std::vector<StageMemory> stage_memory(const plan::Plan& p, const std::vector<std
         const std::int64_t k_mod_group = k_in_group;
         k_in_group = k_in_group + 1 == group ? 0 : k_in_group + 1;
         const bool moe = is_moe_layer(m, first + k);
-        double layer_params = 0;
-        if (moe) {
-          dense += c.layer.attention + c.layer.norms + c.layer.router + c.layer.shared_expert;
-          expert += c.layer.experts;
-          layer_params = (c.layer.attention + c.layer.norms + c.layer.router + c.layer.shared_expert) / t + c.layer.experts / (t * ep);
-        } else {
-          dense += c.dense_layer();
-          layer_params = c.dense_layer() / t;
-        }
-        largest_layer = std::max(largest_layer, layer_params);
+        dense += kind_dense[moe];
+        if (moe) expert += c.layer.experts;
+        largest_layer = std::max(largest_layer, kind_params[moe]);
         const bool recomputed = recomputes_layer(p.training, k);
         if (!recomputed) {
           bytes += layer_bytes[moe][0];

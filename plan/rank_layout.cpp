@@ -327,12 +327,12 @@ RankLayout::NodeSpan RankLayout::node_span(GroupKind g, std::int64_t gpus_per_no
   NodeSpan out;
   const std::int64_t n = group_size(g);
   if (n <= 1 || gpus_per_node <= 0) return out;
-  // Every digit of the rank, in increasing stride, and whether the group spans it.
+  // Every digit of the rank, and whether the group spans it.
   Few<std::pair<Digit, bool>, 2 * (2 * kMeshDims + 2)> all;
   for (const Digit& x : varying(g)) all.push_back({x, true});
   for (const Digit& x : fixed(g)) all.push_back({x, false});
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first.stride < b.first.stride; });
-  // Digits in increasing stride: each contributes the values that stay inside one node.
+  // Each digit contributes the values that stay inside one node, from its own stride and size
+  // alone: the order they come in does not matter.
   bool regular = true;
   std::int64_t per_node = 1;
   for (const auto& [x, spans] : all) {
