@@ -80,7 +80,15 @@ const std::map<std::string, std::string>& nonblocking_copies() {
 //   counted one pipeline stage's DP rings at a time, as the schedule staggers their
 //   reductions; in the simulator the stages' reductions overlap in part, and the flows that
 //   meet on a link end at different times, so the survivors take the bandwidth freed: the
-//   simulated DP lies either side of the count.
+//   simulated DP lies either side of the count. On the default scenario (its trace, release
+//   build at 361cdbb, 2026-12-07) the count finds one stage of eight whose rings collide (stage
+//   6, half the NIC's rate) and prices every stage's DP at that worst stage's; in the
+//   simulator the stages' reductions all run at the end of the step within 0.6 s of each other,
+//   each 0.75 to 1.23 s at up to 72-106 ms a bucket, except the reported stage's (stage 7, the
+//   first done and the one that computes longest), which runs at 36-49 ms a bucket, 0.445 s,
+//   and then waits 1.0 s for the others: exposed PP in the simulator. The closed form would need
+//   the stages' end-of-step reductions as one phase that overlaps (each stage's own end, its
+//   own collisions and those of the stages reducing beside it), not one count per stage.
 // - kNicShared: the pipeline's sends share their NICs with the same ranks' DP reductions
 //   (ZeRO-2 reduce-scatters every micro-batch), which the closed form prices as a steady
 //   state (models::p2p_s with NicSharing: the NIC's half while both run, over the share of
