@@ -86,7 +86,8 @@ const std::map<std::string, std::string>& nonblocking_copies() {
 //   simulator the stages' reductions all run at the end of the step within 0.6 s of each other,
 //   each 0.75 to 1.23 s at up to 72-106 ms a bucket, except the reported stage's (stage 7, the
 //   first done and the one that computes longest), which runs at 36-49 ms a bucket, 0.445 s,
-//   and then waits 1.0 s for the others: exposed PP in the simulator. The closed form would need
+//   and then waits 1.0 s for the others, which the simulator counts as its bubble and exposed
+//   PP (sim/engine_report.cpp: a rank done early waits for the pipeline). The closed form would need
 //   the stages' end-of-step reductions as one phase that overlaps (each stage's own end, its
 //   own collisions and those of the stages reducing beside it), not one count per stage.
 // - kNicShared: the pipeline's sends share their NICs with the same ranks' DP reductions
