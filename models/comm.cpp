@@ -92,6 +92,7 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, const
     g.fabric_fraction = ring.above_nic_fraction();
     g.nic_bytes_per_s *= g.fabric_fraction;
     g.edge_fractions = std::move(ring.edge_above_nic_fraction);
+    g.stage_fabric_fractions = std::move(ring.stage_above_nic_fraction);
     // Only expert parallelism runs all-to-all (models/layer_comm).
     if (group == plan::GroupKind::ep) {
       g.all_to_all_nic_bytes_per_s *= topology::tier_shares(c, layout, group, topology::Pattern::all_to_all).above_nic_fraction();
@@ -106,6 +107,16 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, const
   // A message crosses up to 2 x tiers switch hops and two NICs (~1 us each, docs/reference/published-runs.md C1).
   g.latency_s = (2.0 * static_cast<double>(c.topology.tiers) * c.topology.link_latency_us + 2.0) * 1e-6;
   return g;
+}
+
+GroupNetwork stage_network(const GroupNetwork& g, std::int64_t stage) {
+  GroupNetwork out = g;
+  if (stage < 0 || static_cast<std::size_t>(stage) >= g.stage_fabric_fractions.size()) return out;
+  // As group_network sets the rates from the fabric's fraction (the nodes' links unchanged).
+  out.fabric_fraction = g.stage_fabric_fractions[static_cast<std::size_t>(stage)];
+  out.nic_bytes_per_s = g.nic_alone_bytes_per_s * out.fabric_fraction;
+  if (out.crosses_nodes) out.busbw_bytes_per_s = std::min(out.nvlink_bytes_per_s, out.nic_bytes_per_s);
+  return out;
 }
 
 namespace {

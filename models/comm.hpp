@@ -46,6 +46,9 @@ struct GroupNetwork {
   // runs on NVLink, as the simulator routes it, though the group crosses nodes elsewhere.
   std::vector<char> edge_crosses_nodes;
   double nic_alone_bytes_per_s = 0;  // the NIC's share before those tiers
+  // A DP group counted stage by stage (topology::staggered_by_stage): per pipeline stage, what
+  // those tiers leave its own rings (fabric_fraction is the worst stage's); empty otherwise.
+  std::vector<double> stage_fabric_fractions;
   // Collectives on NCCL (a GPU generation): its tuner's latencies and protocols
   // (models/nccl_tuner), over NVLink inside the node or PCIe, with LL's ceiling in one node.
   bool nccl = false;
@@ -58,6 +61,9 @@ GroupNetwork group_network(const plan::Plan& plan, const HardwareProfile& hw, pl
 // The same with the plan's rank layout made once by the caller (the estimate prices up to eight
 // groups of one layout).
 GroupNetwork group_network(const plan::Plan& plan, const HardwareProfile& hw, const plan::RankLayout& layout, plan::GroupKind group);
+// The same group as one pipeline stage's rings find it alone (stage_fabric_fractions), or `g`
+// itself where it has no such figures.
+GroupNetwork stage_network(const GroupNetwork& g, std::int64_t stage);
 
 // The rate of a ring member's flow through its own NIC when the ring crosses nodes: the node's
 // NICs work together, NVLink caps the node's ring. At the group's NIC share, or at the rate given.

@@ -107,7 +107,7 @@ struct PlainItems {
 }  // namespace
 
 DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCounts& counts, const DpNetworks& nets, const DpStage& stage,
-                   CollectivePrices& price) {
+                   CollectivePrices& price, const DpNetworks* alone) {
   DpReplay out;
   const auto& m = p.model;
   const auto& par = p.parallelism;
@@ -133,6 +133,14 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
     if (expert_reduction.replica_bytes_per_param > 0) s += timed(nets.expert_replica, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
     return s;
   };
+  // The same on the stage's own rings alone (`alone`), for the collectives after its last item.
+  auto reduce_time_alone = [&](const GpuParams& g) {
+    double s = price(alone->dense, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
+               price(alone->expert, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
+    if (dense_reduction.replica_bytes_per_param > 0) s += price(alone->dense_replica, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param);
+    if (expert_reduction.replica_bytes_per_param > 0) s += price(alone->expert_replica, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
+    return s;
+  };
   if (nets.dense.size > 1 || nets.expert.size > 1 || nets.dense_replicas > 1 || nets.expert_replicas > 1) {
     const bool zero3 = par.zero_stage == 3;
     const bool sharded_grads = par.zero_stage >= 2;
@@ -146,7 +154,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
         stage_order(par.pipeline_schedule, par.pipeline_model_parallel_size, stage.index, stage.micro_batches, pchunks, chunks.size());
     const std::vector<ScheduleItem>& sched = order->items;
     const std::vector<std::size_t>& last_grad_item = order->last_grad_item;
-    double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0;
+    double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0, deferred_alone = 0;
     GpuParams pending;
     // The compute beside the DP stream's collectives runs on the SMs they leave it
     // (models/sm_share.hpp); what it loses there is exposed DP time, as in the simulator.
@@ -165,6 +173,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
     auto flush = [&] {
       if (pending.total() <= 0) return;
       const double dt = reduce_time(pending);
+      if (!overlap_grads && !sharded_grads && alone) deferred_alone += reduce_time_alone(pending);
       pending = {};
       if (overlap_grads) last_grad = issue(dt);
       else if (sharded_grads) compute = last_grad = issue(dt);
@@ -286,17 +295,29 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
         flush();
       }
     }
-    // The collectives issued from here on run after the stage's last item.
+    // The collectives issued from here on run after the stage's last item: the deferred
+    // gradient reduction and the distributed optimizer's gather when not overlapped. Timed
+    // again on the stage's own rings alone (`alone`), from the same state.
     out.span_s = compute;
     const double under_compute_s = out.under_compute_s;
+    const double stream_at_end = stream, compute_at_end = compute, last_grad_at_end = last_grad;
+    const bool closing_gather = (par.zero_stage == 1 || par.zero_stage == 2) && !gather_ahead;
+    const GpuParams all{stage.params, stage.expert_params};
     if (deferred > 0) last_grad = issue(deferred);
     compute = std::max(compute, last_grad);
-    if ((par.zero_stage == 1 || par.zero_stage == 2) && !gather_ahead) {
-      GpuParams all{stage.params, stage.expert_params};
-      compute = issue(dp_time(Collective::all_gather, all, e));
-    }
+    if (closing_gather) compute = issue(dp_time(Collective::all_gather, all, e));
     out.dp_s = std::max(0.0, compute - busy);
     out.under_compute_s = under_compute_s;
+    if (alone) {
+      double stream_alone = stream_at_end, compute_alone = compute_at_end, last_grad_alone = last_grad_at_end;
+      auto issue_alone = [&](double dt) { return stream_alone = std::max(stream_alone, compute_alone) + dt; };
+      if (deferred_alone > 0) last_grad_alone = issue_alone(deferred_alone);
+      compute_alone = std::max(compute_alone, last_grad_alone);
+      if (closing_gather) {
+        compute_alone = issue_alone(price(alone->dense, Collective::all_gather, all.dense * e) + price(alone->expert, Collective::all_gather, all.expert * e));
+      }
+      out.waits_for_others_s = std::max(0.0, compute - compute_alone);
+    }
   }
   return out;
 }

@@ -54,9 +54,17 @@ struct DpReplay {
   // stage's compute, and the span of that compute (its own items and what DP holds them for):
   // the share of its NIC the pipeline's transfers find busy (models::p2p_s, NicSharing).
   double under_compute_s = 0, span_s = 0;
+  // Of dp_s, what the stage waits for the other stages at the end of the step: its collectives
+  // after its last item (the deferred gradient reduction, the distributed optimizer's closing
+  // gather) on its own rings alone take this much less than at the worst stage's share of the
+  // fabric, which the step's end is priced at (a DP group counted stage by stage,
+  // topology::staggered_by_stage; 0 without `alone`).
+  double waits_for_others_s = 0;
 };
 
+// `alone`: the same groups as the stage's own rings find them alone (models::stage_network),
+// for waits_for_others_s.
 DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCounts& counts, const DpNetworks& nets, const DpStage& stage,
-                   CollectivePrices& price);
+                   CollectivePrices& price, const DpNetworks* alone = nullptr);
 
 }  // namespace meshwork::models

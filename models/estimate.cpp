@@ -399,14 +399,24 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
                           std::llround(micro_batches * slow.kinds.count[i]) + (zeroing ? 1 : 0)});
   }
 
-  // DP by the Program's rules, replayed on the slowest stage's schedule (models/dp_replay).
+  // DP by the Program's rules, replayed on the slowest stage's schedule (models/dp_replay). The
+  // step ends when the stage whose DP rings collide most is done with its collectives after its
+  // last item (the DP groups' shares are that stage's, topology::staggered_by_stage); the
+  // reported stage's own rings, alone on the fabric, may be done sooner, and then it waits for
+  // the others, as the simulator counts a rank done before the step ends (issue 18: waiting
+  // for the pipeline to drain).
   const auto slow_index = static_cast<std::size_t>(slow_stage);
+  const GroupNetwork dp_alone = stage_network(dp_net, slow_stage), edp_alone = stage_network(edp_net, slow_stage);
+  const GroupNetwork dp_replica_alone = stage_network(dp_replica_net, slow_stage), edp_replica_alone = stage_network(edp_replica_net, slow_stage);
+  const DpNetworks alone{dp_alone, edp_alone, dp_replica_alone, edp_replica_alone, dense_groups.replicas, expert_groups.replicas};
+  const bool by_stage = !dp_net.stage_fabric_fractions.empty() || !edp_net.stage_fabric_fractions.empty() ||
+                        !dp_replica_net.stage_fabric_fractions.empty() || !edp_replica_net.stage_fabric_fractions.empty();
   const DpReplay dp = replay_dp(p, hw, counts,
                                 {dp_net, edp_net, dp_replica_net, edp_replica_net, dense_groups.replicas, expert_groups.replicas},
                                 {slow_stage, step_micro_batches, chunks[slow_index], firsts[slow_index], layer_times, first_ops,
                                  last_ops, slow.params, slow.expert_params, zero_grads_s},
-                                collective_time);
-  b.dp_s = dp.dp_s;
+                                collective_time, by_stage ? &alone : nullptr);
+  b.dp_s = dp.dp_s - dp.waits_for_others_s;
 
   // Bubble and exposed pipeline communication: the schedule replayed item by item on every
   // stage (models/pipeline), as the simulator plays the Program. One bubble in both tiers
@@ -439,6 +449,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     b.bubble_s = compute_only.idle_s[st];
     b.pp_s = std::max(0.0, with_comm.idle_s[st] - b.bubble_s);
   }
+  // Waiting for the other stages' collectives at the step's end: the pipeline's drain, as the
+  // simulator counts it (a stage done early waits for the pipeline).
+  b.pp_s += dp.waits_for_others_s;
   const double slow_compute = slow.forward_s + slow.backward_s + slow.recompute_s;
   r.bubble_fraction = micro_batches > 0 && slow_compute > 0 ? b.bubble_s / (micro_batches * slow_compute) : 0;
 

@@ -305,7 +305,7 @@ bool staggered_by_stage(plan::GroupKind kind) {
 namespace {
 
 TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& layout, plan::GroupKind kind, Pattern pattern, bool per_edge) {
-  TierShares s{kInf, kInf, kInf, {}};
+  TierShares s{kInf, kInf, kInf, {}, {}};
   const auto geometry = port_geometry(c);
   // A mesh larger than the cluster (a plan validate refuses, which an estimate may still be
   // asked for) has ranks on no port: nothing to count.
@@ -386,7 +386,7 @@ TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayou
         }
       }
     }
-    TierShares here{kInf, kInf, kInf, {}};
+    TierShares here{kInf, kInf, kInf, {}, {}};
     here.nic_gbytes_per_s = least_share(loads.port_out, loads.port_in, [&](std::int64_t) { return nic_gbytes; });
     here.leaf_gbytes_per_s = least_share(loads.leaf_out, loads.leaf_in, leaf_capacity);
     if (g.pod_ports > 0) here.pod_gbytes_per_s = least_share(loads.pod_out, loads.pod_in, pod_capacity);
@@ -424,6 +424,7 @@ TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayou
       here.leaf_gbytes_per_s = busiest(0, d_mod_k->leaf_slots());
       here.pod_gbytes_per_s = busiest(d_mod_k->leaf_slots(), d_mod_k->slots());
     }
+    if (by_stage) s.stage_above_nic_fraction.push_back(here.above_nic_fraction());
     s.nic_gbytes_per_s = std::min(s.nic_gbytes_per_s, here.nic_gbytes_per_s);
     s.leaf_gbytes_per_s = std::min(s.leaf_gbytes_per_s, here.leaf_gbytes_per_s);
     s.pod_gbytes_per_s = std::min(s.pod_gbytes_per_s, here.pod_gbytes_per_s);

@@ -159,6 +159,11 @@ struct TierShares {
   // (0, 1]; 1 for an edge that crosses no tier or stays in its node.
   std::vector<double> edge_above_nic_fraction;
 
+  // A kind counted stage by stage (staggered_by_stage): per pipeline stage, what the leaf and
+  // pod tiers leave its own rings of the NIC's rate, as above_nic_fraction() (which is the worst
+  // stage's); empty for the other kinds.
+  std::vector<double> stage_above_nic_fraction;
+
   // The streams' rate: the least of the three (infinity: nothing leaves a node).
   [[nodiscard]] double least() const;
   // What the leaf and pod tiers leave of the NIC's rate, in (0, 1]; 1 when nothing crosses.
