@@ -109,14 +109,10 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, const
   return g;
 }
 
-GroupNetwork stage_network(const GroupNetwork& g, std::int64_t stage) {
-  GroupNetwork out = g;
-  if (stage < 0 || static_cast<std::size_t>(stage) >= g.stage_fabric_fractions.size()) return out;
-  // As group_network sets the rates from the fabric's fraction (the nodes' links unchanged).
-  out.fabric_fraction = g.stage_fabric_fractions[static_cast<std::size_t>(stage)];
-  out.nic_bytes_per_s = g.nic_alone_bytes_per_s * out.fabric_fraction;
-  if (out.crosses_nodes) out.busbw_bytes_per_s = std::min(out.nvlink_bytes_per_s, out.nic_bytes_per_s);
-  return out;
+double stage_nic_bytes_per_s(const GroupNetwork& g, std::int64_t stage) {
+  if (stage < 0 || static_cast<std::size_t>(stage) >= g.stage_fabric_fractions.size()) return g.nic_bytes_per_s;
+  // As group_network sets the group's from its fabric's fraction.
+  return g.nic_alone_bytes_per_s * g.stage_fabric_fractions[static_cast<std::size_t>(stage)];
 }
 
 namespace {
@@ -339,15 +335,32 @@ double collective_s(const GroupNetwork& g, Collective c, double bytes) {
   return flows_s(g, c, bytes, chosen.algorithm, chosen.flows, g.nic_bytes_per_s, g.all_to_all_nic_bytes_per_s);
 }
 
-double CollectivePrices::operator()(const GroupNetwork& g, Collective c, double bytes) {
+const CollectivePrices::Priced& CollectivePrices::priced(const GroupNetwork& g, Collective c, double bytes) {
   for (const Priced& x : priced_) {
-    if (x.group == &g && x.collective == c && x.bytes == bytes) return x.seconds;
+    if (x.group == &g && x.collective == c && x.bytes == bytes) return x;
   }
-  const double s = collective_s(g, c, bytes);
   // A step prices a few dozen distinct collectives (a layer's TP and EP ones, the DP buckets'
-  // sizes); past 64 a linear search would cost more than it saves.
-  if (priced_.size() < 64) priced_.push_back({&g, c, bytes, s});
-  return s;
+  // sizes); past 64 a linear search would cost more than it saves, and the last slot is
+  // overwritten.
+  Priced x{&g, c, bytes, 0, CollectiveAlgorithm::ring, {}};
+  if (g.size > 1 && bytes > 0) {
+    // As collective_s.
+    const Chosen chosen = choose(g, c, bytes);
+    x.algorithm = chosen.algorithm;
+    x.flows = chosen.flows;
+    x.seconds = flows_s(g, c, bytes, chosen.algorithm, chosen.flows, g.nic_bytes_per_s, g.all_to_all_nic_bytes_per_s);
+  }
+  if (priced_.size() < 64) priced_.push_back(x);
+  else priced_.back() = x;
+  return priced_.back();
+}
+
+double CollectivePrices::operator()(const GroupNetwork& g, Collective c, double bytes) { return priced(g, c, bytes).seconds; }
+
+double CollectivePrices::at_nic_rate(const GroupNetwork& g, Collective c, double bytes, double nic_bytes_per_s) {
+  if (g.size <= 1 || bytes <= 0) return 0;
+  const Priced& x = priced(g, c, bytes);
+  return flows_s(g, c, bytes, x.algorithm, x.flows, nic_bytes_per_s, g.all_to_all_nic_bytes_per_s);
 }
 double all_reduce_s(const GroupNetwork& g, double bytes) { return collective_s(g, Collective::all_reduce, bytes); }
 double reduce_scatter_s(const GroupNetwork& g, double bytes) { return collective_s(g, Collective::reduce_scatter, bytes); }

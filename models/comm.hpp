@@ -61,30 +61,14 @@ GroupNetwork group_network(const plan::Plan& plan, const HardwareProfile& hw, pl
 // The same with the plan's rank layout made once by the caller (the estimate prices up to eight
 // groups of one layout).
 GroupNetwork group_network(const plan::Plan& plan, const HardwareProfile& hw, const plan::RankLayout& layout, plan::GroupKind group);
-// The same group as one pipeline stage's rings find it alone (stage_fabric_fractions), or `g`
-// itself where it has no such figures.
-GroupNetwork stage_network(const GroupNetwork& g, std::int64_t stage);
+// The NIC's share between nodes one pipeline stage's rings find alone (stage_fabric_fractions),
+// or the group's (nic_bytes_per_s) where it has no such figures.
+double stage_nic_bytes_per_s(const GroupNetwork& g, std::int64_t stage);
 
 // The rate of a ring member's flow through its own NIC when the ring crosses nodes: the node's
 // NICs work together, NVLink caps the node's ring. At the group's NIC share, or at the rate given.
 double ring_member_bytes_per_s(const GroupNetwork& g);
 double ring_member_bytes_per_s(const GroupNetwork& g, double nic_bytes_per_s);
-
-// Prices collectives with collective_s, each (group, collective, bytes) once: the collectives of
-// a step repeat (a layer's TP pair in every layer, DP buckets of one size). For one caller's
-// groups, which must outlive it and not change while it prices them.
-class CollectivePrices {
- public:
-  double operator()(const GroupNetwork& g, Collective c, double bytes);
-
- private:
-  struct Priced {
-    const GroupNetwork* group;
-    Collective collective;
-    double bytes, seconds;
-  };
-  std::vector<Priced> priced_;
-};
 
 // The algorithm a collective of `bytes` runs with: the plan's when it applies to this group
 // and collective, otherwise (and for `auto`) the one the cost model finds fastest, as NCCL's
@@ -143,5 +127,28 @@ struct CollectiveFlows {
   Protocol protocol = Protocol::simple;
 };
 CollectiveFlows collective_flows(const GroupNetwork& g, Collective c, double bytes, CollectiveAlgorithm a);
+
+// Prices collectives with collective_s, each (group, collective, bytes) once: the collectives of
+// a step repeat (a layer's TP pair in every layer, DP buckets of one size). For one caller's
+// groups, which must outlive it and not change while it prices them.
+class CollectivePrices {
+ public:
+  double operator()(const GroupNetwork& g, Collective c, double bytes);
+  // The same collective at another share of the NICs between nodes (one pipeline stage's
+  // rings alone, stage_nic_bytes_per_s): the algorithm and protocol are the tuner's, which
+  // sees the NIC's own rate, so only the time at that share is new.
+  double at_nic_rate(const GroupNetwork& g, Collective c, double bytes, double nic_bytes_per_s);
+
+ private:
+  struct Priced {
+    const GroupNetwork* group;
+    Collective collective;
+    double bytes, seconds;
+    CollectiveAlgorithm algorithm;
+    CollectiveFlows flows;
+  };
+  const Priced& priced(const GroupNetwork& g, Collective c, double bytes);
+  std::vector<Priced> priced_;
+};
 
 }  // namespace meshwork::models

@@ -107,7 +107,7 @@ struct PlainItems {
 }  // namespace
 
 DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCounts& counts, const DpNetworks& nets, const DpStage& stage,
-                   CollectivePrices& price, const DpNetworks* alone) {
+                   CollectivePrices& price, const DpAloneRates* alone) {
   DpReplay out;
   const auto& m = p.model;
   const auto& par = p.parallelism;
@@ -135,10 +135,14 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
   };
   // The same on the stage's own rings alone (`alone`), for the collectives after its last item.
   auto reduce_time_alone = [&](const GpuParams& g) {
-    double s = price(alone->dense, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
-               price(alone->expert, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
-    if (dense_reduction.replica_bytes_per_param > 0) s += price(alone->dense_replica, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param);
-    if (expert_reduction.replica_bytes_per_param > 0) s += price(alone->expert_replica, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
+    double s = price.at_nic_rate(nets.dense, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param, alone->dense) +
+               price.at_nic_rate(nets.expert, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param, alone->expert);
+    if (dense_reduction.replica_bytes_per_param > 0) {
+      s += price.at_nic_rate(nets.dense_replica, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param, alone->dense_replica);
+    }
+    if (expert_reduction.replica_bytes_per_param > 0) {
+      s += price.at_nic_rate(nets.expert_replica, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param, alone->expert_replica);
+    }
     return s;
   };
   if (nets.dense.size > 1 || nets.expert.size > 1 || nets.dense_replicas > 1 || nets.expert_replicas > 1) {
@@ -314,7 +318,8 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
       if (deferred_alone > 0) last_grad_alone = issue_alone(deferred_alone);
       compute_alone = std::max(compute_alone, last_grad_alone);
       if (closing_gather) {
-        compute_alone = issue_alone(price(alone->dense, Collective::all_gather, all.dense * e) + price(alone->expert, Collective::all_gather, all.expert * e));
+        compute_alone = issue_alone(price.at_nic_rate(nets.dense, Collective::all_gather, all.dense * e, alone->dense) +
+                                    price.at_nic_rate(nets.expert, Collective::all_gather, all.expert * e, alone->expert));
       }
       out.waits_for_others_s = std::max(0.0, compute - compute_alone);
     }

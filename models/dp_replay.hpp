@@ -62,9 +62,14 @@ struct DpReplay {
   double waits_for_others_s = 0;
 };
 
-// `alone`: the same groups as the stage's own rings find them alone (models::stage_network),
-// for waits_for_others_s.
+// The NIC's share between nodes each of DpNetworks' groups finds on the replayed stage's own
+// rings alone (models::stage_nic_bytes_per_s).
+struct DpAloneRates {
+  double dense = 0, expert = 0, dense_replica = 0, expert_replica = 0;
+};
+
+// `alone`: for waits_for_others_s (none without it).
 DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCounts& counts, const DpNetworks& nets, const DpStage& stage,
-                   CollectivePrices& price, const DpNetworks* alone = nullptr);
+                   CollectivePrices& price, const DpAloneRates* alone = nullptr);
 
 }  // namespace meshwork::models

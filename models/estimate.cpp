@@ -406,11 +406,11 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // the others, as the simulator counts a rank done before the step ends (issue 18: waiting
   // for the pipeline to drain).
   const auto slow_index = static_cast<std::size_t>(slow_stage);
-  const GroupNetwork dp_alone = stage_network(dp_net, slow_stage), edp_alone = stage_network(edp_net, slow_stage);
-  const GroupNetwork dp_replica_alone = stage_network(dp_replica_net, slow_stage), edp_replica_alone = stage_network(edp_replica_net, slow_stage);
-  const DpNetworks alone{dp_alone, edp_alone, dp_replica_alone, edp_replica_alone, dense_groups.replicas, expert_groups.replicas};
-  const bool by_stage = !dp_net.stage_fabric_fractions.empty() || !edp_net.stage_fabric_fractions.empty() ||
-                        !dp_replica_net.stage_fabric_fractions.empty() || !edp_replica_net.stage_fabric_fractions.empty();
+  const DpAloneRates alone{stage_nic_bytes_per_s(dp_net, slow_stage), stage_nic_bytes_per_s(edp_net, slow_stage),
+                           stage_nic_bytes_per_s(dp_replica_net, slow_stage), stage_nic_bytes_per_s(edp_replica_net, slow_stage)};
+  // Only where the stage's own rings find a share other than the worst stage's.
+  const bool by_stage = alone.dense != dp_net.nic_bytes_per_s || alone.expert != edp_net.nic_bytes_per_s ||
+                        alone.dense_replica != dp_replica_net.nic_bytes_per_s || alone.expert_replica != edp_replica_net.nic_bytes_per_s;
   const DpReplay dp = replay_dp(p, hw, counts,
                                 {dp_net, edp_net, dp_replica_net, edp_replica_net, dense_groups.replicas, expert_groups.replicas},
                                 {slow_stage, step_micro_batches, chunks[slow_index], firsts[slow_index], layer_times, first_ops,
