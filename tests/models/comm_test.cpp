@@ -2,6 +2,7 @@
 // (docs/reference/published-runs.md C2) and against their own definitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "models/comm.hpp"
@@ -233,6 +234,35 @@ TEST(Fabric, DataParallelRingsCollideOnlyWithinTheirStage) {
   EXPECT_DOUBLE_EQ(topology::tier_shares(loaded.plan.cluster, layout, plan::GroupKind::dp_cp, topology::Pattern::ring).above_nic_fraction(), 0.5);
   // The pipeline's boundaries all run at once in the steady state: they are not split by stage.
   EXPECT_EQ(topology::tier_shares(loaded.plan.cluster, layout, plan::GroupKind::pp, topology::Pattern::pipeline, true).edge_above_nic_fraction.size(), 8u);
+}
+
+// Each stage's own rings' share (the estimate times the reported stage's end-of-step reductions
+// on them): on the default scenario only stage 6's rings collide, and a collective at another
+// NIC share is the same collective timed at that share, its algorithm and protocol the tuner's.
+TEST(Fabric, EachStagesOwnRingsHaveTheirOwnShare) {
+  const auto loaded = plan::load_plan(std::filesystem::path(MESHWORK_SOURCE_DIR) / "scenarios/gpt3-175b-a100-1024.yaml");
+  ASSERT_TRUE(loaded.ok());
+  const plan::Plan& p = loaded.plan;
+  const GroupNetwork g = group_network(p, hardware_profile(p.cluster.gpu), plan::GroupKind::dp_cp);
+  ASSERT_EQ(g.stage_fabric_fractions.size(), 8u);
+  for (std::size_t s = 0; s < 8; ++s) EXPECT_DOUBLE_EQ(g.stage_fabric_fractions[s], s == 6 ? 0.5 : 1.0) << "stage " << s;
+  EXPECT_DOUBLE_EQ(g.fabric_fraction, 0.5);  // the worst stage's
+  EXPECT_DOUBLE_EQ(stage_nic_bytes_per_s(g, 7), g.nic_alone_bytes_per_s);
+  EXPECT_DOUBLE_EQ(stage_nic_bytes_per_s(g, 6), g.nic_bytes_per_s);
+  EXPECT_DOUBLE_EQ(stage_nic_bytes_per_s(g, 99), g.nic_bytes_per_s);  // no such stage: the group's
+  // The group with stage 7's share, as group_network would make it.
+  GroupNetwork alone = g;
+  alone.nic_bytes_per_s = stage_nic_bytes_per_s(g, 7);
+  alone.busbw_bytes_per_s = std::min(alone.nvlink_bytes_per_s, alone.nic_bytes_per_s);
+  CollectivePrices prices;
+  for (const Collective c : {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather}) {
+    for (const double bytes : {1e5, 5e7, 2e9}) {
+      EXPECT_EQ(prices.at_nic_rate(g, c, bytes, alone.nic_bytes_per_s), collective_s(alone, c, bytes)) << to_string(c) << " " << bytes;
+      EXPECT_EQ(prices.at_nic_rate(g, c, bytes, g.nic_bytes_per_s), collective_s(g, c, bytes));
+      EXPECT_EQ(prices(g, c, bytes), collective_s(g, c, bytes));
+    }
+  }
+  EXPECT_LT(prices.at_nic_rate(g, Collective::all_reduce, 2e9, alone.nic_bytes_per_s), 0.6 * collective_s(g, Collective::all_reduce, 2e9));
 }
 
 }  // namespace
