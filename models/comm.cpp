@@ -111,8 +111,10 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, const
 
 double stage_nic_bytes_per_s(const GroupNetwork& g, std::int64_t stage) {
   if (stage < 0 || static_cast<std::size_t>(stage) >= g.stage_fabric_fractions.size()) return g.nic_bytes_per_s;
-  // As group_network sets the group's from its fabric's fraction.
-  return g.nic_alone_bytes_per_s * g.stage_fabric_fractions[static_cast<std::size_t>(stage)];
+  // As group_network sets the group's from its fabric's fraction, and never below the group's:
+  // the group's share is the least of every stage's NIC and fabric shares, which is the worst
+  // stage's own where the stages load their NICs alike, and at most it otherwise.
+  return std::max(g.nic_bytes_per_s, g.nic_alone_bytes_per_s * g.stage_fabric_fractions[static_cast<std::size_t>(stage)]);
 }
 
 namespace {

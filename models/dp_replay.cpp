@@ -31,7 +31,7 @@ struct StageOrder {
 
 std::shared_ptr<const StageOrder> stage_order(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t stage, std::int64_t m,
                                               std::int64_t v, std::size_t chunks) {
-  constexpr std::size_t kLargest = std::size_t{1} << 18;  // items: at most 8 x 3 MiB kept
+  constexpr std::size_t kLargest = std::size_t{1} << 18;  // items of 24 bytes: at most 8 x 6 MiB kept
   thread_local KeptLast<std::tuple<plan::PipelineSchedule, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::size_t>, StageOrder> kept;
   auto make = [&] {
     StageOrder order;

@@ -402,9 +402,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // DP by the Program's rules, replayed on the slowest stage's schedule (models/dp_replay). The
   // step ends when the stage whose DP rings collide most is done with its collectives after its
   // last item (the DP groups' shares are that stage's, topology::staggered_by_stage); the
-  // reported stage's own rings, alone on the fabric, may be done sooner, and then it waits for
-  // the others, as the simulator counts a rank done before the step ends (issue 18: waiting
-  // for the pipeline to drain).
+  // reported stage's own rings, alone on the fabric, may be done sooner, and then, if another
+  // stage ends its items after it, it waits for the others, as the simulator counts a rank done
+  // before the step ends (issue 18: waiting for the pipeline to drain; below).
   const auto slow_index = static_cast<std::size_t>(slow_stage);
   const DpAloneRates alone{stage_nic_bytes_per_s(dp_net, slow_stage), stage_nic_bytes_per_s(edp_net, slow_stage),
                            stage_nic_bytes_per_s(dp_replica_net, slow_stage), stage_nic_bytes_per_s(edp_replica_net, slow_stage)};
@@ -416,7 +416,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
                                 {slow_stage, step_micro_batches, chunks[slow_index], firsts[slow_index], layer_times, first_ops,
                                  last_ops, slow.params, slow.expert_params, zero_grads_s},
                                 collective_time, by_stage ? &alone : nullptr);
-  b.dp_s = dp.dp_s - dp.waits_for_others_s;
+  b.dp_s = dp.dp_s;
 
   // Bubble and exposed pipeline communication: the schedule replayed item by item on every
   // stage (models/pipeline), as the simulator plays the Program. One bubble in both tiers
@@ -448,10 +448,14 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     const auto st = static_cast<std::size_t>(slow_stage);
     b.bubble_s = compute_only.idle_s[st];
     b.pp_s = std::max(0.0, with_comm.idle_s[st] - b.bubble_s);
+    // A stage done with its items before another is, waiting for the other stages' collectives
+    // at the step's end: the pipeline's drain, as the simulator counts it (a stage done early
+    // waits for the pipeline). The stage that ends the pipeline has nobody to wait for.
+    if (with_comm.end_s[st] < with_comm.makespan_s) {
+      b.dp_s = dp.dp_s - dp.waits_for_others_s;
+      b.pp_s += dp.waits_for_others_s;
+    }
   }
-  // Waiting for the other stages' collectives at the step's end: the pipeline's drain, as the
-  // simulator counts it (a stage done early waits for the pipeline).
-  b.pp_s += dp.waits_for_others_s;
   const double slow_compute = slow.forward_s + slow.backward_s + slow.recompute_s;
   r.bubble_fraction = micro_batches > 0 && slow_compute > 0 ? b.bubble_s / (micro_batches * slow_compute) : 0;
 

@@ -62,7 +62,7 @@ Traversal traverse(plan::PipelineSchedule schedule, std::int64_t p, std::int64_t
   std::size_t items = 0;
   for (const auto& o : t.orders) items += o.size();
   // Steps are numbered in 32 bits from 1 (half the memory of the replay's hot loop).
-  if (items >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+  if (items > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
     throw std::length_error("a pipeline schedule of " + std::to_string(items) + " items: more than the replay numbers (2^31)");
   }
   // The interleaved schedule numbers micro-batches in groups of p (models/schedules.cpp): with a
@@ -168,7 +168,14 @@ std::vector<Lanes<N>> item_seconds(const std::array<const PipelineSpec*, N>& spe
     for (std::int64_t c = 0; c < v; ++c) {
       for (const Pass pass : {Pass::forward, Pass::backward, Pass::backward_input, Pass::backward_weight}) {
         Lanes<N>& dt = seconds[static_cast<std::size_t>((s * v + c) * 4 + static_cast<std::int64_t>(pass))];
-        for (std::size_t k = 0; k < N; ++k) dt[k] = item_s(*specs[k], {pass, 0, static_cast<std::int32_t>(c)}, s);
+        for (std::size_t k = 0; k < N; ++k) {
+          dt[k] = item_s(*specs[k], {pass, 0, static_cast<std::int32_t>(c)}, s);
+          // The timed loop's zero end stands for "nothing to wait for" (time_steps).
+          if (!(dt[k] >= 0)) {
+            throw std::invalid_argument("a pipeline item of " + std::to_string(dt[k]) + " s (stage " + std::to_string(s) + ", chunk " +
+                                        std::to_string(c) + ", " + std::string(to_string(pass)) + "): an item's seconds must be at least zero");
+          }
+        }
       }
     }
   }
@@ -222,7 +229,13 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
     const PipelineSpec& sp = *specs[k];
     preposted[k] = sp.preposted ? 1 : 0;
     posted += sp.preposted ? 1 : 0;
-    for (std::size_t b = 0; b < P; ++b) transfer[b][k] = b < sp.boundary_transfer_s.size() ? sp.boundary_transfer_s[b] : sp.transfer_s;
+    for (std::size_t b = 0; b < P; ++b) {
+      transfer[b][k] = b < sp.boundary_transfer_s.size() ? sp.boundary_transfer_s[b] : sp.transfer_s;
+      if (!(transfer[b][k] >= 0)) {
+        throw std::invalid_argument("a pipeline transfer of " + std::to_string(transfer[b][k]) + " s (boundary " + std::to_string(b) +
+                                    "): a transfer's seconds must be at least zero");
+      }
+    }
   }
   if (posted == N) time_steps<N, 1>(t, seconds, transfer, preposted, ends);
   else if (posted == 0) time_steps<N, 0>(t, seconds, transfer, preposted, ends);
@@ -242,6 +255,8 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
     o.replayed_microbatches = m;
     o.busy_s.resize(P);
     o.idle_s.resize(P);
+    o.end_s.resize(P);
+    for (std::size_t s = 0; s < P; ++s) o.end_s[s] = free_s[s][k];
     for (std::size_t s = 0; s < P; ++s) o.makespan_s = std::max(o.makespan_s, free_s[s][k]);
     for (std::size_t s = 0; s < P; ++s) {
       double per_microbatch = 0;
@@ -381,6 +396,8 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
     for (std::size_t k = 0; k < N; ++k) {
       PipelineTimes& o = out[k];
       o.makespan_s += n * delta[k];
+      // Every stage's last item is in its cool-down, after the skipped periods.
+      for (std::size_t s = 0; s < P; ++s) o.end_s[s] += n * delta[k];
       for (std::size_t s = 0; s < P; ++s) o.idle_s[s] = o.makespan_s - o.busy_s[s];
     }
     return out;

@@ -41,6 +41,8 @@ struct PipelineSpec {
   // boundaries different shares (an oversubscribed pod crossed by some of them). Empty: every
   // boundary takes transfer_s.
   std::vector<double> boundary_transfer_s;
+  // Every item's seconds (backward_s - weight_s too) and every transfer is at least zero
+  // (pipeline_times throws std::invalid_argument otherwise): no item ends before the step starts.
   bool preposted = true;  // overlap.p2p
   // Replay a shorter step and add the steady state's periods it skips, where the check allows
   // (models/pipeline.cpp); false: every micro-batch (the reference the tests compare with).
@@ -51,6 +53,7 @@ struct PipelineTimes {
   double makespan_s = 0;
   std::vector<double> busy_s;  // per stage: its items' seconds
   std::vector<double> idle_s;  // per stage: makespan - busy
+  std::vector<double> end_s;   // per stage: when its last item ends
   std::int64_t replayed_microbatches = 0;  // fewer than the spec's where the steady state was extrapolated
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "models/pipeline.hpp"
@@ -59,6 +60,7 @@ TEST(Pipeline, ExtrapolatedSteadyStateMatchesTheWholeReplay) {
         for (std::size_t s = 0; s < b.idle_s.size(); ++s) {
           EXPECT_NEAR(a.busy_s[s], b.busy_s[s], 1e-9 * b.makespan_s) << what << " stage " << s;
           EXPECT_NEAR(a.idle_s[s], b.idle_s[s], 1e-9 * b.makespan_s) << what << " stage " << s;
+          EXPECT_NEAR(a.end_s[s], b.end_s[s], 1e-9 * b.makespan_s) << what << " stage " << s;
           EXPECT_NEAR(lane_b.idle_s[s], c.idle_s[s], 1e-9 * c.makespan_s) << what << " stage " << s;
         }
         EXPECT_EQ(b.replayed_microbatches, spec.microbatches);
@@ -102,6 +104,7 @@ TEST(Pipeline, ASecondShortStepWhereTheFirstHasNotSettled) {
     const std::string what = "trial " + std::to_string(trial);
     EXPECT_NEAR(a.makespan_s, b.makespan_s, 1e-9 * b.makespan_s) << what;
     for (std::size_t s = 0; s < 2; ++s) EXPECT_NEAR(a.idle_s[s], b.idle_s[s], 1e-9 * b.makespan_s) << what;
+    for (std::size_t s = 0; s < 2; ++s) EXPECT_NEAR(a.end_s[s], b.end_s[s], 1e-9 * b.makespan_s) << what;
     by_steps[a.replayed_microbatches == 6 ? 0 : a.replayed_microbatches == 8 ? 1 : 2] += 1;
     if (a.replayed_microbatches != 6 && a.replayed_microbatches != 8) {
       EXPECT_EQ(a.replayed_microbatches, 48) << what;
@@ -133,8 +136,35 @@ TEST(Pipeline, TransfersOnTheCriticalPathByHand) {
   EXPECT_DOUBLE_EQ(posted.makespan_s, 10);
   EXPECT_DOUBLE_EQ(posted.idle_s[0], 4);
   EXPECT_DOUBLE_EQ(posted.idle_s[1], 4);
+  // Each stage's last item: stage 0's B1 at 10, stage 1's B1 at 7.5.
+  ASSERT_EQ(posted.end_s.size(), 2u);
+  EXPECT_DOUBLE_EQ(posted.end_s[0], 10);
+  EXPECT_DOUBLE_EQ(posted.end_s[1], 7.5);
   spec.preposted = false;
   EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 10.5);
+}
+
+// An item or a transfer of negative seconds is refused, naming it: the replay's zero end stands
+// for "nothing to wait for" (models/pipeline.cpp), so no item may end before the step starts.
+TEST(Pipeline, NegativeSecondsAreRefused) {
+  PipelineSpec spec;
+  spec.schedule = plan::PipelineSchedule::zero_bubble;
+  spec.stages = 2;
+  spec.microbatches = 4;
+  spec.forward_s = {1, 1};
+  spec.backward_s = {2, 2};
+  spec.weight_s = {1, 1};
+  EXPECT_NO_THROW(pipeline_times(spec));
+  spec.weight_s = {1, 3};  // stage 1's input gradient: 2 - 3 s
+  try {
+    pipeline_times(spec);
+    ADD_FAILURE() << "a negative input gradient was replayed";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("stage 1"), std::string::npos) << e.what();
+  }
+  spec.weight_s = {1, 1};
+  spec.transfer_s = -0.5;
+  EXPECT_THROW(pipeline_times(spec), std::invalid_argument);
 }
 
 }  // namespace
