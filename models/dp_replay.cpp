@@ -1,6 +1,7 @@
 #include "models/dp_replay.hpp"
 
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <tuple>
 
@@ -118,9 +119,22 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
   // Of the collectives priced since the stream last issued, the time of those whose group
   // crosses nodes.
   double on_nics_s = 0;
+  // A gradient reduction, kept for the next bucket of the same size (most are: issue 18), with
+  // what it added to on_nics_s, part by part in order, to add again.
+  struct Reduced {
+    GpuParams of;
+    double seconds = -1, alone_s = 0;
+    std::array<double, 4> on_nics{};
+    std::size_t parts = 0;
+  };
+  Reduced last_reduced;
+  Reduced* recording = nullptr;
   auto timed = [&](const GroupNetwork& g, Collective c, double bytes) {
     const double dt = price(g, c, bytes);
-    if (g.crosses_nodes) on_nics_s += dt;
+    if (g.crosses_nodes) {
+      on_nics_s += dt;
+      if (recording) recording->on_nics.at(recording->parts++) = dt;
+    }
     return dt;
   };
   auto dp_time = [&](Collective c, const GpuParams& g, double bytes_per_param) {
@@ -174,10 +188,20 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
       on_nics_s = 0;
       return stream = start + dt;
     };
+    const bool deferring_alone = !overlap_grads && !sharded_grads && alone;
     auto flush = [&] {
       if (pending.total() <= 0) return;
-      const double dt = reduce_time(pending);
-      if (!overlap_grads && !sharded_grads && alone) deferred_alone += reduce_time_alone(pending);
+      if (last_reduced.seconds < 0 || last_reduced.of.dense != pending.dense || last_reduced.of.expert != pending.expert) {
+        last_reduced = Reduced{pending};
+        recording = &last_reduced;
+        last_reduced.seconds = reduce_time(pending);
+        recording = nullptr;
+        if (deferring_alone) last_reduced.alone_s = reduce_time_alone(pending);
+      } else {
+        for (std::size_t i = 0; i < last_reduced.parts; ++i) on_nics_s += last_reduced.on_nics[i];
+      }
+      const double dt = last_reduced.seconds;
+      if (deferring_alone) deferred_alone += last_reduced.alone_s;
       pending = {};
       if (overlap_grads) last_grad = issue(dt);
       else if (sharded_grads) compute = last_grad = issue(dt);
