@@ -140,24 +140,26 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
   auto dp_time = [&](Collective c, const GpuParams& g, double bytes_per_param) {
     return timed(nets.dense, c, g.dense * bytes_per_param) + timed(nets.expert, c, g.expert * bytes_per_param);
   };
-  auto reduce_time = [&](const GpuParams& g) {
-    double s = timed(nets.dense, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
-               timed(nets.expert, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
-    if (dense_reduction.replica_bytes_per_param > 0) s += timed(nets.dense_replica, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param);
-    if (expert_reduction.replica_bytes_per_param > 0) s += timed(nets.expert_replica, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
+  // A gradient reduction's parts, each timed by time(group, the group's NIC share on the stage's
+  // own rings alone, collective, bytes), summed in one order.
+  auto reduce_parts = [&](const GpuParams& g, auto&& time) {
+    const DpAloneRates rates = alone ? *alone : DpAloneRates{};
+    double s = time(nets.dense, rates.dense, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
+               time(nets.expert, rates.expert, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
+    if (dense_reduction.replica_bytes_per_param > 0) {
+      s += time(nets.dense_replica, rates.dense_replica, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param);
+    }
+    if (expert_reduction.replica_bytes_per_param > 0) {
+      s += time(nets.expert_replica, rates.expert_replica, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
+    }
     return s;
+  };
+  auto reduce_time = [&](const GpuParams& g) {
+    return reduce_parts(g, [&](const GroupNetwork& n, double, Collective c, double bytes) { return timed(n, c, bytes); });
   };
   // The same on the stage's own rings alone (`alone`), for the collectives after its last item.
   auto reduce_time_alone = [&](const GpuParams& g) {
-    double s = price.at_nic_rate(nets.dense, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param, alone->dense) +
-               price.at_nic_rate(nets.expert, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param, alone->expert);
-    if (dense_reduction.replica_bytes_per_param > 0) {
-      s += price.at_nic_rate(nets.dense_replica, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param, alone->dense_replica);
-    }
-    if (expert_reduction.replica_bytes_per_param > 0) {
-      s += price.at_nic_rate(nets.expert_replica, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param, alone->expert_replica);
-    }
-    return s;
+    return reduce_parts(g, [&](const GroupNetwork& n, double rate, Collective c, double bytes) { return price.at_nic_rate(n, c, bytes, rate); });
   };
   if (nets.dense.size > 1 || nets.expert.size > 1 || nets.dense_replicas > 1 || nets.expert_replicas > 1) {
     const bool zero3 = par.zero_stage == 3;

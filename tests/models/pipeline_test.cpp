@@ -122,14 +122,20 @@ TEST(Pipeline, ASecondShortStepWhereTheFirstHasNotSettled) {
 //            stage 0 B0 [5,7] B1 [8,10]: 10, the steady state's two transfers on the path.
 // rendezvous: stage 1's F1 transfer leaves only when it gets there (4.5): F1 [5,6] B1 [6,8];
 //            stage 0 B1 [8.5,10.5]: 10.5.
-TEST(Pipeline, TransfersOnTheCriticalPathByHand) {
+// Two stages of t_F = 1, t_B = 2 (the weight gradients' part `weight` of it).
+PipelineSpec two_stages(plan::PipelineSchedule schedule, std::int64_t microbatches, double weight) {
   PipelineSpec spec;
-  spec.schedule = plan::PipelineSchedule::one_f_one_b;
+  spec.schedule = schedule;
   spec.stages = 2;
-  spec.microbatches = 2;
+  spec.microbatches = microbatches;
   spec.forward_s = {1, 1};
   spec.backward_s = {2, 2};
-  spec.weight_s = {0, 0};
+  spec.weight_s = {weight, weight};
+  return spec;
+}
+
+TEST(Pipeline, TransfersOnTheCriticalPathByHand) {
+  PipelineSpec spec = two_stages(plan::PipelineSchedule::one_f_one_b, 2, 0);
   EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 9);
   spec.transfer_s = 0.5;
   const PipelineTimes posted = pipeline_times(spec);
@@ -147,13 +153,7 @@ TEST(Pipeline, TransfersOnTheCriticalPathByHand) {
 // An item or a transfer of negative seconds is refused, naming it: the replay's zero end stands
 // for "nothing to wait for" (models/pipeline.cpp), so no item may end before the step starts.
 TEST(Pipeline, NegativeSecondsAreRefused) {
-  PipelineSpec spec;
-  spec.schedule = plan::PipelineSchedule::zero_bubble;
-  spec.stages = 2;
-  spec.microbatches = 4;
-  spec.forward_s = {1, 1};
-  spec.backward_s = {2, 2};
-  spec.weight_s = {1, 1};
+  PipelineSpec spec = two_stages(plan::PipelineSchedule::zero_bubble, 4, 1);
   EXPECT_NO_THROW(pipeline_times(spec));
   spec.weight_s = {1, 3};  // stage 1's input gradient: 2 - 3 s
   try {
