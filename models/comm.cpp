@@ -93,6 +93,7 @@ GroupNetwork group_network(const plan::Plan& p, const HardwareProfile& hw, const
     g.nic_bytes_per_s *= g.fabric_fraction;
     g.edge_fractions = std::move(ring.edge_above_nic_fraction);
     g.stage_fabric_fractions = std::move(ring.stage_above_nic_fraction);
+    g.stage_pair_fractions = std::move(ring.stage_pair_above_nic_fraction);
     // Only expert parallelism runs all-to-all (models/layer_comm).
     if (group == plan::GroupKind::ep) {
       g.all_to_all_nic_bytes_per_s *= topology::tier_shares(c, layout, group, topology::Pattern::all_to_all).above_nic_fraction();
@@ -115,6 +116,13 @@ double stage_nic_bytes_per_s(const GroupNetwork& g, std::int64_t stage) {
   // the group's share is the least of every stage's NIC and fabric shares, which is the worst
   // stage's own where the stages load their NICs alike, and at most it otherwise.
   return std::max(g.nic_bytes_per_s, g.nic_alone_bytes_per_s * g.stage_fabric_fractions[static_cast<std::size_t>(stage)]);
+}
+
+double stage_pair_nic_bytes_per_s(const GroupNetwork& g, std::int64_t k, std::int64_t j) {
+  const double alone = stage_nic_bytes_per_s(g, k);
+  const auto P = static_cast<std::int64_t>(g.stage_fabric_fractions.size());
+  if (k < 0 || j < 0 || k >= P || j >= P || g.stage_pair_fractions.size() != static_cast<std::size_t>(P * P)) return alone;
+  return std::min(alone, g.nic_alone_bytes_per_s * g.stage_pair_fractions[static_cast<std::size_t>(k * P + j)]);
 }
 
 namespace {

@@ -49,6 +49,9 @@ struct GroupNetwork {
   // A DP group counted stage by stage (topology::staggered_by_stage): per pipeline stage, what
   // those tiers leave its own rings (fabric_fraction is the worst stage's); empty otherwise.
   std::vector<double> stage_fabric_fractions;
+  // The same for two stages at once, at [k * stages + j] what stage k's rings get beside stage
+  // j's (topology::TierShares' stage_pair_above_nic_fraction); empty where there are none.
+  std::vector<double> stage_pair_fractions;
   // Collectives on NCCL (a GPU generation): its tuner's latencies and protocols
   // (models/nccl_tuner), over NVLink inside the node or PCIe, with LL's ceiling in one node.
   bool nccl = false;
@@ -64,6 +67,10 @@ GroupNetwork group_network(const plan::Plan& plan, const HardwareProfile& hw, co
 // The NIC's share between nodes one pipeline stage's rings find alone (stage_fabric_fractions),
 // or the group's (nic_bytes_per_s) where it has no such figures.
 double stage_nic_bytes_per_s(const GroupNetwork& g, std::int64_t stage);
+// The NIC's share between nodes pipeline stage k's rings find beside stage j's
+// (stage_pair_fractions), at most stage_nic_bytes_per_s(g, k), which it is where the group has
+// no such figures.
+double stage_pair_nic_bytes_per_s(const GroupNetwork& g, std::int64_t k, std::int64_t j);
 
 // The rate of a ring member's flow through its own NIC when the ring crosses nodes: the node's
 // NICs work together, NVLink caps the node's ring. At the group's NIC share, or at the rate given.

@@ -105,10 +105,42 @@ struct PlainItems {
   }
 };
 
+// A gradient reduction's parts, each timed by time(group, the group's NIC share in `rates`,
+// collective, bytes), summed in one order: dense over DP x CP, expert over expert-DP, then
+// across distributed-optimizer instances where there are several.
+template <class Time>
+double reduce_parts(const GradientReduction& dense_reduction, const GradientReduction& expert_reduction, const DpNetworks& nets,
+                    const DpNicRates& rates, const GpuParams& g, Time&& time) {
+  double s = time(nets.dense, rates.dense, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
+             time(nets.expert, rates.expert, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
+  if (dense_reduction.replica_bytes_per_param > 0) {
+    s += time(nets.dense_replica, rates.dense_replica, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param);
+  }
+  if (expert_reduction.replica_bytes_per_param > 0) {
+    s += time(nets.expert_replica, rates.expert_replica, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
+  }
+  return s;
+}
+
 }  // namespace
 
+double after_last_item_s(const plan::Plan& p, const DpNetworks& nets, const AfterLastItem& work, CollectivePrices& price, const DpNicRates& rates) {
+  const GradientReduction dense_reduction = gradient_reduction(p, false), expert_reduction = gradient_reduction(p, true);
+  auto at_rate = [&](const GroupNetwork& n, double rate, Collective c, double bytes) { return price.at_nic_rate(n, c, bytes, rate); };
+  double s = 0;
+  for (const auto& [g, count] : work.reductions) {
+    s += static_cast<double>(count) * reduce_parts(dense_reduction, expert_reduction, nets, rates, g, at_rate);
+  }
+  if (work.gathered.total() > 0) {
+    const double e = activation_bytes(p.training.precision);
+    s += at_rate(nets.dense, rates.dense, Collective::all_gather, work.gathered.dense * e) +
+         at_rate(nets.expert, rates.expert, Collective::all_gather, work.gathered.expert * e);
+  }
+  return s;
+}
+
 DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCounts& counts, const DpNetworks& nets, const DpStage& stage,
-                   CollectivePrices& price, const DpAloneRates* alone) {
+                   CollectivePrices& price) {
   DpReplay out;
   const auto& m = p.model;
   const auto& par = p.parallelism;
@@ -123,7 +155,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
   // what it added to on_nics_s, part by part in order, to add again.
   struct Reduced {
     GpuParams of;
-    double seconds = -1, alone_s = 0;
+    double seconds = -1;
     std::array<double, 4> on_nics{};
     std::size_t parts = 0;
   };
@@ -140,26 +172,9 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
   auto dp_time = [&](Collective c, const GpuParams& g, double bytes_per_param) {
     return timed(nets.dense, c, g.dense * bytes_per_param) + timed(nets.expert, c, g.expert * bytes_per_param);
   };
-  // A gradient reduction's parts, each timed by time(group, the group's NIC share on the stage's
-  // own rings alone, collective, bytes), summed in one order.
-  auto reduce_parts = [&](const GpuParams& g, auto&& time) {
-    const DpAloneRates rates = alone ? *alone : DpAloneRates{};
-    double s = time(nets.dense, rates.dense, dense_reduction.collective, g.dense * dense_reduction.bytes_per_param) +
-               time(nets.expert, rates.expert, expert_reduction.collective, g.expert * expert_reduction.bytes_per_param);
-    if (dense_reduction.replica_bytes_per_param > 0) {
-      s += time(nets.dense_replica, rates.dense_replica, Collective::all_reduce, g.dense * dense_reduction.replica_bytes_per_param);
-    }
-    if (expert_reduction.replica_bytes_per_param > 0) {
-      s += time(nets.expert_replica, rates.expert_replica, Collective::all_reduce, g.expert * expert_reduction.replica_bytes_per_param);
-    }
-    return s;
-  };
   auto reduce_time = [&](const GpuParams& g) {
-    return reduce_parts(g, [&](const GroupNetwork& n, double, Collective c, double bytes) { return timed(n, c, bytes); });
-  };
-  // The same on the stage's own rings alone (`alone`), for the collectives after its last item.
-  auto reduce_time_alone = [&](const GpuParams& g) {
-    return reduce_parts(g, [&](const GroupNetwork& n, double rate, Collective c, double bytes) { return price.at_nic_rate(n, c, bytes, rate); });
+    return reduce_parts(dense_reduction, expert_reduction, nets, DpNicRates{}, g,
+                        [&](const GroupNetwork& n, double, Collective c, double bytes) { return timed(n, c, bytes); });
   };
   if (nets.dense.size > 1 || nets.expert.size > 1 || nets.dense_replicas > 1 || nets.expert_replicas > 1) {
     const bool zero3 = par.zero_stage == 3;
@@ -174,7 +189,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
         stage_order(par.pipeline_schedule, par.pipeline_model_parallel_size, stage.index, stage.micro_batches, pchunks, chunks.size());
     const std::vector<ScheduleItem>& sched = order->items;
     const std::vector<std::size_t>& last_grad_item = order->last_grad_item;
-    double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0, deferred_alone = 0;
+    double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0;
     GpuParams pending;
     // The compute beside the DP stream's collectives runs on the SMs they leave it
     // (models/sm_share.hpp); what it loses there is exposed DP time, as in the simulator.
@@ -190,7 +205,6 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
       on_nics_s = 0;
       return stream = start + dt;
     };
-    const bool deferring_alone = !overlap_grads && !sharded_grads && alone;
     auto flush = [&] {
       if (pending.total() <= 0) return;
       if (last_reduced.seconds < 0 || last_reduced.of.dense != pending.dense || last_reduced.of.expert != pending.expert) {
@@ -198,16 +212,22 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
         recording = &last_reduced;
         last_reduced.seconds = reduce_time(pending);
         recording = nullptr;
-        if (deferring_alone) last_reduced.alone_s = reduce_time_alone(pending);
       } else {
         for (std::size_t i = 0; i < last_reduced.parts; ++i) on_nics_s += last_reduced.on_nics[i];
       }
       const double dt = last_reduced.seconds;
-      if (deferring_alone) deferred_alone += last_reduced.alone_s;
-      pending = {};
       if (overlap_grads) last_grad = issue(dt);
       else if (sharded_grads) compute = last_grad = issue(dt);
-      else deferred += dt;
+      else {
+        deferred += dt;
+        auto& reductions = out.after_last_item.reductions;
+        if (!reductions.empty() && reductions.back().first.dense == pending.dense && reductions.back().first.expert == pending.expert) {
+          ++reductions.back().second;
+        } else {
+          reductions.emplace_back(pending, 1);
+        }
+      }
+      pending = {};
     };
     auto add_grads = [&](const GpuParams& g) {
       pending += g;
@@ -326,29 +346,23 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
       }
     }
     // The collectives issued from here on run after the stage's last item: the deferred
-    // gradient reduction and the distributed optimizer's gather when not overlapped. Timed
-    // again on the stage's own rings alone (`alone`), from the same state.
+    // gradient reduction and the distributed optimizer's gather when not overlapped
+    // (after_last_item, which the estimate times again as every stage runs them at the step's
+    // end: models::end_of_step).
     out.span_s = compute;
+    out.before_end_s = std::max(0.0, compute - busy);
     const double under_compute_s = out.under_compute_s;
-    const double stream_at_end = stream, compute_at_end = compute, last_grad_at_end = last_grad;
     const bool closing_gather = (par.zero_stage == 1 || par.zero_stage == 2) && !gather_ahead;
     const GpuParams all{stage.params, stage.expert_params};
+    if (deferred > 0 || closing_gather) out.tail_s = std::max(0.0, stream - compute);
     if (deferred > 0) last_grad = issue(deferred);
     compute = std::max(compute, last_grad);
-    if (closing_gather) compute = issue(dp_time(Collective::all_gather, all, e));
+    if (closing_gather) {
+      compute = issue(dp_time(Collective::all_gather, all, e));
+      out.after_last_item.gathered = all;
+    }
     out.dp_s = std::max(0.0, compute - busy);
     out.under_compute_s = under_compute_s;
-    if (alone) {
-      double stream_alone = stream_at_end, compute_alone = compute_at_end, last_grad_alone = last_grad_at_end;
-      auto issue_alone = [&](double dt) { return stream_alone = std::max(stream_alone, compute_alone) + dt; };
-      if (deferred_alone > 0) last_grad_alone = issue_alone(deferred_alone);
-      compute_alone = std::max(compute_alone, last_grad_alone);
-      if (closing_gather) {
-        compute_alone = issue_alone(price.at_nic_rate(nets.dense, Collective::all_gather, all.dense * e, alone->dense) +
-                                    price.at_nic_rate(nets.expert, Collective::all_gather, all.expert * e, alone->expert));
-      }
-      out.waits_for_others_s = std::max(0.0, compute - compute_alone);
-    }
   }
   return out;
 }

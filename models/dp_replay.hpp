@@ -11,10 +11,12 @@
 // and 2) runs under the forward with overlap.param_gather, otherwise it follows the optimizer
 // step.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "models/comm.hpp"
 #include "models/hardware.hpp"
+#include "models/layer_comm.hpp"
 #include "models/params.hpp"
 #include "models/stage_times.hpp"
 #include "plan/plan.hpp"
@@ -48,28 +50,38 @@ struct DpStage {
   double start_s = 0;
 };
 
+// The NIC's share between nodes for each of DpNetworks' groups (models::stage_nic_bytes_per_s).
+struct DpNicRates {
+  double dense = 0, expert = 0, dense_replica = 0, expert_replica = 0;
+};
+
+// The collectives a stage issues after its last item: the deferred gradient reduction (without
+// overlap.grad_reduce, gradients not sharded), bucket by bucket, and the distributed
+// optimizer's gather of the updated parameters when not overlapped with the next forward.
+struct AfterLastItem {
+  std::vector<std::pair<GpuParams, std::int64_t>> reductions;  // a bucket's gradients, how many such in a row
+  GpuParams gathered;                                          // none without the closing gather
+  [[nodiscard]] bool empty() const { return reductions.empty() && gathered.total() <= 0; }
+};
+
 struct DpReplay {
-  double dp_s = 0;  // DP's exposed seconds per step
+  double dp_s = 0;  // DP's exposed seconds per step, every collective at its group's share
   // Of the collectives whose group crosses nodes (on the NICs), the seconds run under the
   // stage's compute, and the span of that compute (its own items and what DP holds them for):
   // the share of its NIC the pipeline's transfers find busy (models::p2p_s, NicSharing).
   double under_compute_s = 0, span_s = 0;
-  // Of dp_s, what the stage waits for the other stages at the end of the step: its collectives
-  // after its last item (the deferred gradient reduction, the distributed optimizer's closing
-  // gather) on its own rings alone take this much less than at the worst stage's share of the
-  // fabric, which the step's end is priced at (a DP group counted stage by stage,
-  // topology::staggered_by_stage; 0 without `alone`).
-  double waits_for_others_s = 0;
+  // Of dp_s: what DP holds the stage's items for up to its last item's end, and then the time
+  // its DP stream is still busy with collectives issued before, after which those of
+  // after_last_item start.
+  double before_end_s = 0, tail_s = 0;
+  AfterLastItem after_last_item;
 };
 
-// The NIC's share between nodes each of DpNetworks' groups finds on the replayed stage's own
-// rings alone (models::stage_nic_bytes_per_s).
-struct DpAloneRates {
-  double dense = 0, expert = 0, dense_replica = 0, expert_replica = 0;
-};
-
-// `alone`: for waits_for_others_s (none without it).
 DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCounts& counts, const DpNetworks& nets, const DpStage& stage,
-                   CollectivePrices& price, const DpAloneRates* alone = nullptr);
+                   CollectivePrices& price);
+
+// The seconds of a stage's collectives after its last item (one after the other, as its DP
+// stream issues them) at the NIC shares given.
+double after_last_item_s(const plan::Plan& p, const DpNetworks& nets, const AfterLastItem& work, CollectivePrices& price, const DpNicRates& rates);
 
 }  // namespace meshwork::models

@@ -4,12 +4,15 @@
 #include <array>
 #include <cmath>
 #include <iterator>
+#include <utility>
+#include <vector>
 
 #include "meshwork/version.hpp"
 #include "models/calibration_set.hpp"
 #include "models/comm.hpp"
 #include "models/compute_time.hpp"
 #include "models/dp_replay.hpp"
+#include "models/end_of_step.hpp"
 #include "models/hardware.hpp"
 #include "models/headline.hpp"
 #include "models/layer_comm.hpp"
@@ -399,23 +402,16 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
                           std::llround(micro_batches * slow.kinds.count[i]) + (zeroing ? 1 : 0)});
   }
 
-  // DP by the Program's rules, replayed on the slowest stage's schedule (models/dp_replay). The
-  // step ends when the stage whose DP rings collide most is done with its collectives after its
-  // last item (the DP groups' shares are that stage's, topology::staggered_by_stage); the
-  // reported stage's own rings, alone on the fabric, may be done sooner, and then, if another
-  // stage ends its items after it, it waits for the others, as the simulator counts a rank done
-  // before the step ends (issue 18: waiting for the pipeline to drain; below).
+  // DP by the Program's rules, replayed on the slowest stage's schedule (models/dp_replay),
+  // every collective at its group's share (the worst stage's, for a DP group counted stage by
+  // stage: topology::staggered_by_stage); its collectives after its last item are timed again
+  // below, beside every other stage's, as the step's end runs them (models/end_of_step).
   const auto slow_index = static_cast<std::size_t>(slow_stage);
-  const DpAloneRates alone{stage_nic_bytes_per_s(dp_net, slow_stage), stage_nic_bytes_per_s(edp_net, slow_stage),
-                           stage_nic_bytes_per_s(dp_replica_net, slow_stage), stage_nic_bytes_per_s(edp_replica_net, slow_stage)};
-  // Only where the stage's own rings find a share other than the worst stage's.
-  const bool by_stage = alone.dense != dp_net.nic_bytes_per_s || alone.expert != edp_net.nic_bytes_per_s ||
-                        alone.dense_replica != dp_replica_net.nic_bytes_per_s || alone.expert_replica != edp_replica_net.nic_bytes_per_s;
-  const DpReplay dp = replay_dp(p, hw, counts,
-                                {dp_net, edp_net, dp_replica_net, edp_replica_net, dense_groups.replicas, expert_groups.replicas},
+  const DpNetworks dp_nets{dp_net, edp_net, dp_replica_net, edp_replica_net, dense_groups.replicas, expert_groups.replicas};
+  const DpReplay dp = replay_dp(p, hw, counts, dp_nets,
                                 {slow_stage, step_micro_batches, chunks[slow_index], firsts[slow_index], layer_times, first_ops,
                                  last_ops, slow.params, slow.expert_params, zero_grads_s},
-                                collective_time, by_stage ? &alone : nullptr);
+                                collective_time);
   b.dp_s = dp.dp_s;
 
   // Bubble and exposed pipeline communication: the schedule replayed item by item on every
@@ -448,12 +444,96 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     const auto st = static_cast<std::size_t>(slow_stage);
     b.bubble_s = compute_only.idle_s[st];
     b.pp_s = std::max(0.0, with_comm.idle_s[st] - b.bubble_s);
-    // A stage done with its items before another is, waiting for the other stages' collectives
-    // at the step's end: the pipeline's drain, as the simulator counts it (a stage done early
-    // waits for the pipeline). The stage that ends the pipeline has nobody to wait for.
-    if (with_comm.end_s[st] < with_comm.makespan_s) {
-      b.dp_s = dp.dp_s - dp.waits_for_others_s;
-      b.pp_s += dp.waits_for_others_s;
+    // The step's end: each stage's collectives after its last item (the deferred gradient
+    // reduction, the closing gather) start when its items end, after what its DP stream still
+    // runs (as the reported stage's, dp.tail_s), and run beside the other stages' still
+    // running (models/end_of_step); each stage's are the reported stage's in proportion to its
+    // parameters. The reported stage's DP is its own; from their end to the last stage's it
+    // waits, and that wait is the pipeline's, as the simulator counts a rank done early
+    // (issue 18: its drain).
+    if (!dp.after_last_item.empty()) {
+      const auto P = static_cast<std::int64_t>(stages.size());
+      // Priced once per distinct set of NIC shares (most stages share theirs).
+      std::vector<std::pair<DpNicRates, double>> priced;
+      auto seconds_at = [&](const DpNicRates& rates) {
+        for (const auto& [known, sec] : priced) {
+          if (known.dense == rates.dense && known.expert == rates.expert && known.dense_replica == rates.dense_replica &&
+              known.expert_replica == rates.expert_replica) {
+            return sec;
+          }
+        }
+        return priced.emplace_back(rates, after_last_item_s(p, dp_nets, dp.after_last_item, collective_time, rates)).second;
+      };
+      const double reported_params = slow.params + slow.expert_params;
+      std::vector<double> start_s, scale;
+      for (std::int64_t k = 0; k < P; ++k) {
+        const auto& sk = stages[static_cast<std::size_t>(k)];
+        start_s.push_back(with_comm.end_s[static_cast<std::size_t>(k)] + dp.tail_s);
+        scale.push_back(reported_params > 0 ? (sk.params + sk.expert_params) / reported_params : 1.0);
+      }
+      // Stage k beside the stages running: each group at the least share its rings get beside
+      // any one of them (the pairs' collisions are on different links: tests/models/fabric_test),
+      // from a table of the pairs' shares made once ([k * P + j]; [k * P + k] alone), for the
+      // groups with per-stage figures; the others at their group's share.
+      const std::array<const GroupNetwork*, 4> nets{&dp_net, &edp_net, &dp_replica_net, &edp_replica_net};
+      std::array<std::vector<double>, 4> pair_rates;
+      for (std::size_t n = 0; n < nets.size(); ++n) {
+        if (nets[n]->stage_fabric_fractions.empty()) continue;
+        pair_rates[n].resize(static_cast<std::size_t>(P * P));
+        const bool pairs = nets[n]->stage_pair_fractions.size() == static_cast<std::size_t>(P * P);
+        for (std::int64_t k = 0; k < P; ++k) {
+          // As stage_pair_nic_bytes_per_s, row by row.
+          const double alone = stage_nic_bytes_per_s(*nets[n], k);
+          double* row = pair_rates[n].data() + k * P;
+          for (std::int64_t j = 0; j < P; ++j) {
+            row[j] = pairs ? std::min(alone, nets[n]->nic_alone_bytes_per_s * nets[n]->stage_pair_fractions[static_cast<std::size_t>(k * P + j)]) : alone;
+          }
+        }
+      }
+      // Per group with figures and stage, the stages beside which it runs slower than alone
+      // (a neighbour or two on the fabric); a stage no other slows has one time, kept.
+      std::array<std::vector<std::vector<std::size_t>>, 4> meets;
+      std::vector<char> slowed(static_cast<std::size_t>(P), 0);
+      for (std::size_t n = 0; n < nets.size(); ++n) {
+        if (pair_rates[n].empty()) continue;
+        meets[n].resize(static_cast<std::size_t>(P));
+        for (std::size_t k = 0; k < static_cast<std::size_t>(P); ++k) {
+          const double* row = pair_rates[n].data() + k * static_cast<std::size_t>(P);
+          for (std::size_t j = 0; j < static_cast<std::size_t>(P); ++j) {
+            if (row[j] < row[k]) meets[n][k].push_back(j);
+          }
+          slowed[k] |= static_cast<char>(!meets[n][k].empty());
+        }
+      }
+      std::vector<double> kept(static_cast<std::size_t>(P), -1.0);
+      // A slowed stage's last shares and time, kept for the next event at the same shares.
+      std::vector<std::array<double, 4>> last_rates(static_cast<std::size_t>(P), std::array<double, 4>{-1, -1, -1, -1});
+      auto seconds = [&](std::size_t k, const std::vector<char>& running) {
+        if (!slowed[k] && kept[k] >= 0) return kept[k];
+        std::array<double, 4> rate{};
+        for (std::size_t n = 0; n < nets.size(); ++n) {
+          if (pair_rates[n].empty()) {
+            rate[n] = nets[n]->nic_bytes_per_s;
+            continue;
+          }
+          const double* row = pair_rates[n].data() + k * static_cast<std::size_t>(P);
+          double least = row[k];
+          for (const std::size_t j : meets[n][k]) {
+            if (running[j]) least = std::min(least, row[j]);
+          }
+          rate[n] = least;
+        }
+        if (rate == last_rates[k]) return kept[k];
+        const double whole_s = scale[k] * seconds_at({rate[0], rate[1], rate[2], rate[3]});
+        last_rates[k] = rate;
+        kept[k] = whole_s;
+        return whole_s;
+      };
+      const std::vector<double> ends = end_of_step(start_s, seconds);
+      const double last = *std::max_element(ends.begin(), ends.end());
+      b.dp_s = dp.before_end_s + (ends[st] - with_comm.end_s[st]);
+      const double busy = with_comm.makespan_s - with_comm.idle_s[st];
+      b.pp_s = std::max(0.0, last + dp.before_end_s - busy - b.bubble_s - b.dp_s);
     }
   }
   const double slow_compute = slow.forward_s + slow.backward_s + slow.recompute_s;

@@ -41,6 +41,12 @@ struct Loads {
   }
 };
 
+// Loads' vectors, in one order (for copying a count sparse and back).
+constexpr std::size_t kLoadFields = 10;
+std::array<std::vector<double>*, kLoadFields> load_fields(Loads& l) {
+  return {&l.port_out, &l.port_in, &l.leaf_out, &l.leaf_in, &l.pod_out, &l.pod_in, &l.leaf_flows_out, &l.leaf_flows_in, &l.pod_flows_out, &l.pod_flows_in};
+}
+
 // The most flows on the busiest of `links` links when flows are hashed onto them uniformly
 // and independently, `mean` per link: the load L at which links x P(X > L) falls below one,
 // X ~ Poisson(mean), the usual estimate of the largest of `links` loads (the union bound's
@@ -305,7 +311,7 @@ bool staggered_by_stage(plan::GroupKind kind) {
 namespace {
 
 TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayout& layout, plan::GroupKind kind, Pattern pattern, bool per_edge) {
-  TierShares s{kInf, kInf, kInf, {}, {}};
+  TierShares s{kInf, kInf, kInf, {}, {}, {}};
   const auto geometry = port_geometry(c);
   // A mesh larger than the cluster (a plan validate refuses, which an estimate may still be
   // asked for) has ranks on no port: nothing to count.
@@ -349,44 +355,41 @@ TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayou
   auto pod_capacity = [&](std::int64_t p) { return static_cast<double>(g.pod_up_links(p)) * nic_gbytes; };
   std::vector<double> link_load;
   double leaf_collisions = 1, pod_collisions = 1;
-
-  for (std::int64_t stage = 0; stage < stages; ++stage) {
-    const auto& groups = groups_of_stage[at(stage)];
-    Loads loads(g);
-    if (d_mod_k) link_load.assign(d_mod_k->slots(), 0.0);
-    auto route = [&](std::int64_t from, std::int64_t to, std::int64_t dst, double amount) {
-      if (!d_mod_k) return;
+  // Where the kind is counted stage by stage, each stage's loads are kept (sparse) for the pairs
+  // of stages that run at once (stage_pair_above_nic_fraction): up to 64 stages.
+  const bool pairs = by_stage && pattern != Pattern::all_to_all && stages <= 64;
+  using SparseLoads = std::array<std::vector<std::pair<std::size_t, double>>, kLoadFields + 1>;  // the last: link_load
+  std::vector<SparseLoads> stage_loads;
+  // What the leaf and pod tiers leave one ring edge (pipeline boundary) of the NIC's share
+  // `here` gives, with the loads counted: its busiest link's streams under destination-mod-k,
+  // otherwise the leaves' and pods' it crosses; 1 at most.
+  auto edge_fraction = [&](const TierShares& here, const Loads& loads, std::int64_t from, std::int64_t to, std::int64_t dst) {
+    if (!std::isfinite(here.nic_gbytes_per_s)) return 1.0;
+    auto share = [](double capacity, double out, double in) { return capacity / std::max({out, in, 1e-12}); };
+    if (d_mod_k) {
+      double most = 0;
       const auto r = d_mod_k->route(from, to, static_cast<std::uint64_t>(g.destination_number(dst)));
-      for (int h = 0; h < r.hops; ++h) link_load[r.slot[at(h)]] += amount;
-    };
-    if (pattern != Pattern::all_to_all) {
-      for_each_edge(groups, [&](std::size_t, std::int64_t from, std::int64_t to, std::int64_t dst) {
-        loads.port_out[at(from)] += 1;
-        loads.port_in[at(to)] += 1;
-        loads.add(g, from, to, 1, flows_per_stream);
-        route(from, to, dst, 1);
-      });
-    } else {
-      // All-to-all: a member's stream to the other nodes, split evenly over their members.
-      for (const std::int64_t index : groups) {
-        const auto members = layout.group(kind, index);
-        for (const std::int64_t a : members) {
-          std::int64_t off_node = 0;
-          for (const std::int64_t b : members) off_node += b / per_node != a / per_node;
-          if (off_node == 0) continue;
-          const std::int64_t from = g.port_of_gpu(a);
-          loads.port_out[at(from)] += 1;
-          for (const std::int64_t b : members) {
-            if (b / per_node == a / per_node) continue;
-            const std::int64_t to = g.port_of_gpu(b);
-            loads.port_in[at(to)] += 1.0 / static_cast<double>(off_node);
-            loads.add(g, from, to, 1.0 / static_cast<double>(off_node), flows_per_stream);
-            route(from, to, b, 1.0 / static_cast<double>(off_node));
-          }
-        }
+      for (int h = 0; h < r.hops; ++h) most = std::max(most, link_load[r.slot[at(h)]]);
+      return most > 1e-12 ? std::min(1.0, nic_gbytes / most / here.nic_gbytes_per_s) : 1.0;
+    }
+    double above = kInf;
+    for (const std::int64_t leaf : {g.leaf_of(from), g.leaf_of(to)}) {
+      if (g.leaf_of(from) != g.leaf_of(to)) {
+        above = std::min(above, leaf_collisions * share(leaf_capacity(leaf), loads.leaf_out[at(leaf)], loads.leaf_in[at(leaf)]));
       }
     }
-    TierShares here{kInf, kInf, kInf, {}, {}};
+    for (const std::int64_t pod : {g.pod_of(from), g.pod_of(to)}) {
+      if (g.pod_ports > 0 && g.pod_of(from) != g.pod_of(to)) {
+        above = std::min(above, pod_collisions * share(pod_capacity(pod), loads.pod_out[at(pod)], loads.pod_in[at(pod)]));
+      }
+    }
+    return std::min(1.0, above / here.nic_gbytes_per_s);
+  };
+
+  // The shares the loads counted leave one stream (and link_load, under destination-mod-k);
+  // ECMP's collisions kept in leaf_collisions and pod_collisions for edge_fraction.
+  auto shares_of = [&](const Loads& loads) {
+    TierShares here{kInf, kInf, kInf, {}, {}, {}};
     here.nic_gbytes_per_s = least_share(loads.port_out, loads.port_in, [&](std::int64_t) { return nic_gbytes; });
     here.leaf_gbytes_per_s = least_share(loads.leaf_out, loads.leaf_in, leaf_capacity);
     if (g.pod_ports > 0) here.pod_gbytes_per_s = least_share(loads.pod_out, loads.pod_in, pod_capacity);
@@ -424,6 +427,56 @@ TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayou
       here.leaf_gbytes_per_s = busiest(0, d_mod_k->leaf_slots());
       here.pod_gbytes_per_s = busiest(d_mod_k->leaf_slots(), d_mod_k->slots());
     }
+    return here;
+  };
+
+  for (std::int64_t stage = 0; stage < stages; ++stage) {
+    const auto& groups = groups_of_stage[at(stage)];
+    Loads loads(g);
+    if (d_mod_k) link_load.assign(d_mod_k->slots(), 0.0);
+    auto route = [&](std::int64_t from, std::int64_t to, std::int64_t dst, double amount) {
+      if (!d_mod_k) return;
+      const auto r = d_mod_k->route(from, to, static_cast<std::uint64_t>(g.destination_number(dst)));
+      for (int h = 0; h < r.hops; ++h) link_load[r.slot[at(h)]] += amount;
+    };
+    if (pattern != Pattern::all_to_all) {
+      for_each_edge(groups, [&](std::size_t, std::int64_t from, std::int64_t to, std::int64_t dst) {
+        loads.port_out[at(from)] += 1;
+        loads.port_in[at(to)] += 1;
+        loads.add(g, from, to, 1, flows_per_stream);
+        route(from, to, dst, 1);
+      });
+    } else {
+      // All-to-all: a member's stream to the other nodes, split evenly over their members.
+      for (const std::int64_t index : groups) {
+        const auto members = layout.group(kind, index);
+        for (const std::int64_t a : members) {
+          std::int64_t off_node = 0;
+          for (const std::int64_t b : members) off_node += b / per_node != a / per_node;
+          if (off_node == 0) continue;
+          const std::int64_t from = g.port_of_gpu(a);
+          loads.port_out[at(from)] += 1;
+          for (const std::int64_t b : members) {
+            if (b / per_node == a / per_node) continue;
+            const std::int64_t to = g.port_of_gpu(b);
+            loads.port_in[at(to)] += 1.0 / static_cast<double>(off_node);
+            loads.add(g, from, to, 1.0 / static_cast<double>(off_node), flows_per_stream);
+            route(from, to, b, 1.0 / static_cast<double>(off_node));
+          }
+        }
+      }
+    }
+    const TierShares here = shares_of(loads);
+    if (pairs) {
+      SparseLoads& kept = stage_loads.emplace_back();
+      const auto fields = load_fields(loads);
+      for (std::size_t f = 0; f <= kLoadFields; ++f) {
+        const std::vector<double>& dense = f < kLoadFields ? *fields[f] : link_load;
+        for (std::size_t i = 0; i < dense.size(); ++i) {
+          if (dense[i] != 0) kept[f].emplace_back(i, dense[i]);
+        }
+      }
+    }
     if (by_stage) s.stage_above_nic_fraction.push_back(here.above_nic_fraction());
     s.nic_gbytes_per_s = std::min(s.nic_gbytes_per_s, here.nic_gbytes_per_s);
     s.leaf_gbytes_per_s = std::min(s.leaf_gbytes_per_s, here.leaf_gbytes_per_s);
@@ -432,29 +485,61 @@ TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayou
 
     // Per edge (one stage: the kinds counted stage by stage have no per-edge figures).
     s.edge_above_nic_fraction.assign(at(layout.group_size(kind)), 1.0);
-    auto share = [](double capacity, double out, double in) { return capacity / std::max({out, in, 1e-12}); };
     for_each_edge(groups, [&](std::size_t i, std::int64_t from, std::int64_t to, std::int64_t dst) {
       double& f = s.edge_above_nic_fraction[i];
-      if (d_mod_k) {
-        double most = 0;
-        const auto r = d_mod_k->route(from, to, static_cast<std::uint64_t>(g.destination_number(dst)));
-        for (int h = 0; h < r.hops; ++h) most = std::max(most, link_load[r.slot[at(h)]]);
-        if (most > 1e-12) f = std::min(f, nic_gbytes / most / here.nic_gbytes_per_s);
-        return;
-      }
-      double above = kInf;
-      for (const std::int64_t leaf : {g.leaf_of(from), g.leaf_of(to)}) {
-        if (g.leaf_of(from) != g.leaf_of(to)) {
-          above = std::min(above, leaf_collisions * share(leaf_capacity(leaf), loads.leaf_out[at(leaf)], loads.leaf_in[at(leaf)]));
-        }
-      }
-      for (const std::int64_t pod : {g.pod_of(from), g.pod_of(to)}) {
-        if (g.pod_ports > 0 && g.pod_of(from) != g.pod_of(to)) {
-          above = std::min(above, pod_collisions * share(pod_capacity(pod), loads.pod_out[at(pod)], loads.pod_in[at(pod)]));
-        }
-      }
-      f = std::min(f, above / here.nic_gbytes_per_s);
+      f = std::min(f, edge_fraction(here, loads, from, to, dst));
     });
+  }
+  if (pairs) {
+    // Stages k and j running at once: what stage k's rings get among both stages', for the
+    // pairs whose traffic meets on a NIC port, a leaf's or a pod's up-links, or a link; every
+    // other pair leaves each stage its share alone.
+    const auto P = static_cast<std::size_t>(stages);
+    s.stage_pair_above_nic_fraction.assign(P * P, 1.0);
+    for (std::size_t k = 0; k < P; ++k) {
+      for (std::size_t j = 0; j < P; ++j) s.stage_pair_above_nic_fraction[k * P + j] = s.stage_above_nic_fraction[k];
+    }
+    Loads both(g);
+    const auto fields = load_fields(both);
+    if (d_mod_k) link_load.assign(d_mod_k->slots(), 0.0);
+    std::vector<char> meet(P * P, 0);
+    std::vector<std::uint64_t> owners;
+    for (std::size_t f = 0; f <= kLoadFields; ++f) {
+      owners.assign(f < kLoadFields ? fields[f]->size() : link_load.size(), 0);
+      for (std::size_t k = 0; k < P; ++k) {
+        for (const auto& [i, load] : stage_loads[k][f]) owners[i] |= std::uint64_t{1} << k;
+      }
+      for (const std::uint64_t o : owners) {
+        if ((o & (o - 1)) == 0) continue;  // one stage at most
+        for (std::size_t k = 0; k < P; ++k) {
+          if (!(o >> k & 1)) continue;
+          for (std::size_t j = k + 1; j < P; ++j) meet[k * P + j] |= static_cast<char>(o >> j & 1);
+        }
+      }
+    }
+    auto fill = [&](std::size_t k, double sign) {
+      for (std::size_t f = 0; f <= kLoadFields; ++f) {
+        std::vector<double>& dense = f < kLoadFields ? *fields[f] : link_load;
+        for (const auto& [i, load] : stage_loads[k][f]) dense[i] = sign > 0 ? dense[i] + load : 0.0;
+      }
+    };
+    for (std::size_t k = 0; k < P; ++k) {
+      for (std::size_t j = k + 1; j < P; ++j) {
+        if (!meet[k * P + j]) continue;
+        fill(k, 1);
+        fill(j, 1);
+        const TierShares here = shares_of(both);
+        for (const auto& [a, b] : {std::pair{k, j}, std::pair{j, k}}) {
+          double least = s.stage_above_nic_fraction[a];
+          for_each_edge(groups_of_stage[a], [&](std::size_t, std::int64_t from, std::int64_t to, std::int64_t dst) {
+            least = std::min(least, edge_fraction(here, both, from, to, dst));
+          });
+          s.stage_pair_above_nic_fraction[a * P + b] = least;
+        }
+        fill(k, 0);
+        fill(j, 0);
+      }
+    }
   }
   return s;
 }

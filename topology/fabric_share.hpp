@@ -163,6 +163,11 @@ struct TierShares {
   // pod tiers leave its own rings of the NIC's rate, as above_nic_fraction() (which is the worst
   // stage's); empty for the other kinds.
   std::vector<double> stage_above_nic_fraction;
+  // The same for two stages running at once: at [k * stages + j], what stage k's rings get
+  // among its own and stage j's (at most its figure alone, which [k * stages + k] holds); for
+  // the ring and pipeline patterns of up to 64 stages, empty otherwise. The end of a step runs
+  // the stages' gradient reductions beside each other (models/end_of_step).
+  std::vector<double> stage_pair_above_nic_fraction;
 
   // The streams' rate: the least of the three (infinity: nothing leaves a node).
   [[nodiscard]] double least() const;

@@ -47,9 +47,9 @@ Errors errors(const std::vector<Case>& cases, Figure figure) {
 
 // NAR21 Table 1: TFLOP/s per GPU, counting recomputation (hardware FLOPs).
 TEST(Accuracy, Narayanan2021Table1) {
-  const Errors e = errors({{"nar21-1.7b", 137, 1.6}, {"nar21-3.6b", 138, -2.8}, {"nar21-7.5b", 142, -5.8}, {"nar21-18.4b", 135, -5.8},
-                           {"nar21-39.1b", 138, -1.2}, {"nar21-76.1b", 140, 3.0}, {"nar21-145.6b", 148, 3.4}, {"nar21-310.1b", 155, 2.0},
-                           {"nar21-529.6b", 163, 1.3}, {"nar21-1t", 163, 1.9}},
+  const Errors e = errors({{"nar21-1.7b", 137, 1.6}, {"nar21-3.6b", 138, -2.8}, {"nar21-7.5b", 142, -5.9}, {"nar21-18.4b", 135, -5.8},
+                           {"nar21-39.1b", 138, -1.0}, {"nar21-76.1b", 140, 3.3}, {"nar21-145.6b", 148, 2.1}, {"nar21-310.1b", 155, 3.1},
+                           {"nar21-529.6b", 163, 1.5}, {"nar21-1t", 163, 2.0}},
                           Figure::hardware_tflops_per_gpu);
   EXPECT_LE(e.mean_abs, 0.05);
   EXPECT_LE(e.max_abs, 0.10);
@@ -57,8 +57,8 @@ TEST(Accuracy, Narayanan2021Table1) {
 
 // NAR21 Table 2, PTD-P rows.
 TEST(Accuracy, Narayanan2021Table2PtdP) {
-  const Errors e = errors({{"nar21-t2-175b-ptdp-384", 153, 3.3}, {"nar21-t2-175b-ptdp-768", 149, 3.3},
-                           {"nar21-t2-175b-ptdp-1536", 141, 5.9}, {"nar21-t2-530b-ptdp-560", 171, 0.8},
+  const Errors e = errors({{"nar21-t2-175b-ptdp-384", 153, 3.0}, {"nar21-t2-175b-ptdp-768", 149, 3.3},
+                           {"nar21-t2-175b-ptdp-1536", 141, 4.7}, {"nar21-t2-530b-ptdp-560", 171, 0.8},
                            {"nar21-t2-530b-ptdp-1120", 167, 1.7}, {"nar21-t2-530b-ptdp-2240", 159, 3.9}},
                           Figure::hardware_tflops_per_gpu);
   EXPECT_LE(e.mean_abs, 0.05);
@@ -85,7 +85,7 @@ TEST(Accuracy, Narayanan2021Table2ZeroThreeArePinnedUntilTheMessageSizeModel) {
 // KOR22 Tables 3-5: MFU of sequence parallelism with selective recomputation.
 TEST(Accuracy, Korthikanti2022Mfu) {
   const Errors e = errors({{"kor22-22b", 41.5, 0.4}, {"kor22-175b", 51.4, -0.5}, {"kor22-530b", 56.0, -3.7}, {"kor22-1t", 56.3, -5.0},
-                           {"kor22-530b-dp8", 54.2, -3.5}},
+                           {"kor22-530b-dp8", 54.2, -3.6}},
                           Figure::mfu_percent);
   EXPECT_LE(e.mean_abs, 0.05);
   EXPECT_LE(e.max_abs, 0.10);

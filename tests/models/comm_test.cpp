@@ -225,8 +225,8 @@ TEST(Fabric, DestinationModKOnUnevenCoreWiringCanBeSlowerAtALowerRatio) {
 // rings of different stages seldom run at once. The default scenario (GPT-3 175B, TP 8 x PP 8
 // x DP 16 on a radix-40 3-tier tree, destination-mod-k): within the worst stage two rings come
 // down one link (1/2 of the NIC); counted with every stage at once, three do (1/3). The
-// simulator, whose stages do overlap in part, gives 0.648 s of DP, between the 0.877 s this
-// estimates and the 1.31 s it would with every stage at once (0.44 s with no collision).
+// stages' reductions at the step's end, which do overlap, are played stage by stage beside
+// each other (models/end_of_step, with the pairs' shares: Fabric.EachStagesOwnRingsHaveTheirOwnShare).
 TEST(Fabric, DataParallelRingsCollideOnlyWithinTheirStage) {
   const auto loaded = plan::load_plan(std::filesystem::path(MESHWORK_SOURCE_DIR) / "scenarios/gpt3-175b-a100-1024.yaml");
   ASSERT_TRUE(loaded.ok());
@@ -250,6 +250,17 @@ TEST(Fabric, EachStagesOwnRingsHaveTheirOwnShare) {
   EXPECT_DOUBLE_EQ(stage_nic_bytes_per_s(g, 7), g.nic_alone_bytes_per_s);
   EXPECT_DOUBLE_EQ(stage_nic_bytes_per_s(g, 6), g.nic_bytes_per_s);
   EXPECT_DOUBLE_EQ(stage_nic_bytes_per_s(g, 99), g.nic_bytes_per_s);  // no such stage: the group's
+  // Beside another stage: never above the stage alone, the stage beside itself alone, and
+  // stages 5 and 6, neighbours on the fabric, slow each other (three rings on one link).
+  ASSERT_EQ(g.stage_pair_fractions.size(), 64u);
+  for (std::int64_t k = 0; k < 8; ++k) {
+    EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, k, k), stage_nic_bytes_per_s(g, k));
+    for (std::int64_t j = 0; j < 8; ++j) EXPECT_LE(stage_pair_nic_bytes_per_s(g, k, j), stage_nic_bytes_per_s(g, k));
+  }
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 6, 5), g.nic_alone_bytes_per_s / 3);
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 5, 6), g.nic_alone_bytes_per_s / 3);
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 7, 0), g.nic_alone_bytes_per_s);
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 99, 0), g.nic_bytes_per_s);
   // The group with stage 7's share, as group_network would make it.
   GroupNetwork alone = g;
   alone.nic_bytes_per_s = stage_nic_bytes_per_s(g, 7);

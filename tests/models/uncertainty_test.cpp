@@ -104,15 +104,19 @@ TEST(Uncertainty, AmpereEstimateResidualsAreThisBuilds) {
 
 // The check the set cannot give itself: a published run kept out of it. BLOOM 176B on 384
 // A100s (Le Scao et al. 2022; scenarios/heldout) trained at about 150 TFLOP/s per GPU, 156 in
-// its fastest configuration. Its interval holds the fastest figure and misses the typical one
-// (the estimate is about 10% ahead of it): pinned, so that a change that moves it is reported.
+// its fastest configuration. The estimate (164.4) is about 10% ahead of the typical figure and
+// 5% ahead of the fastest; its interval held the fastest figure until 2026-12-07, when the
+// set's largest residual fell from +6.0% to +4.8% (the step's end played stage by stage,
+// models/end_of_step, took NAR21 T2 175B on 1,536 GPUs from +5.9% to +4.7%) and its low end
+// rose from 154.8 to 156.6 TFLOP/s: the interval now misses both. Pinned, so that a change that
+// moves it is reported.
 TEST(Uncertainty, HeldOutBloomAgainstItsInterval) {
   const report::Report r = estimate(load("scenarios/heldout/bloom-176b-a100-384.yaml"));
   ASSERT_TRUE(r.interval.has_value());
   const double lo = r.hardware_tflops_per_gpu * r.interval->mfu_lo / r.mfu, hi = r.hardware_tflops_per_gpu * r.interval->mfu_hi / r.mfu;
-  EXPECT_LT(lo, 156.0);
-  EXPECT_GT(hi, 156.0);
-  EXPECT_GT(lo, 150.0) << "the typical figure now lies inside: report it";
+  EXPECT_GT(lo, 156.0) << "the fastest figure now lies inside: report it";
+  EXPECT_LT(lo, 158.0);
+  EXPECT_GT(hi, lo);
 }
 
 TEST(Uncertainty, AmpereSimulateResidualsAreTheGoldens) {

@@ -1,6 +1,10 @@
 // The fabric's closed form (topology/fabric_share) against hand-computed figures and against
 // the same shares counted link by link on the built graph (analysis.hpp's ring share).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <vector>
 #include <gtest/gtest.h>
 
 #include "plan/plan_io.hpp"
@@ -383,6 +387,109 @@ TEST(FabricShare, DestinationModKBoundariesEqualTheirRoutesOnTheBuiltGraph) {
     }
   }
   EXPECT_GT(compared, 100);
+}
+
+// What a set of pipeline stages' DP rings (`stages_on`, one bit a stage) leave each stage's
+// rings of the NIC's rate under destination-mod-k, counted on the built graph: every ring edge
+// between nodes of those stages routed by Router::route_d_mod_k, each stage held to the busiest
+// link above the NICs of its own routes. Per stage; 1 for a stage not in the set.
+std::vector<double> dp_stage_fractions_on_graph(const plan::Plan& p, std::uint64_t stages_on, double nic_gbytes_per_s) {
+  const auto b = build(p.cluster);
+  EXPECT_TRUE(b.topology) << b.error;
+  const Topology& t = *b.topology;
+  const auto layout = plan::RankLayout::from_plan(p.parallelism);
+  const std::int64_t per_node = p.cluster.gpus_per_node;
+  Router router(t);
+  std::vector<double> load(2 * boost::num_edges(t.graph), 0.0), capacity(load.size(), 0.0);
+  std::vector<bool> above(load.size(), false);
+  for (auto e : boost::make_iterator_range(boost::edges(t.graph))) {
+    const auto id = static_cast<std::size_t>(t.graph[e].id);
+    capacity[2 * id] = capacity[2 * id + 1] = t.graph[e].bandwidth_gbytes_per_s;
+    above[2 * id] = above[2 * id + 1] = t.graph[e].tier == LinkTier::leaf_to_spine || t.graph[e].tier == LinkTier::spine_to_core;
+  }
+  const auto P = static_cast<std::size_t>(layout.shape().pp);
+  std::vector<std::vector<std::vector<Hop>>> routes(P);
+  for (std::int64_t g = 0; g < layout.num_groups(plan::GroupKind::dp_cp); ++g) {
+    const auto members = layout.group(plan::GroupKind::dp_cp, g);
+    const auto stage = static_cast<std::size_t>(layout.coord(members.front()).pp);
+    if (!(stages_on >> stage & 1)) continue;
+    std::int64_t k = 0;  // members on the first member's node
+    while (static_cast<std::size_t>(k) < members.size() && members[static_cast<std::size_t>(k)] / per_node == members.front() / per_node) ++k;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const std::int64_t from = members[i], to = plan::ring_successor(members, i, k, per_node);
+      if (from / per_node == to / per_node) continue;
+      routes[stage].push_back(router.route_d_mod_k(from, to));
+      for (const Hop& h : routes[stage].back()) load[h.slot()] += 1;
+    }
+  }
+  std::vector<double> fraction(P, 1.0);
+  for (std::size_t s = 0; s < P; ++s) {
+    for (const auto& route : routes[s])
+      for (const Hop& h : route)
+        if (above[h.slot()]) fraction[s] = std::min(fraction[s], capacity[h.slot()] / load[h.slot()] / nic_gbytes_per_s);
+  }
+  return fraction;
+}
+
+// Two stages' DP rings at once (the end of a step, models/end_of_step): what each gets beside
+// the other, against the same count on the built graph, for every pair of stages.
+TEST(FabricShare, DataParallelRingsOfTwoStagesEqualTheirRoutesOnTheBuiltGraph) {
+  const std::string head = "model: llama3-8b\ntraining: {global_batch_size: 64, precision: bf16}\n";
+  const std::vector<std::string> meshes = {"{tp: 8, dp: 4, pp: 8, zero_stage: 1}", "{tp: 2, dp: 16, pp: 8, zero_stage: 1}",
+                                           "{tp: 4, dp: 8, pp: 8, zero_stage: 1, order: tp-cp-ep-pp-dp}"};
+  const std::vector<std::string> fabrics = {"{tiers: 2, switch_radix: 32, oversubscription: 3}", "{tiers: 3, switch_radix: 16}",
+                                            "{tiers: 3, switch_radix: 16, pod_gpus: 32, pod_oversubscription: 7}"};
+  int compared = 0, slowed = 0;
+  for (const auto& mesh : meshes) {
+    for (const auto& fabric : fabrics) {
+      SCOPED_TRACE(mesh + " on " + fabric);
+      const plan::Plan p = load(head + "parallelism: " + mesh + "\ncluster: {gpu: h100-sxm, num_gpus: 256, nic_bandwidth_gbps: 400, topology: " +
+                                fabric + "}\n");
+      const auto layout = plan::RankLayout::from_plan(p.parallelism);
+      const auto closed = tier_shares(p.cluster, layout, plan::GroupKind::dp_cp, Pattern::ring);
+      const auto P = static_cast<std::size_t>(layout.shape().pp);
+      ASSERT_EQ(closed.stage_above_nic_fraction.size(), P);
+      ASSERT_EQ(closed.stage_pair_above_nic_fraction.size(), P * P);
+      for (std::size_t k = 0; k < P; ++k) {
+        EXPECT_EQ(closed.stage_pair_above_nic_fraction[k * P + k], closed.stage_above_nic_fraction[k]);
+        for (std::size_t j = k + 1; j < P; ++j) {
+          const auto graph = dp_stage_fractions_on_graph(p, std::uint64_t{1} << k | std::uint64_t{1} << j, closed.nic_gbytes_per_s);
+          EXPECT_NEAR(closed.stage_pair_above_nic_fraction[k * P + j], graph[k], 1e-12) << "stage " << k << " beside " << j;
+          EXPECT_NEAR(closed.stage_pair_above_nic_fraction[j * P + k], graph[j], 1e-12) << "stage " << j << " beside " << k;
+          slowed += closed.stage_pair_above_nic_fraction[k * P + j] < closed.stage_above_nic_fraction[k];
+          compared += 2;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 300);
+  EXPECT_GT(slowed, 0) << "no pair of stages meets: the test shows nothing";
+}
+
+// The estimate runs a stage beside several others at the least share any one of them leaves
+// it (models/end_of_step): their collisions with it are on different links. On the default
+// scenario and on NAR21 145.6B, which reduce every stage at the step's end, that is the share
+// each stage's rings get with every stage's at once, counted on the built graph.
+TEST(FabricShare, EveryStageAtOnceIsItsWorstPairOnTheShippedPlansThatReduceAtTheEnd) {
+  for (const char* name : {"gpt3-175b-a100-1024.yaml", "published/nar21-145.6b.yaml"}) {
+    SCOPED_TRACE(name);
+    const auto loaded = plan::load_plan(std::filesystem::path(MESHWORK_SOURCE_DIR) / "scenarios" / name);
+    ASSERT_TRUE(loaded.ok());
+    const plan::Plan& p = loaded.plan;
+    const auto layout = plan::RankLayout::from_plan(p.parallelism);
+    const auto closed = tier_shares(p.cluster, layout, plan::GroupKind::dp_cp, Pattern::ring);
+    const auto P = static_cast<std::size_t>(layout.shape().pp);
+    ASSERT_EQ(closed.stage_pair_above_nic_fraction.size(), P * P);
+    const auto all = dp_stage_fractions_on_graph(p, (std::uint64_t{1} << P) - 1, closed.nic_gbytes_per_s);
+    int below_alone = 0;
+    for (std::size_t k = 0; k < P; ++k) {
+      const double worst_pair = *std::min_element(closed.stage_pair_above_nic_fraction.begin() + static_cast<std::ptrdiff_t>(k * P),
+                                                  closed.stage_pair_above_nic_fraction.begin() + static_cast<std::ptrdiff_t>(k * P + P));
+      EXPECT_NEAR(worst_pair, all[k], 1e-12) << "stage " << k;
+      below_alone += all[k] < closed.stage_above_nic_fraction[k];
+    }
+    EXPECT_GT(below_alone, 0) << "the stages' rings meet nowhere";
+  }
 }
 
 }  // namespace

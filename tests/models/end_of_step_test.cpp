@@ -1,0 +1,67 @@
+// The end of a step in the closed form (models/end_of_step): each stage's collectives after its
+// last item, run beside the others still running, against hand calculations.
+#include "models/end_of_step.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace meshwork::models {
+namespace {
+
+// Seconds that double while any other stage runs (two stages whose rings share a link).
+double halved_beside_others(std::size_t, const std::vector<char>& running) { return std::count(running.begin(), running.end(), 1) > 1 ? 2.0 : 1.0; }
+
+TEST(EndOfStep, AStageAloneRunsItsSecondsFromItsStart) {
+  const auto ends = end_of_step({3.0}, [](std::size_t, const std::vector<char>&) { return 0.5; });
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_DOUBLE_EQ(ends[0], 3.5);
+  // Stages that never run at once each take their own seconds.
+  const auto apart = end_of_step({0.0, 5.0}, halved_beside_others);
+  EXPECT_DOUBLE_EQ(apart[0], 1.0);
+  EXPECT_DOUBLE_EQ(apart[1], 6.0);
+}
+
+TEST(EndOfStep, StagesRunningAtOnceShareTheirLinkEventByEvent) {
+  // Stage 1 starts at 0 (its items end first, as the last stage's do), stage 0 at 0.5. Stage 1
+  // alone does half its work by 0.5; beside stage 0 both run at half pace, so stage 1's other
+  // half takes 1.0 (ends 1.5) while stage 0 does half of its; then stage 0 alone does the rest
+  // in 0.5 (ends 2.0).
+  const auto ends = end_of_step({0.5, 0.0}, halved_beside_others);
+  EXPECT_DOUBLE_EQ(ends[1], 1.5);
+  EXPECT_DOUBLE_EQ(ends[0], 2.0);
+  // Starting together, they end together at twice the seconds.
+  const auto together = end_of_step({1.0, 1.0, 1.0}, halved_beside_others);
+  for (const double e : together) EXPECT_DOUBLE_EQ(e, 3.0);
+}
+
+TEST(EndOfStep, OnlyTheStagesThatMeetSlowEachOther) {
+  // Stages 0 and 1 meet on a link, stage 2 meets nobody: it keeps its pace alone.
+  auto meets = [](std::size_t k, const std::vector<char>& running) { return k != 2 && running[0] && running[1] ? 2.0 : 1.0; };
+  const auto ends = end_of_step({0.0, 0.0, 0.0}, meets);
+  EXPECT_DOUBLE_EQ(ends[0], 2.0);
+  EXPECT_DOUBLE_EQ(ends[1], 2.0);
+  EXPECT_DOUBLE_EQ(ends[2], 1.0);
+}
+
+TEST(EndOfStep, NothingToRunEndsAtTheStart) {
+  const auto ends = end_of_step({2.0, 1.0}, [](std::size_t k, const std::vector<char>&) { return k == 0 ? 0.0 : 4.0; });
+  EXPECT_DOUBLE_EQ(ends[0], 2.0);
+  EXPECT_DOUBLE_EQ(ends[1], 5.0);
+  EXPECT_TRUE(end_of_step({}, halved_beside_others).empty());
+}
+
+TEST(EndOfStep, NegativeOrNonFiniteTimesAreRefused) {
+  EXPECT_THROW(end_of_step({-1.0}, halved_beside_others), std::invalid_argument);
+  EXPECT_THROW(end_of_step({std::numeric_limits<double>::quiet_NaN()}, halved_beside_others), std::invalid_argument);
+  EXPECT_THROW(end_of_step({0.0}, [](std::size_t, const std::vector<char>&) { return -1.0; }), std::invalid_argument);
+  EXPECT_THROW(end_of_step({0.0}, [](std::size_t, const std::vector<char>&) { return std::numeric_limits<double>::infinity(); }),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace meshwork::models
