@@ -332,6 +332,20 @@ TEST(FabricShare, DestinationModKTakesTheRouterPathFlowByFlow) {
   EXPECT_GT(flows, 50000);
 }
 
+// Each directed link slot of a built fabric (Hop::slot): its capacity, and whether it lies above
+// the NICs (leaf to spine, spine to core).
+struct LinkSlots {
+  std::vector<double> capacity;
+  std::vector<bool> above;
+  explicit LinkSlots(const Topology& t) : capacity(2 * boost::num_edges(t.graph), 0.0), above(capacity.size(), false) {
+    for (auto e : boost::make_iterator_range(boost::edges(t.graph))) {
+      const auto id = static_cast<std::size_t>(t.graph[e].id);
+      capacity[2 * id] = capacity[2 * id + 1] = t.graph[e].bandwidth_gbytes_per_s;
+      above[2 * id] = above[2 * id + 1] = t.graph[e].tier == LinkTier::leaf_to_spine || t.graph[e].tier == LinkTier::spine_to_core;
+    }
+  }
+};
+
 // Each pipeline boundary's share under destination-mod-k, against the same count on the built
 // graph: every boundary's streams routed by Router::route_d_mod_k, each boundary held to its
 // busiest link above the NICs.
@@ -357,13 +371,10 @@ TEST(FabricShare, DestinationModKBoundariesEqualTheirRoutesOnTheBuiltGraph) {
       const auto closed = tier_shares(p.cluster, layout, plan::GroupKind::pp, Pattern::pipeline, true);
       // On the graph: every boundary's routes, then each boundary's busiest link above the NICs.
       Router router(t);
-      std::vector<double> load(2 * boost::num_edges(t.graph), 0.0), capacity(load.size(), 0.0);
-      std::vector<bool> above(load.size(), false);
-      for (auto e : boost::make_iterator_range(boost::edges(t.graph))) {
-        const auto id = static_cast<std::size_t>(t.graph[e].id);
-        capacity[2 * id] = capacity[2 * id + 1] = t.graph[e].bandwidth_gbytes_per_s;
-        above[2 * id] = above[2 * id + 1] = t.graph[e].tier == LinkTier::leaf_to_spine || t.graph[e].tier == LinkTier::spine_to_core;
-      }
+      const LinkSlots links(t);
+      std::vector<double> load(links.capacity.size(), 0.0);
+      const auto& capacity = links.capacity;
+      const auto& above = links.above;
       const std::int64_t stages = layout.group_size(plan::GroupKind::pp);
       std::vector<std::vector<std::vector<Hop>>> routes(static_cast<std::size_t>(stages));
       for (std::int64_t g = 0; g < layout.num_groups(plan::GroupKind::pp); ++g) {
@@ -400,13 +411,10 @@ std::vector<double> dp_stage_fractions_on_graph(const plan::Plan& p, std::uint64
   const auto layout = plan::RankLayout::from_plan(p.parallelism);
   const std::int64_t per_node = p.cluster.gpus_per_node;
   Router router(t);
-  std::vector<double> load(2 * boost::num_edges(t.graph), 0.0), capacity(load.size(), 0.0);
-  std::vector<bool> above(load.size(), false);
-  for (auto e : boost::make_iterator_range(boost::edges(t.graph))) {
-    const auto id = static_cast<std::size_t>(t.graph[e].id);
-    capacity[2 * id] = capacity[2 * id + 1] = t.graph[e].bandwidth_gbytes_per_s;
-    above[2 * id] = above[2 * id + 1] = t.graph[e].tier == LinkTier::leaf_to_spine || t.graph[e].tier == LinkTier::spine_to_core;
-  }
+  const LinkSlots links(t);
+  std::vector<double> load(links.capacity.size(), 0.0);
+  const auto& capacity = links.capacity;
+  const auto& above = links.above;
   const auto P = static_cast<std::size_t>(layout.shape().pp);
   std::vector<std::vector<std::vector<Hop>>> routes(P);
   for (std::int64_t g = 0; g < layout.num_groups(plan::GroupKind::dp_cp); ++g) {
