@@ -18,13 +18,36 @@
 #include <functional>
 #include <vector>
 
+#include "models/comm.hpp"
+#include "models/dp_replay.hpp"
+#include "plan/plan.hpp"
+
 namespace meshwork::models {
+
+// Which stages' running changes each stage's pace: stage k's are stages[first[k]] to
+// stages[first[k + 1] - 1]. Empty `first`: every stage's changes every other's.
+struct StagesMet {
+  std::vector<std::size_t> first;
+  std::vector<std::size_t> stages;
+};
 
 // Per stage, when its collectives after its last item end, given when each may start and
 // `seconds(k, running)`: stage k's collectives' seconds were they to run whole beside the stages
-// running (running[j] != 0 for each, k among them). Throws std::invalid_argument on a negative
-// or non-finite start or seconds.
+// running (running[j] != 0 for each, k among them), which depend only on the stages `meets`
+// names for k: only their starts and ends ask for its seconds again. Throws
+// std::invalid_argument on a negative or non-finite start or seconds, or a `meets` of another
+// size or naming a stage out of range.
 std::vector<double> end_of_step(const std::vector<double>& start_s,
-                                const std::function<double(std::size_t k, const std::vector<char>& running)>& seconds);
+                                const std::function<double(std::size_t k, const std::vector<char>& running)>& seconds,
+                                const StagesMet& meets = {});
+
+// The estimate's step's end for DP: per stage, when its collectives after its last item end,
+// each stage's being the replayed stage's (dp.after_last_item) times scale[k] (its parameters
+// over the replayed stage's), from start_s[k], at the NIC shares of each of `nets`' groups: its
+// rings' alone, or beside the stages running, the least any one of them leaves it
+// (stage_pair_nic_bytes_per_s: the pairs' collisions are on different links,
+// tests/topology/fabric_share_test.cpp). Groups without per-stage figures run at their share.
+std::vector<double> dp_end_of_step(const plan::Plan& p, const DpNetworks& nets, const AfterLastItem& work, CollectivePrices& price,
+                                   const std::vector<double>& start_s, const std::vector<double>& scale);
 
 }  // namespace meshwork::models

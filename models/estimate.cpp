@@ -452,84 +452,15 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     // waits, and that wait is the pipeline's, as the simulator counts a rank done early
     // (issue 18: its drain).
     if (!dp.after_last_item.empty()) {
-      const auto P = static_cast<std::int64_t>(stages.size());
-      // Priced once per distinct set of NIC shares (most stages share theirs).
-      std::vector<std::pair<DpNicRates, double>> priced;
-      auto seconds_at = [&](const DpNicRates& rates) {
-        for (const auto& [known, sec] : priced) {
-          if (known.dense == rates.dense && known.expert == rates.expert && known.dense_replica == rates.dense_replica &&
-              known.expert_replica == rates.expert_replica) {
-            return sec;
-          }
-        }
-        return priced.emplace_back(rates, after_last_item_s(p, dp_nets, dp.after_last_item, collective_time, rates)).second;
-      };
       const double reported_params = slow.params + slow.expert_params;
       std::vector<double> start_s, scale;
-      for (std::int64_t k = 0; k < P; ++k) {
-        const auto& sk = stages[static_cast<std::size_t>(k)];
-        start_s.push_back(with_comm.end_s[static_cast<std::size_t>(k)] + dp.tail_s);
-        scale.push_back(reported_params > 0 ? (sk.params + sk.expert_params) / reported_params : 1.0);
+      start_s.reserve(stages.size());
+      scale.reserve(stages.size());
+      for (std::size_t k = 0; k < stages.size(); ++k) {
+        start_s.push_back(with_comm.end_s[k] + dp.tail_s);
+        scale.push_back(reported_params > 0 ? (stages[k].params + stages[k].expert_params) / reported_params : 1.0);
       }
-      // Stage k beside the stages running: each group at the least share its rings get beside
-      // any one of them (the pairs' collisions are on different links: tests/models/fabric_test),
-      // from a table of the pairs' shares made once ([k * P + j]; [k * P + k] alone), for the
-      // groups with per-stage figures; the others at their group's share.
-      const std::array<const GroupNetwork*, 4> nets{&dp_net, &edp_net, &dp_replica_net, &edp_replica_net};
-      std::array<std::vector<double>, 4> pair_rates;
-      for (std::size_t n = 0; n < nets.size(); ++n) {
-        if (nets[n]->stage_fabric_fractions.empty()) continue;
-        pair_rates[n].resize(static_cast<std::size_t>(P * P));
-        const bool pairs = nets[n]->stage_pair_fractions.size() == static_cast<std::size_t>(P * P);
-        for (std::int64_t k = 0; k < P; ++k) {
-          // As stage_pair_nic_bytes_per_s, row by row.
-          const double alone = stage_nic_bytes_per_s(*nets[n], k);
-          double* row = pair_rates[n].data() + k * P;
-          for (std::int64_t j = 0; j < P; ++j) {
-            row[j] = pairs ? std::min(alone, nets[n]->nic_alone_bytes_per_s * nets[n]->stage_pair_fractions[static_cast<std::size_t>(k * P + j)]) : alone;
-          }
-        }
-      }
-      // Per group with figures and stage, the stages beside which it runs slower than alone
-      // (a neighbour or two on the fabric); a stage no other slows has one time, kept.
-      std::array<std::vector<std::vector<std::size_t>>, 4> meets;
-      std::vector<char> slowed(static_cast<std::size_t>(P), 0);
-      for (std::size_t n = 0; n < nets.size(); ++n) {
-        if (pair_rates[n].empty()) continue;
-        meets[n].resize(static_cast<std::size_t>(P));
-        for (std::size_t k = 0; k < static_cast<std::size_t>(P); ++k) {
-          const double* row = pair_rates[n].data() + k * static_cast<std::size_t>(P);
-          for (std::size_t j = 0; j < static_cast<std::size_t>(P); ++j) {
-            if (row[j] < row[k]) meets[n][k].push_back(j);
-          }
-          slowed[k] |= static_cast<char>(!meets[n][k].empty());
-        }
-      }
-      std::vector<double> kept(static_cast<std::size_t>(P), -1.0);
-      // A slowed stage's last shares and time, kept for the next event at the same shares.
-      std::vector<std::array<double, 4>> last_rates(static_cast<std::size_t>(P), std::array<double, 4>{-1, -1, -1, -1});
-      auto seconds = [&](std::size_t k, const std::vector<char>& running) {
-        if (!slowed[k] && kept[k] >= 0) return kept[k];
-        std::array<double, 4> rate{};
-        for (std::size_t n = 0; n < nets.size(); ++n) {
-          if (pair_rates[n].empty()) {
-            rate[n] = nets[n]->nic_bytes_per_s;
-            continue;
-          }
-          const double* row = pair_rates[n].data() + k * static_cast<std::size_t>(P);
-          double least = row[k];
-          for (const std::size_t j : meets[n][k]) {
-            if (running[j]) least = std::min(least, row[j]);
-          }
-          rate[n] = least;
-        }
-        if (rate == last_rates[k]) return kept[k];
-        const double whole_s = scale[k] * seconds_at({rate[0], rate[1], rate[2], rate[3]});
-        last_rates[k] = rate;
-        kept[k] = whole_s;
-        return whole_s;
-      };
-      const std::vector<double> ends = end_of_step(start_s, seconds);
+      const std::vector<double> ends = dp_end_of_step(p, dp_nets, dp.after_last_item, collective_time, start_s, scale);
       const double last = *std::max_element(ends.begin(), ends.end());
       b.dp_s = dp.before_end_s + (ends[st] - with_comm.end_s[st]);
       const double busy = with_comm.makespan_s - with_comm.idle_s[st];

@@ -46,6 +46,9 @@ TEST(EndOfStep, OnlyTheStagesThatMeetSlowEachOther) {
   EXPECT_DOUBLE_EQ(ends[0], 2.0);
   EXPECT_DOUBLE_EQ(ends[1], 2.0);
   EXPECT_DOUBLE_EQ(ends[2], 1.0);
+  // Told whom each stage meets (0 and 1 each other, 2 nobody), the same ends.
+  EXPECT_EQ(end_of_step({0.0, 0.0, 0.0}, meets, StagesMet{{0, 1, 2, 2}, {1, 0}}), ends);
+  EXPECT_EQ(end_of_step({0.0, 0.5, 0.2}, meets, StagesMet{{0, 1, 2, 2}, {1, 0}}), end_of_step({0.0, 0.5, 0.2}, meets));
 }
 
 TEST(EndOfStep, NothingToRunEndsAtTheStart) {
@@ -56,6 +59,8 @@ TEST(EndOfStep, NothingToRunEndsAtTheStart) {
 }
 
 TEST(EndOfStep, NegativeOrNonFiniteTimesAreRefused) {
+  EXPECT_THROW(end_of_step({0.0, 0.0}, halved_beside_others, StagesMet{{0, 1, 1}, {5}}), std::invalid_argument);  // no stage 5
+  EXPECT_THROW(end_of_step({0.0, 0.0}, halved_beside_others, StagesMet{{0, 1}, {1}}), std::invalid_argument);     // one stage listed
   EXPECT_THROW(end_of_step({-1.0}, halved_beside_others), std::invalid_argument);
   EXPECT_THROW(end_of_step({std::numeric_limits<double>::quiet_NaN()}, halved_beside_others), std::invalid_argument);
   EXPECT_THROW(end_of_step({0.0}, [](std::size_t, const std::vector<char>&) { return -1.0; }), std::invalid_argument);
