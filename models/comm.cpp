@@ -121,8 +121,14 @@ double stage_nic_bytes_per_s(const GroupNetwork& g, std::int64_t stage) {
 double stage_pair_nic_bytes_per_s(const GroupNetwork& g, std::int64_t k, std::int64_t j) {
   const double alone = stage_nic_bytes_per_s(g, k);
   const auto P = static_cast<std::int64_t>(g.stage_fabric_fractions.size());
-  if (k < 0 || j < 0 || k >= P || j >= P || g.stage_pair_fractions.size() != static_cast<std::size_t>(P * P)) return alone;
-  return std::min(alone, g.nic_alone_bytes_per_s * g.stage_pair_fractions[static_cast<std::size_t>(k * P + j)]);
+  if (k < 0 || j < 0 || k >= P || j >= P || k == j) return alone;
+  // Without the pairs' figures (more than 64 stages), beside another stage at the group's share,
+  // the worst stage's, as the step's end was priced before the pairs were counted.
+  if (g.stage_pair_fractions.size() != static_cast<std::size_t>(P * P)) return std::min(alone, g.nic_bytes_per_s);
+  // The stage's own rate (at least the group's, stage_nic_bytes_per_s) slowed as the pair's
+  // count slows it from the stage's alone: the same floor either way.
+  const auto at = [&](std::int64_t a, std::int64_t b) { return g.stage_pair_fractions[static_cast<std::size_t>(a * P + b)]; };
+  return std::min(alone, alone * at(k, j) / at(k, k));
 }
 
 namespace {

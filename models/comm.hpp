@@ -68,8 +68,9 @@ GroupNetwork group_network(const plan::Plan& plan, const HardwareProfile& hw, co
 // or the group's (nic_bytes_per_s) where it has no such figures.
 double stage_nic_bytes_per_s(const GroupNetwork& g, std::int64_t stage);
 // The NIC's share between nodes pipeline stage k's rings find beside stage j's
-// (stage_pair_fractions), at most stage_nic_bytes_per_s(g, k), which it is where the group has
-// no such figures.
+// (stage_pair_fractions): stage_nic_bytes_per_s(g, k) slowed as the pair's count slows the
+// stage from its count alone; stage_nic_bytes_per_s(g, k) itself for j == k or a stage out of
+// range; without the pairs' figures (more than 64 stages), at most the group's share.
 double stage_pair_nic_bytes_per_s(const GroupNetwork& g, std::int64_t k, std::int64_t j);
 
 // The rate of a ring member's flow through its own NIC when the ring crosses nodes: the node's

@@ -18,8 +18,9 @@ std::vector<double> end_of_step(const std::vector<double>& start_s,
     if (!std::isfinite(start_s[k]) || start_s[k] < 0) throw std::invalid_argument("end_of_step: stage " + std::to_string(k) + " starts at a negative or non-finite time");
   }
   const bool listed = !meets.first.empty();
-  if (listed && (meets.first.size() != P + 1 || meets.first.back() != meets.stages.size())) {
-    throw std::invalid_argument("end_of_step: meets does not list " + std::to_string(P) + " stages");
+  if (listed && (meets.first.size() != P + 1 || meets.first.front() != 0 || meets.first.back() != meets.stages.size() ||
+                 !std::is_sorted(meets.first.begin(), meets.first.end()))) {
+    throw std::invalid_argument("end_of_step: meets does not list " + std::to_string(P) + " stages in order");
   }
   std::vector<double> end(P, 0.0);
   if (P == 0) return end;
@@ -117,11 +118,9 @@ std::vector<double> dp_end_of_step(const plan::Plan& p, const DpNetworks& nets, 
     fixed[n] = g.nic_bytes_per_s;
     if (g.stage_fabric_fractions.size() != P) continue;
     pair_rates[n].resize(P * P);
-    const bool pairs = g.stage_pair_fractions.size() == P * P;
     for (std::size_t k = 0; k < P; ++k) {
-      const double alone = stage_nic_bytes_per_s(g, static_cast<std::int64_t>(k));
       double* row = pair_rates[n].data() + k * P;
-      for (std::size_t j = 0; j < P; ++j) row[j] = pairs ? std::min(alone, g.nic_alone_bytes_per_s * g.stage_pair_fractions[k * P + j]) : alone;
+      for (std::size_t j = 0; j < P; ++j) row[j] = stage_pair_nic_bytes_per_s(g, static_cast<std::int64_t>(k), static_cast<std::int64_t>(j));
     }
   }
   // Per stage, the stages beside which one of its groups runs slower than alone (a neighbour or

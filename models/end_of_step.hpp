@@ -45,8 +45,11 @@ std::vector<double> end_of_step(const std::vector<double>& start_s,
 // each stage's being the replayed stage's (dp.after_last_item) times scale[k] (its parameters
 // over the replayed stage's), from start_s[k], at the NIC shares of each of `nets`' groups: its
 // rings' alone, or beside the stages running, the least any one of them leaves it
-// (stage_pair_nic_bytes_per_s: the pairs' collisions are on different links,
-// tests/topology/fabric_share_test.cpp). Groups without per-stage figures run at their share.
+// (stage_pair_nic_bytes_per_s). That is exact where the stages a stage meets meet it on
+// different links, as on the shipped plans that reduce at their step's end (each stage's share
+// with every stage at once equals its worst pair's there:
+// tests/topology/fabric_share_test.cpp); where three or more stages' rings share one link it is
+// optimistic. Groups without per-stage figures run at their share.
 std::vector<double> dp_end_of_step(const plan::Plan& p, const DpNetworks& nets, const AfterLastItem& work, CollectivePrices& price,
                                    const std::vector<double>& start_s, const std::vector<double>& scale);
 

@@ -464,7 +464,14 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       const double last = *std::max_element(ends.begin(), ends.end());
       b.dp_s = dp.before_end_s + (ends[st] - with_comm.end_s[st]);
       const double busy = with_comm.makespan_s - with_comm.idle_s[st];
-      b.pp_s = std::max(0.0, last + dp.before_end_s - busy - b.bubble_s - b.dp_s);
+      // The rest of the step, up to the last stage's end, is the pipeline's. The bubble (the
+      // replay without communication) counts the reported stage's idle after its items too,
+      // which its own collectives now fill where they end after every other stage's: then the
+      // rest is negative, and the bubble is what is left of that idle, so that the terms still
+      // add up to the step's end (pp 0).
+      const double rest = last + dp.before_end_s - busy - b.bubble_s - b.dp_s;
+      b.pp_s = std::max(0.0, rest);
+      if (rest < 0) b.bubble_s = std::max(0.0, b.bubble_s + rest);
     }
   }
   const double slow_compute = slow.forward_s + slow.backward_s + slow.recompute_s;

@@ -302,6 +302,9 @@ TierShares count_tier_shares(const plan::ClusterConfig& c, const plan::RankLayou
     std::vector<char> meet(P * P, 0);
     std::vector<std::uint64_t> owners;
     for (std::size_t f = 0; f <= kLoadFields; ++f) {
+      // Under destination-mod-k a stream's share above the NICs is its links' (shares_of), so
+      // stages that share a leaf or a pod but no link do not meet there.
+      if (d_mod_k && f >= 2 && f < kLoadFields) continue;
       owners.assign(f < kLoadFields ? fields[f]->size() : link_load.size(), 0);
       for (std::size_t k = 0; k < P; ++k) {
         for (const auto& [i, load] : stage_loads[k][f]) owners[i] |= std::uint64_t{1} << k;

@@ -165,7 +165,8 @@ struct TierShares {
   std::vector<double> stage_above_nic_fraction;
   // The same for two stages running at once: at [k * stages + j], what stage k's rings get
   // among its own and stage j's (at most its figure alone, which [k * stages + k] holds); for
-  // the ring and pipeline patterns of up to 64 stages, empty otherwise. The end of a step runs
+  // the kinds counted stage by stage (data parallelism's rings) of up to 64 stages, empty
+  // otherwise. The end of a step runs
   // the stages' gradient reductions beside each other (models/end_of_step).
   std::vector<double> stage_pair_above_nic_fraction;
 

@@ -276,5 +276,27 @@ TEST(Fabric, EachStagesOwnRingsHaveTheirOwnShare) {
   EXPECT_LT(prices.at_nic_rate(g, Collective::all_reduce, 2e9, alone.nic_bytes_per_s), 0.6 * collective_s(g, Collective::all_reduce, 2e9));
 }
 
+// A stage beside another: its own share (never under the group's) slowed as the pair's count
+// slows it from its count alone; without the pairs' figures (more than 64 stages), the
+// group's share, the worst stage's, as the step's end was priced before them.
+TEST(Fabric, AStageBesideAnotherKeepsItsFloorAndFallsBackToTheGroupsShare) {
+  GroupNetwork g;
+  g.nic_alone_bytes_per_s = 100;
+  g.nic_bytes_per_s = 60;                    // the group's: above stage 1's count alone (50)
+  g.stage_fabric_fractions = {1.0, 0.5};
+  g.stage_pair_fractions = {1.0, 0.5, 0.25, 0.5};  // [k * 2 + j]
+  EXPECT_DOUBLE_EQ(stage_nic_bytes_per_s(g, 0), 100);
+  EXPECT_DOUBLE_EQ(stage_nic_bytes_per_s(g, 1), 60);  // the floor
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 0, 0), 100);
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 1, 1), 60);
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 0, 1), 50);  // 100 x 0.5 / 1.0
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 1, 0), 30);  // 60 x 0.25 / 0.5: the floor slowed alike
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 0, 7), 100); // no such stage: alone
+  g.stage_pair_fractions.clear();
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 0, 1), 60);
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 1, 0), 60);
+  EXPECT_DOUBLE_EQ(stage_pair_nic_bytes_per_s(g, 0, 0), 100);
+}
+
 }  // namespace
 }  // namespace meshwork::models

@@ -230,11 +230,6 @@ TEST(Tiers, EveryBreakdownTermAgreesWithinFivePercentOrSaysWhy) {
   }
 }
 
-// Without overlap.grad_reduce every stage reduces its gradients after its last item, and the
-// reported stage (the one that computes longest, here the last, done first) reduces while the
-// others still compute or reduce: its DP is its own reduction beside those running, then it
-// waits (models/end_of_step), whatever the 2% gate above. The estimate priced it at the worst
-// stage's collisions until 2026-12-07 (DP 0.881, 1.178 and 0.788 s).
 // A term of a shipped scenario's goldens within 5% of the simulator's, whatever the 2% gate.
 void term_within_five_percent(const std::string& key, const char* term) {
   const auto estimated = report_of(kGolden / (key + ".estimate.json"));
@@ -245,7 +240,12 @@ void term_within_five_percent(const std::string& key, const char* term) {
   EXPECT_LE(std::abs(e / s - 1), 0.05) << key << ": " << term << " estimated " << e << " s against " << s << " s simulated";
 }
 
-TEST(Tiers, AStageDoneFirstReducesOnItsOwnRingsThenWaitsForTheOthers) {
+// Without overlap.grad_reduce every stage reduces its gradients after its last item, and the
+// reported stage (the one that computes longest, here the last, done first) reduces while the
+// others still compute or reduce: its DP is its own reduction beside those running, then it
+// waits (models/end_of_step), whatever the 2% gate above. The estimate priced it at the worst
+// stage's collisions until 2026-12-07 (DP 0.881, 1.178 and 0.788 s).
+TEST(Tiers, AStageDoneFirstReducesBesideTheOthersThenWaitsForTheLast) {
   for (const char* key : {"gpt3-175b-a100-1024", "published/kor22-530b-dp8", "published/nar21-310.1b"}) {
     term_within_five_percent(key, "dp_s");
     // The wait, where it waits, is counted as the pipeline's, as the simulator counts a stage
@@ -262,6 +262,20 @@ TEST(Tiers, AStageDoneFirstReducesOnItsOwnRingsThenWaitsForTheOthers) {
 // 2026-12-07 (DP 0.383 and 0.300 s against 0.668 and 0.525 s simulated).
 TEST(Tiers, StagesReducingAtTheStepsEndTogetherMeetOnTheirLinks) {
   for (const char* key : {"published/nar21-145.6b", "published/nar21-t2-175b-ptdp-1536"}) term_within_five_percent(key, "dp_s");
+}
+
+// Where the reported stage's own reduction ends after every other stage's (NAR21 39.1B: two
+// stages of four, the reported one with more parameters), its collectives fill the idle after
+// its items that the bubble (the replay without communication) counts too: the step is the last
+// stage's end, not that plus the overlap. Until the review of 2026-12-07 the estimate counted
+// both (bubble 0.118 s against 0.081 simulated, the step +0.23%); now 0.094 s and +0.07%.
+TEST(Tiers, AReportedStageEndingLastIsNotCountedTwice) {
+  const auto estimated = report_of(kGolden / "published/nar21-39.1b.estimate.json");
+  const auto simulated = report_of(kGolden / "published/nar21-39.1b.simulate.json");
+  ASSERT_TRUE(estimated && simulated);
+  const double e = estimated->at("step_time_s").get<double>(), s = simulated->at("step_time_s").get<double>();
+  EXPECT_LE(std::abs(e / s - 1), 0.0015) << "estimate " << e << " s against " << s << " s simulated";
+  EXPECT_EQ(estimated->at("breakdown").at("pp_s").get<double>(), 0.0);
 }
 
 }  // namespace

@@ -459,7 +459,6 @@ TEST(FabricShare, DataParallelRingsOfTwoStagesEqualTheirRoutesOnTheBuiltGraph) {
       ASSERT_EQ(closed.stage_above_nic_fraction.size(), P);
       ASSERT_EQ(closed.stage_pair_above_nic_fraction.size(), P * P);
       for (std::size_t k = 0; k < P; ++k) {
-        EXPECT_EQ(closed.stage_pair_above_nic_fraction[k * P + k], closed.stage_above_nic_fraction[k]);
         for (std::size_t j = k + 1; j < P; ++j) {
           const auto graph = dp_stage_fractions_on_graph(p, std::uint64_t{1} << k | std::uint64_t{1} << j, closed.nic_gbytes_per_s);
           EXPECT_NEAR(closed.stage_pair_above_nic_fraction[k * P + j], graph[k], 1e-12) << "stage " << k << " beside " << j;
