@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <stdexcept>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "models/hardware.hpp"
+#include "plan/plan_io.hpp"
 
 namespace meshwork::models {
 namespace {
@@ -66,6 +71,48 @@ TEST(EndOfStep, NegativeOrNonFiniteTimesAreRefused) {
   EXPECT_THROW(end_of_step({0.0}, [](std::size_t, const std::vector<char>&) { return -1.0; }), std::invalid_argument);
   EXPECT_THROW(end_of_step({0.0}, [](std::size_t, const std::vector<char>&) { return std::numeric_limits<double>::infinity(); }),
                std::invalid_argument);
+}
+
+// The estimate's DP step's end on a fabric that gives no stage its own figures (the default
+// scenario's DP group without them): each stage runs its own work, the replayed stage's times
+// its parameters' ratio, at the group's share from its own start, whoever runs beside it.
+TEST(EndOfStep, WithoutPerStageFiguresEachStageRunsItsWorkAtTheGroupsShare) {
+  const auto loaded = plan::load_plan(std::filesystem::path(MESHWORK_SOURCE_DIR) / "scenarios/gpt3-175b-a100-1024.yaml");
+  ASSERT_TRUE(loaded.ok());
+  const plan::Plan& p = loaded.plan;
+  GroupNetwork dense = group_network(p, hardware_profile(p.cluster.gpu), plan::GroupKind::dp_cp);
+  dense.stage_fabric_fractions.clear();
+  dense.stage_pair_fractions.clear();
+  const GroupNetwork single;  // size 1: nothing to reduce over
+  const DpNetworks nets{dense, single, single, single};
+  AfterLastItem work;
+  work.reductions = {{GpuParams{2.5e8, 0}, 4}, {GpuParams{1e8, 0}, 1}};
+  CollectivePrices price;
+  const double whole = after_last_item_s(p, nets, work, price, {dense.nic_bytes_per_s, single.nic_bytes_per_s, single.nic_bytes_per_s, single.nic_bytes_per_s});
+  ASSERT_GT(whole, 0);
+  const auto ends = dp_end_of_step(p, nets, work, price, {0.0, 0.1, 0.2}, {1.0, 0.5, 2.0});
+  ASSERT_EQ(ends.size(), 3u);
+  EXPECT_NEAR(ends[0], whole, 1e-12);
+  EXPECT_NEAR(ends[1], 0.1 + 0.5 * whole, 1e-12);
+  EXPECT_NEAR(ends[2], 0.2 + 2.0 * whole, 1e-12);
+  EXPECT_THROW(dp_end_of_step(p, nets, work, price, {0.0, 0.1}, {1.0}), std::invalid_argument);
+
+  // With the scenario's own figures: stages 5 and 6 meet (a third of the NIC each beside the
+  // other, FabricShare tests), so starting together they end later than alone; stage 6 started
+  // long after every other stage's end runs at its own share alone.
+  const GroupNetwork real = group_network(p, hardware_profile(p.cluster.gpu), plan::GroupKind::dp_cp);
+  const DpNetworks with{real, single, single, single};
+  auto alone = [&](std::int64_t k) {
+    return after_last_item_s(p, with, work, price, {stage_nic_bytes_per_s(real, k), single.nic_bytes_per_s, single.nic_bytes_per_s, single.nic_bytes_per_s});
+  };
+  std::vector<double> start(8, 0.0);
+  const std::vector<double> scale(8, 1.0);
+  const auto together = dp_end_of_step(p, with, work, price, start, scale);
+  EXPECT_GT(together[6], 1.2 * alone(6));
+  EXPECT_GT(together[5], 1.2 * alone(5));
+  start[6] = 100.0;
+  const auto later = dp_end_of_step(p, with, work, price, start, scale);
+  EXPECT_NEAR(later[6], 100.0 + alone(6), 1e-9);
 }
 
 }  // namespace
