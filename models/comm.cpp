@@ -118,17 +118,37 @@ double stage_nic_bytes_per_s(const GroupNetwork& g, std::int64_t stage) {
   return std::max(g.nic_bytes_per_s, g.nic_alone_bytes_per_s * g.stage_fabric_fractions[static_cast<std::size_t>(stage)]);
 }
 
+namespace {
+
+// Stage K's share beside stage j, j != K, both under P, its alone share given.
+double beside_stage(const GroupNetwork& g, double alone, std::size_t K, std::size_t j, std::size_t P) {
+  // Without the pairs' figures (more than 64 stages), beside another stage at the group's share,
+  // the worst stage's, as the step's end was priced before the pairs were counted.
+  if (g.stage_pair_fractions.size() != P * P) return std::min(alone, g.nic_bytes_per_s);
+  // The stage's own rate (at least the group's, stage_nic_bytes_per_s) slowed as the pair's
+  // count slows it from the stage's alone: the same floor either way.
+  const double* fractions = g.stage_pair_fractions.data() + K * P;
+  return std::min(alone, alone * fractions[j] / fractions[K]);
+}
+
+}  // namespace
+
 double stage_pair_nic_bytes_per_s(const GroupNetwork& g, std::int64_t k, std::int64_t j) {
   const double alone = stage_nic_bytes_per_s(g, k);
   const auto P = static_cast<std::int64_t>(g.stage_fabric_fractions.size());
   if (k < 0 || j < 0 || k >= P || j >= P || k == j) return alone;
-  // Without the pairs' figures (more than 64 stages), beside another stage at the group's share,
-  // the worst stage's, as the step's end was priced before the pairs were counted.
-  if (g.stage_pair_fractions.size() != static_cast<std::size_t>(P * P)) return std::min(alone, g.nic_bytes_per_s);
-  // The stage's own rate (at least the group's, stage_nic_bytes_per_s) slowed as the pair's
-  // count slows it from the stage's alone: the same floor either way.
-  const auto at = [&](std::int64_t a, std::int64_t b) { return g.stage_pair_fractions[static_cast<std::size_t>(a * P + b)]; };
-  return std::min(alone, alone * at(k, j) / at(k, k));
+  return beside_stage(g, alone, static_cast<std::size_t>(k), static_cast<std::size_t>(j), static_cast<std::size_t>(P));
+}
+
+void stage_pair_row_nic_bytes_per_s(const GroupNetwork& g, std::int64_t k, std::span<double> row) {
+  const double alone = stage_nic_bytes_per_s(g, k);
+  std::fill(row.begin(), row.end(), alone);
+  const std::size_t P = g.stage_fabric_fractions.size();
+  if (k < 0 || static_cast<std::size_t>(k) >= P) return;
+  const auto K = static_cast<std::size_t>(k);
+  for (std::size_t j = 0; j < std::min(row.size(), P); ++j) {
+    if (j != K) row[j] = beside_stage(g, alone, K, j, P);
+  }
 }
 
 namespace {

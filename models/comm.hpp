@@ -7,6 +7,7 @@
 // busbw = algbw * (n-1)/n, algbw = bytes / time.
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "models/hardware.hpp"
@@ -72,6 +73,9 @@ double stage_nic_bytes_per_s(const GroupNetwork& g, std::int64_t stage);
 // stage from its count alone; stage_nic_bytes_per_s(g, k) itself for j == k or a stage out of
 // range; without the pairs' figures (more than 64 stages), at most the group's share.
 double stage_pair_nic_bytes_per_s(const GroupNetwork& g, std::int64_t k, std::int64_t j);
+// The same for every j at once: row[j] = stage_pair_nic_bytes_per_s(g, k, j), j < row.size()
+// (the estimate's step's end asks for every pair).
+void stage_pair_row_nic_bytes_per_s(const GroupNetwork& g, std::int64_t k, std::span<double> row);
 
 // The rate of a ring member's flow through its own NIC when the ring crosses nodes: the node's
 // NICs work together, NVLink caps the node's ring. At the group's NIC share, or at the rate given.

@@ -5,13 +5,13 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <stdexcept>
 #include <string>
 
 namespace meshwork::models {
 
-std::vector<double> end_of_step(const std::vector<double>& start_s,
-                                const std::function<double(std::size_t k, const std::vector<char>& running)>& seconds,
+std::vector<double> end_of_step(const std::vector<double>& start_s, CallableRef<double(std::size_t k, const std::vector<char>& running)> seconds,
                                 const StagesMet& meets) {
   const std::size_t P = start_s.size();
   for (std::size_t k = 0; k < P; ++k) {
@@ -24,7 +24,8 @@ std::vector<double> end_of_step(const std::vector<double>& start_s,
   }
   std::vector<double> end(P, 0.0);
   if (P == 0) return end;
-  // Whose pace a stage's start or end changes (those that meet it), by counting sort.
+  // Whose pace a stage's start or end changes (those that meet it), by counting sort: stage j's
+  // are affected[affected_first[j]] to affected[affected_first[j + 1] - 1].
   std::vector<std::size_t> affected_first(listed ? P + 1 : 0, 0), affected;
   if (listed) {
     for (const std::size_t j : meets.stages) {
@@ -33,39 +34,60 @@ std::vector<double> end_of_step(const std::vector<double>& start_s,
     }
     std::partial_sum(affected_first.begin(), affected_first.end(), affected_first.begin());
     affected.resize(meets.stages.size());
-    std::vector<std::size_t> at(affected_first.begin(), affected_first.end() - 1);
+    // Filled with each stage's start as its cursor, which ends at the next stage's start...
     for (std::size_t k = 0; k < P; ++k) {
-      for (std::size_t i = meets.first[k]; i < meets.first[k + 1]; ++i) affected[at[meets.stages[i]]++] = k;
+      for (std::size_t i = meets.first[k]; i < meets.first[k + 1]; ++i) affected[affected_first[meets.stages[i]]++] = k;
+    }
+    // ... so shifted back by one.
+    std::copy_backward(affected_first.begin(), affected_first.end() - 1, affected_first.end());
+    affected_first[0] = 0;
+  }
+  std::vector<char> is_running(P, 0);
+  // A stage listed as meeting nobody, whom nobody meets, runs at one pace from its start to its
+  // end: timed at once, outside the events (the shipped plans' stages mostly meet nobody).
+  // The others in the order they start (ties by index: deterministic).
+  std::vector<std::size_t> order;
+  order.reserve(P);
+  for (std::size_t k = 0; k < P; ++k) {
+    if (listed && meets.first[k] == meets.first[k + 1] && affected_first[k] == affected_first[k + 1]) {
+      is_running[k] = 1;
+      const double alone = seconds(k, is_running);
+      is_running[k] = 0;
+      if (!std::isfinite(alone) || alone < 0) throw std::invalid_argument("end_of_step: stage " + std::to_string(k) + " has negative or non-finite seconds");
+      end[k] = start_s[k] + alone;
+    } else {
+      order.push_back(k);
     }
   }
-  // Stages in the order they start (ties by index: deterministic).
-  std::vector<std::size_t> order(P);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return start_s[a] < start_s[b]; });
-  std::vector<double> left(P, 1.0);  // of each stage's collectives, the fraction still to run
-  std::vector<double> pace(P, 0.0);  // their seconds beside those running now
-  std::vector<std::size_t> running, ended;
-  running.reserve(P);
-  ended.reserve(P);
-  std::vector<char> is_running(P, 0), dirty(P, 0);
+  if (order.empty()) return end;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return start_s[a] < start_s[b] || (start_s[a] == start_s[b] && a < b); });
+  const std::size_t n = order.size();
+  struct Run {
+    double left = 1.0;  // of the stage's collectives, the fraction still to run
+    double pace = 0.0;  // their seconds beside those running now
+    bool dirty = false;  // its pace to ask for again
+  };
+  std::vector<Run> run(P);
+  std::vector<std::size_t> running;
+  running.reserve(n);
   auto touch = [&](std::size_t j) {
-    if (!listed) {
-      for (const std::size_t k : running) dirty[k] = 1;
-      return;
-    }
-    for (std::size_t i = affected_first[j]; i < affected_first[j + 1]; ++i) dirty[affected[i]] = 1;
+    for (std::size_t i = affected_first[j]; i < affected_first[j + 1]; ++i) run[affected[i]].dirty = true;
   };
   std::size_t next = 0;  // in `order`, the next stage to start
   double now = start_s[order[0]];
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  while (next < P || !running.empty()) {
+  while (next < n || !running.empty()) {
     // Stages that start now.
-    while (next < P && start_s[order[next]] <= now) {
+    const std::size_t before = running.size();
+    while (next < n && start_s[order[next]] <= now) {
       const std::size_t k = order[next++];
       is_running[k] = 1;
       running.push_back(k);
-      touch(k);
-      dirty[k] = 1;
+      if (listed) touch(k);
+      run[k].dirty = true;
+    }
+    if (!listed && running.size() != before) {
+      for (const std::size_t k : running) run[k].dirty = true;
     }
     if (running.empty()) {
       now = start_s[order[next]];
@@ -73,33 +95,38 @@ std::vector<double> end_of_step(const std::vector<double>& start_s,
     }
     // Until the next start or the first of the running to end, each at its pace beside those
     // running now; one with nothing to run ends at once.
-    double step = next < P ? start_s[order[next]] - now : kInf;
+    double step = next < n ? start_s[order[next]] - now : kInf;
     std::size_t first = P;  // the stage that ends at now + step, if one does before the next start
     for (const std::size_t k : running) {
-      if (dirty[k]) {
-        pace[k] = seconds(k, is_running);
-        if (!std::isfinite(pace[k]) || pace[k] < 0) throw std::invalid_argument("end_of_step: stage " + std::to_string(k) + " has negative or non-finite seconds");
-        dirty[k] = 0;
+      Run& r = run[k];
+      if (r.dirty) {
+        r.pace = seconds(k, is_running);
+        if (!std::isfinite(r.pace) || r.pace < 0) throw std::invalid_argument("end_of_step: stage " + std::to_string(k) + " has negative or non-finite seconds");
+        r.dirty = false;
       }
-      const double dt = left[k] * pace[k];
+      const double dt = r.left * r.pace;
       if (dt < step) {
         step = dt;
         first = k;
       }
     }
-    for (const std::size_t k : running) left[k] = pace[k] > 0 ? left[k] - step / pace[k] : 0.0;
     now += step;
-    if (first < P) left[first] = 0;
-    // The stage found first, and any other that ends within rounding of it.
+    // Each runs its share of the step; the stage found first, and any other that ends within
+    // rounding of it, end now, and the stages they met ask for their pace again.
+    bool any_ended = false;
     std::erase_if(running, [&](std::size_t k) {
-      if (left[k] > 1e-12) return false;
+      Run& r = run[k];
+      r.left = k == first || r.pace <= 0 ? 0.0 : r.left - step / r.pace;
+      if (r.left > 1e-12) return false;
       end[k] = now;
       is_running[k] = 0;
-      ended.push_back(k);
+      any_ended = true;
+      if (listed) touch(k);
       return true;
     });
-    for (const std::size_t k : ended) touch(k);
-    ended.clear();
+    if (!listed && any_ended) {
+      for (const std::size_t k : running) run[k].dirty = true;
+    }
   }
   return end;
 }
@@ -110,7 +137,7 @@ std::vector<double> dp_end_of_step(const plan::Plan& p, const DpNetworks& nets, 
   if (scale.size() != P) throw std::invalid_argument("dp_end_of_step: start_s and scale differ in length");
   const std::array<const GroupNetwork*, 4> groups{&nets.dense, &nets.expert, &nets.dense_replica, &nets.expert_replica};
   // Per group with per-stage figures, a table of the pairs' shares ([k * P + j]; [k * P + k]
-  // alone), as stage_pair_nic_bytes_per_s gives them, row by row; the others at their group's.
+  // alone), as stage_pair_nic_bytes_per_s gives them; the others at their group's.
   std::array<std::vector<double>, 4> pair_rates;
   std::array<double, 4> fixed{};
   for (std::size_t n = 0; n < groups.size(); ++n) {
@@ -119,14 +146,14 @@ std::vector<double> dp_end_of_step(const plan::Plan& p, const DpNetworks& nets, 
     if (g.stage_fabric_fractions.size() != P) continue;
     pair_rates[n].resize(P * P);
     for (std::size_t k = 0; k < P; ++k) {
-      double* row = pair_rates[n].data() + k * P;
-      for (std::size_t j = 0; j < P; ++j) row[j] = stage_pair_nic_bytes_per_s(g, static_cast<std::int64_t>(k), static_cast<std::int64_t>(j));
+      stage_pair_row_nic_bytes_per_s(g, static_cast<std::int64_t>(k), std::span<double>(pair_rates[n].data() + k * P, P));
     }
   }
   // Per stage, the stages beside which one of its groups runs slower than alone (a neighbour or
   // two on the fabric).
   StagesMet meets;
   meets.first.reserve(P + 1);
+  meets.stages.reserve(4 * P);
   meets.first.push_back(0);
   for (std::size_t k = 0; k < P; ++k) {
     for (std::size_t j = 0; j < P; ++j) {
@@ -138,8 +165,12 @@ std::vector<double> dp_end_of_step(const plan::Plan& p, const DpNetworks& nets, 
   }
   // Priced once per distinct set of shares (most stages share theirs), and per stage its last.
   std::vector<std::pair<std::array<double, 4>, double>> priced;
-  std::vector<std::array<double, 4>> last_rates(P, std::array<double, 4>{-1, -1, -1, -1});
-  std::vector<double> last_s(P, 0.0);
+  priced.reserve(4);
+  struct Last {
+    std::array<double, 4> rates{-1, -1, -1, -1};
+    double s = 0;
+  };
+  std::vector<Last> last(P);
   auto seconds = [&](std::size_t k, const std::vector<char>& running) {
     std::array<double, 4> rate = fixed;
     for (std::size_t n = 0; n < groups.size(); ++n) {
@@ -151,13 +182,13 @@ std::vector<double> dp_end_of_step(const plan::Plan& p, const DpNetworks& nets, 
       }
       rate[n] = least;
     }
-    if (rate == last_rates[k]) return last_s[k];
+    if (rate == last[k].rates) return last[k].s;
     const auto known = std::find_if(priced.begin(), priced.end(), [&](const auto& e) { return e.first == rate; });
     const double whole =
         known != priced.end() ? known->second
                               : priced.emplace_back(rate, after_last_item_s(p, nets, work, price, {rate[0], rate[1], rate[2], rate[3]})).second;
-    last_rates[k] = rate;
-    return last_s[k] = scale[k] * whole;
+    last[k].rates = rate;
+    return last[k].s = scale[k] * whole;
   };
   return end_of_step(start_s, seconds, meets);
 }

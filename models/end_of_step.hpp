@@ -15,7 +15,9 @@
 // shares, topology::tier_shares), played event by event (a stage starts or ends): a stage's
 // progress runs at one over its seconds at the shares of the moment.
 #include <cstddef>
-#include <functional>
+#include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "models/comm.hpp"
@@ -31,14 +33,44 @@ struct StagesMet {
   std::vector<std::size_t> stages;
 };
 
+// A reference to a callable, not a copy of it: std::function allocates for a lambda that
+// captures more than two pointers, and the estimate asks its callback once per stage and event
+// (issue 18: the closed form's speed). The callable must outlive the call it is passed to.
+template <class Signature>
+class CallableRef;
+template <class R, class... Args>
+class CallableRef<R(Args...)> {
+ public:
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, CallableRef> && std::is_invocable_r_v<R, F&, Args...>)
+  CallableRef(F&& f) {  // NOLINT(google-explicit-constructor): passed where a callable is expected
+    using Target = std::remove_reference_t<F>;
+    if constexpr (std::is_function_v<Target>) {
+      to_.function = &f;
+      call_ = [](To to, Args... args) -> R { return to.function(std::forward<Args>(args)...); };
+    } else {
+      to_.object = const_cast<void*>(static_cast<const void*>(std::addressof(f)));
+      call_ = [](To to, Args... args) -> R { return (*static_cast<Target*>(to.object))(std::forward<Args>(args)...); };
+    }
+  }
+  R operator()(Args... args) const { return call_(to_, std::forward<Args>(args)...); }
+
+ private:
+  union To {
+    void* object;
+    R (*function)(Args...);
+  };
+  To to_{};
+  R (*call_)(To, Args...) = nullptr;
+};
+
 // Per stage, when its collectives after its last item end, given when each may start and
 // `seconds(k, running)`: stage k's collectives' seconds were they to run whole beside the stages
 // running (running[j] != 0 for each, k among them), which depend only on the stages `meets`
 // names for k: only their starts and ends ask for its seconds again. Throws
 // std::invalid_argument on a negative or non-finite start or seconds, or a `meets` of another
 // size or naming a stage out of range.
-std::vector<double> end_of_step(const std::vector<double>& start_s,
-                                const std::function<double(std::size_t k, const std::vector<char>& running)>& seconds,
+std::vector<double> end_of_step(const std::vector<double>& start_s, CallableRef<double(std::size_t k, const std::vector<char>& running)> seconds,
                                 const StagesMet& meets = {});
 
 // The estimate's step's end for DP: per stage, when its collectives after its last item end,

@@ -182,6 +182,7 @@ std::vector<BatchTensor> batch_tensors(const plan::Plan& p, bool first, bool las
   const double b = d(p.training.micro_batch_size), s = d(p.model.seq_length);
   const bool mask = p.training.attention_mask_in_batch;
   std::vector<BatchTensor> out;
+  out.reserve(5);
   if (first) out.push_back({"tokens", 8 * b * s});
   if (last) out.push_back({"labels", 8 * b * s});
   if (last) out.push_back({"loss_mask", 4 * b * s});

@@ -226,6 +226,7 @@ std::vector<std::vector<std::int64_t>> layers_per_chunk(const Plan& plan) {
 
 std::vector<std::vector<std::int64_t>> chunk_first_layers(const std::vector<std::vector<std::int64_t>>& chunks) {
   std::vector<std::vector<std::int64_t>> out;
+  out.reserve(chunks.size());
   for (const auto& stage : chunks) out.emplace_back(stage.size(), 0);
   const std::size_t pp = chunks.size();
   const std::size_t vpp = pp > 0 ? chunks.front().size() : 0;
