@@ -55,6 +55,22 @@ std::shared_ptr<const StageOrder> stage_order(plan::PipelineSchedule schedule, s
   return kept.get({schedule, p, stage, m, v, chunks}, make, [](const StageOrder& o) { return o.items.size() <= kLargest; });
 }
 
+// What DP adds to a stage's items: from its first backward on, item by item (the pipeline
+// replay holds every stage's items alike: DpReplay::item_delays); before it, the step's start,
+// where the parameter gathers dispatched at the step's start run at times one stage's replay
+// cannot place for another (each reaches its first items after its neighbours), in all
+// (DpReplay::start_delay_s). Rounding (a billionth of a microsecond at the item's end) is no
+// delay.
+struct ItemDelays {
+  DpReplay& out;
+  std::size_t first_backward = 0;  // in the stage's order
+  void note(std::size_t i, const ScheduleItem& item, double extra, double end_s) {
+    if (!(extra > 1e-15 * std::max(1.0, end_s))) return;
+    if (i < first_backward) out.start_delay_s += extra;
+    else out.item_delays.emplace_back(item, extra);
+  }
+};
+
 // The items of a stage's order in which nothing happens between their layers, from `i` on:
 // no ZeRO-3 gather, no parameter bucket to wait for (a forward), no gradient bucket to reduce
 // (a backward with weight gradients: every one with sharded gradients, otherwise the chunk's
@@ -67,6 +83,7 @@ struct PlainItems {
   const std::vector<std::vector<DpBucket>>& buckets;
   const std::vector<std::size_t>& awaited;
   bool sharded_grads = false;
+  ItemDelays& delays;
 
   bool plain(std::size_t i) const {
     const ScheduleItem& it = order[i];
@@ -96,7 +113,13 @@ struct PlainItems {
     }
     for (; i < order.size() && plain(i); ++i) {
       const double dt = seconds[static_cast<std::size_t>(order[i].chunk) * 4 + static_cast<std::size_t>(order[i].pass)];
-      at = full_speed ? at + dt : sms.run(at, dt);
+      if (full_speed) {
+        at += dt;
+      } else {
+        const double from = at;
+        at = sms.run(at, dt);
+        delays.note(i, order[i], at - from - dt, at);
+      }
       total += dt;
     }
     compute_s = at;
@@ -260,8 +283,32 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
         for (const DpBucket& bk : buckets.back()) ends.push_back(issue(dp_time(Collective::all_gather, bk.params, e)));
       }
       awaited.assign(chunks.size(), 0);
+      out.chunk_ready_s.assign(chunks.size(), 0.0);
+      for (std::size_t c = 0; c < chunks.size(); ++c) {
+        // As the first forward awaits them (below): those of its first layer before the
+        // embedding, then each layer's before it.
+        double before = 0, ready = 0;
+        std::size_t j = 0;
+        auto await_to = [&](std::int64_t layer) {
+          for (; j < buckets[c].size() && buckets[c][j].first_layer <= layer; ++j) ready = std::max(ready, gathered[c][j] - before);
+        };
+        await_to(firsts[c]);
+        if (first_stage && c == 0) before += stage.first_ops.forward_s;
+        for (std::int64_t k = 0; k < chunks[c]; ++k) {
+          await_to(firsts[c] + k);
+          const StageTimes& l = stage.layers[is_moe_layer(m, firsts[c] + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
+          before += l.forward_s + l.comm_f_s;
+        }
+        out.chunk_ready_s[c] = ready;
+      }
     }
     run(stage.start_s);
+    // The gathers dispatched at the step's start slow it: the first item starts that much later.
+    // ZeRO-3's gathers are issued item by item, not with the step: every delay is an item's.
+    ItemDelays delays{out, zero3 ? std::size_t{0}
+                                 : static_cast<std::size_t>(std::find_if(sched.begin(), sched.end(), [](const ScheduleItem& it) { return it.pass != Pass::forward; }) -
+                                                            sched.begin())};
+    delays.note(0, ScheduleItem{}, compute - busy, compute);
     auto await_params = [&](std::size_t c, std::int64_t layer) {
       if (buckets.empty()) return;
       for (std::size_t& j = awaited[c]; j < buckets[c].size() && buckets[c][j].first_layer <= layer; ++j) {
@@ -299,13 +346,16 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
                       (weights ? sums[c].weight : 0) + (first_virtual ? part(stage.first_ops) : 0);
       }
     }
-    const PlainItems plain{*order, sched, plain_s, last_grad_item, buckets, awaited, sharded_grads};
+    const PlainItems plain{*order, sched, plain_s, last_grad_item, buckets, awaited, sharded_grads, delays};
     for (std::size_t i = 0; i < sched.size(); ++i) {
       if (!zero3) {
         i = plain.run(i, sms, compute, busy);
         if (i == sched.size()) break;
       }
       const ScheduleItem& it = sched[i];
+      // What DP adds to this item: its time less its own.
+      const double from_compute = compute, from_busy = busy;
+      auto noted = [&] { delays.note(i, it, (compute - from_compute) - (busy - from_busy), compute); };
       const auto c = static_cast<std::size_t>(it.chunk);
       const std::int64_t lo = firsts[c], n = chunks[c];
       const bool first_virtual = first_stage && c == 0, last_virtual = last_stage && c + 1 == chunks.size();
@@ -322,6 +372,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
           run(layer(k).forward_s + layer(k).comm_f_s);
         }
         if (last_virtual) run(stage.last_ops.forward_s);
+        noted();
         continue;
       }
       const bool input = it.pass != Pass::backward_weight, weights = it.pass != Pass::backward_input;
@@ -344,6 +395,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
         pending += end_params_per_gpu(p, counts, first_virtual, false);
         flush();
       }
+      noted();
     }
     // The collectives issued from here on run after the stage's last item: the deferred
     // gradient reduction and the distributed optimizer's gather when not overlapped

@@ -9,7 +9,9 @@
 // before its forward and its backward, the next one prefetched under this one with
 // overlap.param_gather. The distributed optimizer's gather of the updated parameters (ZeRO 1
 // and 2) runs under the forward with overlap.param_gather, otherwise it follows the optimizer
-// step.
+// step. What DP holds the stage's items for (DpReplay::item_delays, chunk_ready_s) the estimate
+// then holds every stage's items for in its pipeline replay, so that a stage late for its own DP
+// makes its neighbours wait (models/pipeline, PipelineSpec::delays).
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -75,6 +77,19 @@ struct DpReplay {
   // after_last_item start.
   double before_end_s = 0, tail_s = 0;
   AfterLastItem after_last_item;
+  // Of before_end_s: what DP adds to the stage's items from its first backward on (its
+  // collectives under them take SMs, or it waits for a blocking reduction or a ZeRO-3 gather),
+  // item by item, which the estimate's pipeline replay adds to every stage's items alike, so
+  // that its neighbours wait for it there (PipelineSpec::delays); and before that, in all, the
+  // step's start (the parameter gathers dispatched with it), the stage's own.
+  std::vector<std::pair<ScheduleItem, double>> item_delays;
+  double start_delay_s = 0;
+  // With the distributed optimizer's gathers dispatched at the step's start
+  // (overlap.param_gather): per chunk, the earliest its first forward can start and wait for none
+  // of them (each bucket's gather's end less the compute before its first layer), at full speed.
+  // The estimate's pipeline replay holds every stage's first forwards to them
+  // (PipelineSpec::not_before): a stage that reaches them late does not wait (issue 18).
+  std::vector<double> chunk_ready_s;
 };
 
 DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCounts& counts, const DpNetworks& nets, const DpStage& stage,

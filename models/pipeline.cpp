@@ -187,9 +187,11 @@ std::vector<Lanes<N>> item_seconds(const std::array<const PipelineSpec*, N>& spe
 // (Traversal::Step). kPosted: 1 every lane posts its receives ahead, 0 none does, -1 as each
 // lane's spec says. A stage's first item follows the zero end; an item that waits for no send
 // waits for the zero end over the zero transfer; no end is before zero.
-template <std::size_t N, int kPosted>
+// kDelayed: each step i starts no earlier than held[i][0] and adds held[i][1] on each lane
+// (PipelineSpec::not_before and delays).
+template <std::size_t N, int kPosted, bool kDelayed>
 void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const std::vector<Lanes<N>>& transfer, const Lanes<N>& preposted,
-                std::vector<Lanes<N>>& ends) {
+                const std::vector<std::array<Lanes<N>, 2>>& held, std::vector<Lanes<N>>& ends) {
   ends.resize(t.steps.size() + 1);
   ends[0] = Lanes<N>{};
   for (std::size_t i = 0; i < t.steps.size(); ++i) {
@@ -203,7 +205,11 @@ void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const 
     Lanes<N> end;
     for (std::size_t k = 0; k < N; ++k) {
       const bool posted = kPosted == 1 || (kPosted == -1 && preposted[k] != 0);
-      end[k] = std::max(free[k], (posted ? sent[k] : std::max(sent[k], free[k])) + tr[k]) + dt[k];
+      if constexpr (kDelayed) {
+        end[k] = std::max(std::max(free[k], (posted ? sent[k] : std::max(sent[k], free[k])) + tr[k]), held[i][0][k]) + dt[k] + held[i][1][k];
+      } else {
+        end[k] = std::max(free[k], (posted ? sent[k] : std::max(sent[k], free[k])) + tr[k]) + dt[k];
+      }
     }
     ends[i + 1] = end;
   }
@@ -237,9 +243,47 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
       }
     }
   }
-  if (posted == N) time_steps<N, 1>(t, seconds, transfer, preposted, ends);
-  else if (posted == 0) time_steps<N, 0>(t, seconds, transfer, preposted, ends);
-  else time_steps<N, -1>(t, seconds, transfer, preposted, ends);
+  // Each step's earliest start and delay on each lane, where a spec has any: found in its
+  // stage's order.
+  std::vector<std::array<Lanes, 2>> held;
+  for (std::size_t k = 0; k < N; ++k) {
+    const PipelineSpec& sp = *specs[k];
+    if (sp.delays.empty() && sp.not_before.empty()) continue;
+    if (m != sp.microbatches) throw std::logic_error("a pipeline replay with delays, extrapolated");
+    held.resize(t.steps.size(), std::array<Lanes, 2>{});
+    std::vector<std::vector<std::int32_t>> index(P);  // per stage, [(chunk * 4 + pass) * m + micro-batch]: its step + 1
+    for (const std::size_t what : {std::size_t{0}, std::size_t{1}}) {
+      for (const PipelineSpec::Delay& d : what == 0 ? sp.not_before : sp.delays) {
+        if (d.stage < 0 || static_cast<std::size_t>(d.stage) >= P || d.chunk < 0 || static_cast<std::size_t>(d.chunk) >= V || d.microbatch < 0 ||
+            d.microbatch >= m || !(d.seconds >= 0) || !std::isfinite(d.seconds)) {
+          throw std::invalid_argument(std::string(what == 0 ? "a pipeline item's earliest start of " : "a pipeline delay of ") + std::to_string(d.seconds) +
+                                      " s on stage " + std::to_string(d.stage) + ", chunk " + std::to_string(d.chunk) + ", micro-batch " +
+                                      std::to_string(d.microbatch) + ": outside the schedule, or not a time of at least zero");
+        }
+        const auto s = static_cast<std::size_t>(d.stage);
+        auto& at = index[s];
+        if (at.empty()) {
+          at.assign(V * 4 * static_cast<std::size_t>(m), 0);
+          const auto& order = t.orders[s];
+          for (std::size_t i = 0; i < order.size(); ++i) {
+            const ScheduleItem& it = order[i];
+            at[(static_cast<std::size_t>(it.chunk) * 4 + static_cast<std::size_t>(it.pass)) * static_cast<std::size_t>(m) +
+               static_cast<std::size_t>(it.microbatch)] = t.at[static_cast<std::size_t>(t.first[s]) + i];
+          }
+        }
+        const std::int32_t kept = at[(static_cast<std::size_t>(d.chunk) * 4 + static_cast<std::size_t>(d.pass)) * static_cast<std::size_t>(m) +
+                                     static_cast<std::size_t>(d.microbatch)];
+        // A pass the schedule does not run (a split backward's parts under 1F1B) has no item.
+        if (kept <= 0) continue;
+        double& h = held[static_cast<std::size_t>(kept) - 1][what][k];
+        h = what == 0 ? std::max(h, d.seconds) : h + d.seconds;
+      }
+    }
+  }
+  const bool delayed = !held.empty();
+  if (posted == N) delayed ? time_steps<N, 1, true>(t, seconds, transfer, preposted, held, ends) : time_steps<N, 1, false>(t, seconds, transfer, preposted, held, ends);
+  else if (posted == 0) delayed ? time_steps<N, 0, true>(t, seconds, transfer, preposted, held, ends) : time_steps<N, 0, false>(t, seconds, transfer, preposted, held, ends);
+  else delayed ? time_steps<N, -1, true>(t, seconds, transfer, preposted, held, ends) : time_steps<N, -1, false>(t, seconds, transfer, preposted, held, ends);
   // Each stage's clock at the end: its last item's end (zero for a stage with none).
   std::vector<Lanes> free_s(P, Lanes{});
   for (std::size_t s = 0; s < P; ++s) {
@@ -334,7 +378,8 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
   std::shared_ptr<const Traversal> hold;
   const std::vector<Lanes<N>> seconds = item_seconds<N>(specs);
   auto whole = [&] { return replay_traversal<N>(specs, m, traversal(spec.schedule, p, m, v, hold), seconds, ends); };
-  if (!spec.extrapolate || period.microbatches == 0 || p < 2) return whole();
+  const bool delayed = std::any_of(specs.begin(), specs.end(), [](const PipelineSpec* s) { return !s->delays.empty() || !s->not_before.empty(); });
+  if (!spec.extrapolate || delayed || period.microbatches == 0 || p < 2) return whole();
   const auto P = static_cast<std::size_t>(p);
   const auto L = static_cast<std::size_t>(period.items);
   // The fewest micro-batches (as many as m modulo the period) whose step has room on every stage

@@ -44,6 +44,22 @@ struct PipelineSpec {
   // Every item's seconds (backward_s - weight_s too) and every transfer is at least zero
   // (pipeline_times throws std::invalid_argument otherwise): no item ends before the step starts.
   bool preposted = true;  // overlap.p2p
+  // Items that run longer than their slot's seconds: a stage's overlapped DP collectives take
+  // SMs from its compute, or hold it for their parameters (models/dp_replay), on some items
+  // only, so its neighbours wait for it there. Each names its stage, chunk, pass and
+  // micro-batch (under the spec's), its seconds at least zero. A spec with delays is replayed
+  // whole (no steady state is extrapolated); its busy_s does not count them.
+  struct Delay {
+    std::int32_t stage = 0, chunk = 0;
+    Pass pass = Pass::forward;
+    std::int32_t microbatch = 0;
+    double seconds = 0;
+  };
+  std::vector<Delay> delays;
+  // Items that cannot start before a time from the step's start (a chunk's first forward waits
+  // for the parameter gathers dispatched with the step: models/dp_replay), as delays name them;
+  // `seconds` is that time. A spec with any is replayed whole too.
+  std::vector<Delay> not_before;
   // Replay a shorter step and add the steady state's periods it skips, where the check allows
   // (models/pipeline.cpp); false: every micro-batch (the reference the tests compare with).
   bool extrapolate = true;

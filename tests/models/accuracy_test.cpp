@@ -100,13 +100,15 @@ TEST(Accuracy, Korthikanti2022Mfu) {
 // the output layer at the BF16 peak, as Megatron-core runs it (Op::sixteen_bit), 1.3 to 20.8
 // (Nemotron's 256K vocabulary most; Nemotron-340B from +1.4% to -4.4%); each plan's gradients and
 // Apex's optimizer states as its recipe and example script keep them (training.grad_reduce_in_bf16,
-// training.optimizer_states) 0 to 3.4 further (GPT3-20B's halved DP most).
+// training.optimizer_states) 0 to 3.4 further (GPT3-20B's halved DP most). Every stage's items held
+// for its own DP in the pipeline replay, so that its neighbours wait (issue 18, 2026-12-07), 0.1 to
+// 0.6 points slower on the seven plans with a pipeline, Nemotron-340B from -2.8% to -4.8%.
 TEST(Accuracy, NeMo2407HopperFp8ArePinned) {
-  const Errors e = errors({{"nemo2407-gpt3-5b-64", 23406, 19.1}, {"nemo2407-gpt3-20b-64", 5851, 24.8}, {"nemo2407-gpt3-175b-128", 716, 9.6},
-                           {"nemo2407-gpt3-175b-512", 825, 12.3}, {"nemo2407-llama2-7b-8", 16934, 15.4}, {"nemo2407-llama2-13b-16", 8715, 15.9},
-                           {"nemo2407-llama2-70b-64", 1728, 22.8}, {"nemo2407-nemotron-8b-64", 12507, 24.9},
-                           {"nemo2407-nemotron-22b-64", 4312, 16.0}, {"nemo2407-nemotron-340b-128", 326, -3.0},
-                           {"nemo2407-llama3-8b-8", 12273, 19.1}, {"nemo2407-llama3-70b-64", 1524, 20.2}},
+  const Errors e = errors({{"nemo2407-gpt3-5b-64", 23406, 19.1}, {"nemo2407-gpt3-20b-64", 5851, 24.8}, {"nemo2407-gpt3-175b-128", 716, 9.1},
+                           {"nemo2407-gpt3-175b-512", 825, 11.9}, {"nemo2407-llama2-7b-8", 16934, 15.4}, {"nemo2407-llama2-13b-16", 8715, 15.9},
+                           {"nemo2407-llama2-70b-64", 1728, 22.4}, {"nemo2407-nemotron-8b-64", 12507, 24.9},
+                           {"nemo2407-nemotron-22b-64", 4312, 15.8}, {"nemo2407-nemotron-340b-128", 326, -4.8},
+                           {"nemo2407-llama3-8b-8", 12273, 19.1}, {"nemo2407-llama3-70b-64", 1524, 20.1}},
                           Figure::tokens_per_s_per_gpu);
   EXPECT_GT(e.mean_abs, 0.0);
 }

@@ -150,6 +150,65 @@ TEST(Pipeline, TransfersOnTheCriticalPathByHand) {
   EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 10.5);
 }
 
+// A stage's item held longer than its seconds (its own DP collectives taking SMs:
+// PipelineSpec::delays) makes its neighbours wait for it. The two stages above without
+// transfers: stage 1's B0 held 0.5 s runs [2, 4.5], so its F1 [4.5, 5.5] and B1 [5.5, 7.5], and
+// stage 0's B0 [4.5, 6.5] and B1 [7.5, 9.5]: 9.5 instead of 9. Stage 1's idle (9.5 less its 6 s
+// of items) holds its own 0.5 s; stage 0's 3.5 s is all waiting. An item that cannot start
+// before a time (PipelineSpec::not_before: stage 0's F0 at 1) moves all that follows it.
+TEST(Pipeline, AStageHeldMakesItsNeighboursWaitByHand) {
+  PipelineSpec spec = two_stages(plan::PipelineSchedule::one_f_one_b, 2, 0);
+  spec.delays.push_back({1, 0, Pass::backward, 0, 0.5});
+  const PipelineTimes held = pipeline_times(spec);
+  EXPECT_DOUBLE_EQ(held.makespan_s, 9.5);
+  EXPECT_DOUBLE_EQ(held.end_s[0], 9.5);
+  EXPECT_DOUBLE_EQ(held.end_s[1], 7.5);
+  EXPECT_DOUBLE_EQ(held.busy_s[1], 6);
+  EXPECT_DOUBLE_EQ(held.idle_s[0], 3.5);
+  EXPECT_DOUBLE_EQ(held.idle_s[1], 3.5);
+  spec.delays.clear();
+  spec.not_before.push_back({0, 0, Pass::forward, 0, 1.0});
+  EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 10);
+  // A later start than the item would take anyway changes nothing (stage 0's F1 is free at 1,
+  // and at 3 still ahead of what waits for it).
+  spec.not_before = {{0, 0, Pass::forward, 1, 3.0}};
+  EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 9);
+  // Held plans are replayed whole, and agree with the extrapolation where the delays repeat
+  // every period: interleaved, every stage's every backward held alike.
+  PipelineSpec interleaved;
+  interleaved.schedule = plan::PipelineSchedule::interleaved;
+  interleaved.stages = 4;
+  interleaved.chunks = 2;
+  interleaved.microbatches = 32;
+  interleaved.forward_s.assign(8, 1.0);
+  interleaved.backward_s.assign(8, 2.0);
+  interleaved.transfer_s = 0.1;
+  PipelineSpec slower = interleaved;
+  slower.backward_s.assign(8, 2.25);
+  for (std::int32_t s = 0; s < 4; ++s) {
+    for (std::int32_t c = 0; c < 2; ++c) {
+      for (std::int32_t mb = 0; mb < 32; ++mb) interleaved.delays.push_back({s, c, Pass::backward, mb, 0.25});
+    }
+  }
+  const PipelineTimes a = pipeline_times(interleaved), b = pipeline_times(slower);
+  EXPECT_EQ(a.replayed_microbatches, 32);
+  EXPECT_NEAR(a.makespan_s, b.makespan_s, 1e-9 * b.makespan_s);
+  EXPECT_NEAR(a.busy_s[0] + 32 * 2 * 0.25, b.busy_s[0], 1e-9);
+}
+
+TEST(Pipeline, DelaysOutsideTheScheduleAreRefused) {
+  PipelineSpec spec = two_stages(plan::PipelineSchedule::one_f_one_b, 2, 0);
+  for (const PipelineSpec::Delay bad : {PipelineSpec::Delay{2, 0, Pass::forward, 0, 0.1}, PipelineSpec::Delay{0, 1, Pass::forward, 0, 0.1},
+                                        PipelineSpec::Delay{0, 0, Pass::forward, 2, 0.1}, PipelineSpec::Delay{0, 0, Pass::forward, 0, -0.1}}) {
+    spec.delays = {bad};
+    EXPECT_THROW(pipeline_times(spec), std::invalid_argument);
+    spec.delays.clear();
+    spec.not_before = {bad};
+    EXPECT_THROW(pipeline_times(spec), std::invalid_argument);
+    spec.not_before.clear();
+  }
+}
+
 // An item or a transfer of negative seconds is refused, naming it: the replay's zero end stands
 // for "nothing to wait for" (models/pipeline.cpp), so no item may end before the step starts.
 TEST(Pipeline, NegativeSecondsAreRefused) {
