@@ -64,10 +64,10 @@ std::shared_ptr<const StageOrder> stage_order(plan::PipelineSchedule schedule, s
 struct ItemDelays {
   DpReplay& out;
   std::size_t first_backward = 0;  // in the stage's order
-  void note(std::size_t i, const ScheduleItem& item, double extra, double end_s) {
-    if (!(extra > 1e-15 * std::max(1.0, end_s))) return;
-    if (i < first_backward) out.start_delay_s += extra;
-    else out.item_delays.emplace_back(item, extra);
+  void note(std::size_t i, const ScheduleItem& item, double extra_s, double end_s) {
+    if (!(extra_s > 1e-15 * std::max(1.0, end_s))) return;
+    if (i < first_backward) out.start_delay_s += extra_s;
+    else out.item_delays.push_back({item, extra_s});
   }
 };
 
@@ -299,7 +299,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
           const StageTimes& l = stage.layers[is_moe_layer(m, firsts[c] + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
           before += l.forward_s + l.comm_f_s;
         }
-        out.chunk_ready_s[c] = ready;
+        out.chunk_ready_s[c] = std::max(0.0, ready - stage.start_s);
       }
     }
     run(stage.start_s);
@@ -312,6 +312,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
     auto await_params = [&](std::size_t c, std::int64_t layer) {
       if (buckets.empty()) return;
       for (std::size_t& j = awaited[c]; j < buckets[c].size() && buckets[c][j].first_layer <= layer; ++j) {
+        out.start_wait_s += std::max(0.0, gathered[c][j] - compute);
         compute = std::max(compute, gathered[c][j]);
       }
     };

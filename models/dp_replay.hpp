@@ -81,14 +81,20 @@ struct DpReplay {
   // collectives under them take SMs, or it waits for a blocking reduction or a ZeRO-3 gather),
   // item by item, which the estimate's pipeline replay adds to every stage's items alike, so
   // that its neighbours wait for it there (PipelineSpec::delays); and before that, in all, the
-  // step's start (the parameter gathers dispatched with it), the stage's own.
-  std::vector<std::pair<ScheduleItem, double>> item_delays;
-  double start_delay_s = 0;
+  // step's start (the parameter gathers dispatched with it), the stage's own: of which
+  // start_wait_s its first forwards' waits for those gathers, the rest their SMs' slowdown.
+  struct ItemDelay {
+    ScheduleItem item;
+    double seconds = 0;
+  };
+  std::vector<ItemDelay> item_delays;
+  double start_delay_s = 0, start_wait_s = 0;
   // With the distributed optimizer's gathers dispatched at the step's start
-  // (overlap.param_gather): per chunk, the earliest its first forward can start and wait for none
-  // of them (each bucket's gather's end less the compute before its first layer), at full speed.
-  // The estimate's pipeline replay holds every stage's first forwards to them
-  // (PipelineSpec::not_before): a stage that reaches them late does not wait (issue 18).
+  // (overlap.param_gather): per chunk, the earliest its first forward can start and wait for
+  // none of them (each bucket's gather's end less the compute before its first layer), at full
+  // speed, from the stage's first item (the gradient buffer's zeroing before it, which the
+  // gathers run beside, taken off). The estimate's pipeline replay holds every stage's first
+  // forwards to them (PipelineSpec::not_before): a stage that reaches them late does not wait.
   std::vector<double> chunk_ready_s;
 };
 

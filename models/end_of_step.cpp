@@ -64,7 +64,7 @@ std::vector<double> end_of_step(const std::vector<double>& start_s, CallableRef<
   const std::size_t n = order.size();
   struct Run {
     double left = 1.0;  // of the stage's collectives, the fraction still to run
-    double pace = 0.0;  // their seconds beside those running now
+    double pace_s = 0.0;  // their seconds beside those running now
     bool dirty = false;  // its pace to ask for again
   };
   std::vector<Run> run(P);
@@ -100,11 +100,11 @@ std::vector<double> end_of_step(const std::vector<double>& start_s, CallableRef<
     for (const std::size_t k : running) {
       Run& r = run[k];
       if (r.dirty) {
-        r.pace = seconds(k, is_running);
-        if (!std::isfinite(r.pace) || r.pace < 0) throw std::invalid_argument("end_of_step: stage " + std::to_string(k) + " has negative or non-finite seconds");
+        r.pace_s = seconds(k, is_running);
+        if (!std::isfinite(r.pace_s) || r.pace_s < 0) throw std::invalid_argument("end_of_step: stage " + std::to_string(k) + " has negative or non-finite seconds");
         r.dirty = false;
       }
-      const double dt = r.left * r.pace;
+      const double dt = r.left * r.pace_s;
       if (dt < step) {
         step = dt;
         first = k;
@@ -116,7 +116,7 @@ std::vector<double> end_of_step(const std::vector<double>& start_s, CallableRef<
     bool any_ended = false;
     std::erase_if(running, [&](std::size_t k) {
       Run& r = run[k];
-      r.left = k == first || r.pace <= 0 ? 0.0 : r.left - step / r.pace;
+      r.left = k == first || r.pace_s <= 0 ? 0.0 : r.left - step / r.pace_s;
       if (r.left > 1e-12) return false;
       end[k] = now;
       is_running[k] = 0;
@@ -140,10 +140,18 @@ std::vector<double> dp_end_of_step(const plan::Plan& p, const DpNetworks& nets, 
   // alone), as stage_pair_nic_bytes_per_s gives them; the others at their group's.
   std::array<std::vector<double>, 4> pair_rates;
   std::array<double, 4> fixed{};
+  // A group that moves nothing after the last item (the expert groups of a dense model) takes
+  // no time at any share: no pairs to count for it.
+  bool dense_work = work.gathered.dense > 0, expert_work = work.gathered.expert > 0;
+  for (const auto& [g, count] : work.reductions) {
+    dense_work = dense_work || (count > 0 && g.dense > 0);
+    expert_work = expert_work || (count > 0 && g.expert > 0);
+  }
   for (std::size_t n = 0; n < groups.size(); ++n) {
     const GroupNetwork& g = *groups[n];
     fixed[n] = g.nic_bytes_per_s;
-    if (g.stage_fabric_fractions.size() != P) continue;
+    const bool expert = n % 2 == 1;  // groups: dense, expert, dense_replica, expert_replica
+    if (g.stage_fabric_fractions.size() != P || !(expert ? expert_work : dense_work)) continue;
     pair_rates[n].resize(P * P);
     for (std::size_t k = 0; k < P; ++k) {
       stage_pair_row_nic_bytes_per_s(g, static_cast<std::int64_t>(k), std::span<double>(pair_rates[n].data() + k * P, P));

@@ -45,8 +45,9 @@ class CallableRef<R(Args...)> {
     requires(!std::is_same_v<std::remove_cvref_t<F>, CallableRef> && std::is_invocable_r_v<R, F&, Args...>)
   CallableRef(F&& f) {  // NOLINT(google-explicit-constructor): passed where a callable is expected
     using Target = std::remove_reference_t<F>;
-    if constexpr (std::is_function_v<Target>) {
-      to_.function = &f;
+    if constexpr (std::is_function_v<Target> || (std::is_pointer_v<Target> && std::is_function_v<std::remove_pointer_t<Target>>)) {
+      // A function, or a pointer to one: kept by value, not by the address of the pointer.
+      to_.function = f;
       call_ = [](To to, Args... args) -> R { return to.function(std::forward<Args>(args)...); };
     } else {
       to_.object = const_cast<void*>(static_cast<const void*>(std::addressof(f)));

@@ -417,8 +417,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // Bubble and exposed pipeline communication: the schedule replayed item by item on every
   // stage (models/pipeline), as the simulator plays the Program. One bubble in both tiers
   // (issue 18): what the slowest stage waits with communication free, for its neighbours'
-  // compute; the rest of its wait (the transfers, and the TP, CP and EP time inside its
-  // neighbours' items) is exposed pipeline communication.
+  // compute; the rest of its wait (the transfers, the TP, CP and EP time inside its
+  // neighbours' items, and what their own DP holds them for) is exposed pipeline
+  // communication.
   if (par.pipeline_model_parallel_size > 1) {
     const double transfer_bytes = tokens_mb * d(m.hidden_size) * e / t;  // scattered over TP (NAR21 §4.1)
     // A transfer between nodes shares its GPU's NIC with the DP collectives the stage runs
@@ -440,34 +441,48 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     for (std::size_t boundary = 0; boundary < std::max(pp_net.edge_fractions.size(), pp_net.edge_crosses_nodes.size()); ++boundary) {
       pipe.boundary_transfer_s.push_back(p2p_s(pp_net, transfer_bytes, static_cast<std::int64_t>(boundary), dp_on_nic));
     }
-    // Each stage's items that its DP holds (collectives under them taking SMs, waits for
-    // their parameters), as the reported stage's replay holds them (models/dp_replay), each
-    // stage's in proportion to its parameters: where one is held, its neighbours wait for it
-    // (issue 18: the simulator's stages are each late for their own DP).
+    // Each stage's items that its DP holds (collectives under them taking SMs, a blocking
+    // reduction), as the reported stage's replay holds them (models/dp_replay), each stage's in
+    // proportion to its parameters: where one is held, its neighbours wait for it (issue 18: the
+    // simulator's stages are each late for their own DP). An approximation: the replay's stage
+    // ran with its neighbours never late, and another stage's items are matched by chunk, pass
+    // and micro-batch.
     const double reported_params = slow.params + slow.expert_params;
     auto scale_of = [&](std::size_t k) { return reported_params > 0 ? (stages[k].params + stages[k].expert_params) / reported_params : 1.0; };
     pipe.delays.reserve(dp.item_delays.size() * stages.size());
     for (std::size_t k = 0; k < stages.size(); ++k) {
       const double scale = scale_of(k);
-      for (const auto& [item, seconds] : dp.item_delays) {
-        pipe.delays.push_back({static_cast<std::int32_t>(k), item.chunk, item.pass, item.microbatch, seconds * scale});
+      for (const DpReplay::ItemDelay& d : dp.item_delays) {
+        pipe.delays.push_back({static_cast<std::int32_t>(k), d.item.chunk, d.item.pass, d.item.microbatch, d.seconds * scale});
       }
       // The parameter gathers dispatched with the step hold each stage's chunks' first
-      // forwards until they end; the reported stage's wait for them (if it reaches them before
-      // they end) is then the replay's, not the DP time its own replay counted there.
+      // forwards until they end; the reported stage's own wait for them is then the replay's
+      // (PipelineTimes::held_back_s), not what its DP replay counted (dp.start_wait_s).
       for (std::size_t c = 0; c < dp.chunk_ready_s.size(); ++c) {
-        pipe.not_before.push_back({static_cast<std::int32_t>(k), static_cast<std::int32_t>(c), Pass::forward, 0, dp.chunk_ready_s[c] * scale});
+        if (dp.chunk_ready_s[c] > 0) {
+          pipe.not_before.push_back({static_cast<std::int32_t>(k), static_cast<std::int32_t>(c), Pass::forward, 0, dp.chunk_ready_s[c] * scale});
+        }
       }
     }
-    // DP's own start (its replay's, neighbours never late) where the replay above plays it.
-    const double start_played_s = dp.chunk_ready_s.empty() ? 0.0 : dp.start_delay_s;
-    b.dp_s -= start_played_s;
-    double played_s = 0;  // of them, the reported stage's own, which are DP
-    for (const auto& d : dp.item_delays) played_s += d.second;
+    double played_s = 0;  // of the delays, the reported stage's own: DP
+    for (const DpReplay::ItemDelay& d : dp.item_delays) played_s += d.seconds;
     const auto [with_comm, compute_only] = pipeline_times(pipe, pipe_compute);
     const auto st = static_cast<std::size_t>(slow_stage);
+    const bool starts_played = !with_comm.held_back_s.empty();
+    const double start_wait_s = starts_played ? dp.start_wait_s : 0.0, held_back_s = starts_played ? with_comm.held_back_s[st] : 0.0;
+    // Of DP before the stage's last item's end, what the replay above does not play (the
+    // gathers' SMs at the step's start), added to its step.
+    const double unplayed_s = std::max(0.0, dp.before_end_s - played_s - start_wait_s);
+    b.dp_s = std::max(0.0, dp.dp_s - start_wait_s + held_back_s);
     b.bubble_s = compute_only.idle_s[st];
-    b.pp_s = std::max(0.0, with_comm.idle_s[st] - played_s - b.bubble_s);
+    // The rest of the reported stage's idle is the pipeline's. The bubble (the replay without
+    // communication) may hold idle that its own DP delays now fill: then the rest is negative,
+    // and the bubble is what is left, so that the terms still add up to the replay's end.
+    {
+      const double rest = with_comm.idle_s[st] - played_s - held_back_s - b.bubble_s;
+      b.pp_s = std::max(0.0, rest);
+      if (rest < 0) b.bubble_s = std::max(0.0, b.bubble_s + rest);
+    }
     // The step's end: each stage's collectives after its last item (the deferred gradient
     // reduction, the closing gather) start when its items end, after what its DP stream still
     // runs (as the reported stage's, dp.tail_s), and run beside the other stages' still
@@ -476,6 +491,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     // waits, and that wait is the pipeline's, as the simulator counts a rank done early
     // (issue 18: its drain).
     if (!dp.after_last_item.empty()) {
+      b.bubble_s = compute_only.idle_s[st];
       std::vector<double> start_s, scale;
       start_s.reserve(stages.size());
       scale.reserve(stages.size());
@@ -485,14 +501,14 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
       }
       const std::vector<double> ends = dp_end_of_step(p, dp_nets, dp.after_last_item, collective_time, start_s, scale);
       const double last = *std::max_element(ends.begin(), ends.end());
-      b.dp_s = dp.before_end_s - start_played_s + (ends[st] - with_comm.end_s[st]);
+      b.dp_s = std::max(0.0, dp.before_end_s - start_wait_s + held_back_s + (ends[st] - with_comm.end_s[st]));
       const double busy = with_comm.makespan_s - with_comm.idle_s[st];
       // The rest of the step, up to the last stage's end, is the pipeline's. The bubble (the
       // replay without communication) counts the reported stage's idle after its items too,
       // which its own collectives now fill where they end after every other stage's: then the
       // rest is negative, and the bubble is what is left of that idle, so that the terms still
       // add up to the step's end (pp 0).
-      const double rest = last + (dp.before_end_s - played_s - start_played_s) - busy - b.bubble_s - b.dp_s;
+      const double rest = last + unplayed_s - busy - b.bubble_s - b.dp_s;
       b.pp_s = std::max(0.0, rest);
       if (rest < 0) b.bubble_s = std::max(0.0, b.bubble_s + rest);
     }

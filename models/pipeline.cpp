@@ -187,11 +187,16 @@ std::vector<Lanes<N>> item_seconds(const std::array<const PipelineSpec*, N>& spe
 // (Traversal::Step). kPosted: 1 every lane posts its receives ahead, 0 none does, -1 as each
 // lane's spec says. A stage's first item follows the zero end; an item that waits for no send
 // waits for the zero end over the zero transfer; no end is before zero.
-// kDelayed: each step i starts no earlier than held[i][0] and adds held[i][1] on each lane
-// (PipelineSpec::not_before and delays).
+// kDelayed: each step i starts no earlier than held[i].not_before_s and adds held[i].delay_s
+// on each lane (PipelineSpec::not_before and delays), and keeps in held[i].waited_s how long
+// the first held it beyond what else it waited for.
+template <std::size_t N>
+struct Held {
+  Lanes<N> not_before_s{}, delay_s{}, waited_s{};
+};
 template <std::size_t N, int kPosted, bool kDelayed>
 void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const std::vector<Lanes<N>>& transfer, const Lanes<N>& preposted,
-                const std::vector<std::array<Lanes<N>, 2>>& held, std::vector<Lanes<N>>& ends) {
+                std::vector<Held<N>>& held, std::vector<Lanes<N>>& ends) {
   ends.resize(t.steps.size() + 1);
   ends[0] = Lanes<N>{};
   for (std::size_t i = 0; i < t.steps.size(); ++i) {
@@ -205,11 +210,13 @@ void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const 
     Lanes<N> end;
     for (std::size_t k = 0; k < N; ++k) {
       const bool posted = kPosted == 1 || (kPosted == -1 && preposted[k] != 0);
+      end[k] = std::max(free[k], (posted ? sent[k] : std::max(sent[k], free[k])) + tr[k]);
       if constexpr (kDelayed) {
-        end[k] = std::max(std::max(free[k], (posted ? sent[k] : std::max(sent[k], free[k])) + tr[k]), held[i][0][k]) + dt[k] + held[i][1][k];
-      } else {
-        end[k] = std::max(free[k], (posted ? sent[k] : std::max(sent[k], free[k])) + tr[k]) + dt[k];
+        Held<N>& h = held[i];
+        h.waited_s[k] = std::max(0.0, h.not_before_s[k] - end[k]);
+        end[k] += h.waited_s[k] + h.delay_s[k];
       }
+      end[k] += dt[k];
     }
     ends[i + 1] = end;
   }
@@ -245,20 +252,26 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
   }
   // Each step's earliest start and delay on each lane, where a spec has any: found in its
   // stage's order.
-  std::vector<std::array<Lanes, 2>> held;
+  std::vector<Held<N>> held;
   for (std::size_t k = 0; k < N; ++k) {
     const PipelineSpec& sp = *specs[k];
     if (sp.delays.empty() && sp.not_before.empty()) continue;
-    if (m != sp.microbatches) throw std::logic_error("a pipeline replay with delays, extrapolated");
-    held.resize(t.steps.size(), std::array<Lanes, 2>{});
+    if (m != sp.microbatches) {
+      throw std::invalid_argument("a pipeline replay with delays of " + std::to_string(sp.microbatches) + " micro-batches beside a lane of " +
+                                  std::to_string(m) + ": the lanes share their schedule");
+    }
+    held.resize(t.steps.size());
     std::vector<std::vector<std::int32_t>> index(P);  // per stage, [(chunk * 4 + pass) * m + micro-batch]: its step + 1
-    for (const std::size_t what : {std::size_t{0}, std::size_t{1}}) {
-      for (const PipelineSpec::Delay& d : what == 0 ? sp.not_before : sp.delays) {
-        if (d.stage < 0 || static_cast<std::size_t>(d.stage) >= P || d.chunk < 0 || static_cast<std::size_t>(d.chunk) >= V || d.microbatch < 0 ||
-            d.microbatch >= m || !(d.seconds >= 0) || !std::isfinite(d.seconds)) {
-          throw std::invalid_argument(std::string(what == 0 ? "a pipeline item's earliest start of " : "a pipeline delay of ") + std::to_string(d.seconds) +
-                                      " s on stage " + std::to_string(d.stage) + ", chunk " + std::to_string(d.chunk) + ", micro-batch " +
-                                      std::to_string(d.microbatch) + ": outside the schedule, or not a time of at least zero");
+    for (const bool starts : {true, false}) {
+      for (const PipelineSpec::Delay& d : starts ? sp.not_before : sp.delays) {
+        const auto pass = static_cast<std::size_t>(d.pass);
+        if (d.stage < 0 || static_cast<std::size_t>(d.stage) >= P || d.chunk < 0 || static_cast<std::size_t>(d.chunk) >= V || pass >= 4 ||
+            d.microbatch < 0 || d.microbatch >= m || !(d.seconds >= 0) || !std::isfinite(d.seconds)) {
+          throw std::invalid_argument(std::string(starts ? "a pipeline item's earliest start of " : "a pipeline delay of ") + std::to_string(d.seconds) +
+                                      " s on stage " + std::to_string(d.stage) + ", chunk " + std::to_string(d.chunk) + ", pass " + std::to_string(pass) +
+                                      ", micro-batch " + std::to_string(d.microbatch) + ": the schedule has " + std::to_string(P) + " stages, " +
+                                      std::to_string(V) + " chunks, 4 passes and " + std::to_string(m) +
+                                      " micro-batches, and a time is at least zero");
         }
         const auto s = static_cast<std::size_t>(d.stage);
         auto& at = index[s];
@@ -271,19 +284,25 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
                static_cast<std::size_t>(it.microbatch)] = t.at[static_cast<std::size_t>(t.first[s]) + i];
           }
         }
-        const std::int32_t kept = at[(static_cast<std::size_t>(d.chunk) * 4 + static_cast<std::size_t>(d.pass)) * static_cast<std::size_t>(m) +
-                                     static_cast<std::size_t>(d.microbatch)];
-        // A pass the schedule does not run (a split backward's parts under 1F1B) has no item.
+        const std::int32_t kept = at[(static_cast<std::size_t>(d.chunk) * 4 + pass) * static_cast<std::size_t>(m) + static_cast<std::size_t>(d.microbatch)];
+        // A pass the schedule does not run (a split backward's parts under 1F1B) has no item:
+        // nothing to hold (PipelineSpec::delays).
         if (kept <= 0) continue;
-        double& h = held[static_cast<std::size_t>(kept) - 1][what][k];
-        h = what == 0 ? std::max(h, d.seconds) : h + d.seconds;
+        Held<N>& h = held[static_cast<std::size_t>(kept) - 1];
+        if (starts) h.not_before_s[k] = std::max(h.not_before_s[k], d.seconds);
+        else h.delay_s[k] += d.seconds;
       }
     }
   }
-  const bool delayed = !held.empty();
-  if (posted == N) delayed ? time_steps<N, 1, true>(t, seconds, transfer, preposted, held, ends) : time_steps<N, 1, false>(t, seconds, transfer, preposted, held, ends);
-  else if (posted == 0) delayed ? time_steps<N, 0, true>(t, seconds, transfer, preposted, held, ends) : time_steps<N, 0, false>(t, seconds, transfer, preposted, held, ends);
-  else delayed ? time_steps<N, -1, true>(t, seconds, transfer, preposted, held, ends) : time_steps<N, -1, false>(t, seconds, transfer, preposted, held, ends);
+  if (held.empty()) {
+    if (posted == N) time_steps<N, 1, false>(t, seconds, transfer, preposted, held, ends);
+    else if (posted == 0) time_steps<N, 0, false>(t, seconds, transfer, preposted, held, ends);
+    else time_steps<N, -1, false>(t, seconds, transfer, preposted, held, ends);
+  } else {
+    if (posted == N) time_steps<N, 1, true>(t, seconds, transfer, preposted, held, ends);
+    else if (posted == 0) time_steps<N, 0, true>(t, seconds, transfer, preposted, held, ends);
+    else time_steps<N, -1, true>(t, seconds, transfer, preposted, held, ends);
+  }
   // Each stage's clock at the end: its last item's end (zero for a stage with none).
   std::vector<Lanes> free_s(P, Lanes{});
   for (std::size_t s = 0; s < P; ++s) {
@@ -297,6 +316,14 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
   for (std::size_t k = 0; k < N; ++k) {
     PipelineTimes& o = out[k];
     o.replayed_microbatches = m;
+    if (!specs[k]->not_before.empty()) {
+      o.held_back_s.assign(P, 0.0);
+      for (std::size_t s = 0; s < P; ++s) {
+        for (std::size_t i = 0; i < t.orders[s].size(); ++i) {
+          o.held_back_s[s] += held[static_cast<std::size_t>(t.at[static_cast<std::size_t>(t.first[s]) + i]) - 1].waited_s[k];
+        }
+      }
+    }
     o.busy_s.resize(P);
     o.idle_s.resize(P);
     o.end_s.resize(P);

@@ -47,8 +47,9 @@ struct PipelineSpec {
   // Items that run longer than their slot's seconds: a stage's overlapped DP collectives take
   // SMs from its compute, or hold it for their parameters (models/dp_replay), on some items
   // only, so its neighbours wait for it there. Each names its stage, chunk, pass and
-  // micro-batch (under the spec's), its seconds at least zero. A spec with delays is replayed
-  // whole (no steady state is extrapolated); its busy_s does not count them.
+  // micro-batch (under the spec's), its seconds at least zero; one on a pass the schedule does
+  // not run (backward_input under 1F1B) holds nothing. A spec with delays is replayed whole (no
+  // steady state is extrapolated); its busy_s does not count them, its idle_s does.
   struct Delay {
     std::int32_t stage = 0, chunk = 0;
     Pass pass = Pass::forward;
@@ -71,21 +72,26 @@ struct PipelineTimes {
   std::vector<double> idle_s;  // per stage: makespan - busy
   std::vector<double> end_s;   // per stage: when its last item ends
   std::int64_t replayed_microbatches = 0;  // fewer than the spec's where the steady state was extrapolated
+  // Per stage, how long PipelineSpec::not_before held its items beyond what else they waited
+  // for (in idle_s); empty for a spec without it.
+  std::vector<double> held_back_s;
 };
 
 // The orders pipeline_times replays for `spec`.
 StageOrders stage_orders(const PipelineSpec& spec);
 
 // Replays the schedule: O(stages x micro-batches x chunks) timed steps, or, extrapolated over
-// its steady state, O(stages x (stages + check periods) x chunks). The schedule's traversal
-// (which item waits for which, found in rounds over the stages: O(stages x (2 micro-batches x
-// chunks + stages))) is made once per shape and kept per thread for the next calls. Throws
-// std::invalid_argument for an interleaved schedule whose micro-batches are not a multiple of
-// its stages (plan::validate refuses such plans).
+// its steady state, O(stages x (stages + check periods) x chunks) (not with delays or
+// earliest starts). The schedule's traversal (which item waits for which, found in rounds over
+// the stages: O(stages x (2 micro-batches x chunks + stages))) is made once per shape and kept
+// per thread for the next calls. Throws std::invalid_argument for an interleaved schedule whose
+// micro-batches are not a multiple of its stages (plan::validate refuses such plans), an item
+// or transfer of negative seconds, or a delay or earliest start outside the schedule or
+// negative.
 PipelineTimes pipeline_times(const PipelineSpec& spec);
 // Replays two specs of one schedule (the same stages, micro-batches, chunks and orders; their
-// times, transfers and preposted may differ) in one pass: the estimate's replay with
-// communication and without.
+// times, transfers, preposted, delays and earliest starts may differ) in one pass: the
+// estimate's replay with communication and without.
 std::pair<PipelineTimes, PipelineTimes> pipeline_times(const PipelineSpec& a, const PipelineSpec& b);
 
 }  // namespace meshwork::models

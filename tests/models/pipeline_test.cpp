@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -166,9 +167,19 @@ TEST(Pipeline, AStageHeldMakesItsNeighboursWaitByHand) {
   EXPECT_DOUBLE_EQ(held.busy_s[1], 6);
   EXPECT_DOUBLE_EQ(held.idle_s[0], 3.5);
   EXPECT_DOUBLE_EQ(held.idle_s[1], 3.5);
+  // Held on one lane of two: the other replays as without.
+  const auto [with, without] = pipeline_times(spec, two_stages(plan::PipelineSchedule::one_f_one_b, 2, 0));
+  EXPECT_DOUBLE_EQ(with.makespan_s, 9.5);
+  EXPECT_DOUBLE_EQ(without.makespan_s, 9);
+  EXPECT_TRUE(with.held_back_s.empty());
   spec.delays.clear();
   spec.not_before.push_back({0, 0, Pass::forward, 0, 1.0});
-  EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 10);
+  const PipelineTimes late = pipeline_times(spec);
+  EXPECT_DOUBLE_EQ(late.makespan_s, 10);
+  // Stage 0 waited 1 s for its earliest start; stage 1 waits for stage 0's F0, not for one.
+  ASSERT_EQ(late.held_back_s.size(), 2u);
+  EXPECT_DOUBLE_EQ(late.held_back_s[0], 1);
+  EXPECT_DOUBLE_EQ(late.held_back_s[1], 0);
   // A later start than the item would take anyway changes nothing (stage 0's F1 is free at 1,
   // and at 3 still ahead of what waits for it).
   spec.not_before = {{0, 0, Pass::forward, 1, 3.0}};
@@ -199,7 +210,9 @@ TEST(Pipeline, AStageHeldMakesItsNeighboursWaitByHand) {
 TEST(Pipeline, DelaysOutsideTheScheduleAreRefused) {
   PipelineSpec spec = two_stages(plan::PipelineSchedule::one_f_one_b, 2, 0);
   for (const PipelineSpec::Delay bad : {PipelineSpec::Delay{2, 0, Pass::forward, 0, 0.1}, PipelineSpec::Delay{0, 1, Pass::forward, 0, 0.1},
-                                        PipelineSpec::Delay{0, 0, Pass::forward, 2, 0.1}, PipelineSpec::Delay{0, 0, Pass::forward, 0, -0.1}}) {
+                                        PipelineSpec::Delay{0, 0, Pass::forward, 2, 0.1}, PipelineSpec::Delay{0, 0, Pass::forward, 0, -0.1},
+                                        PipelineSpec::Delay{0, 0, Pass::forward, 0, std::numeric_limits<double>::quiet_NaN()},
+                                        PipelineSpec::Delay{0, 0, static_cast<Pass>(7), 0, 0.1}}) {
     spec.delays = {bad};
     EXPECT_THROW(pipeline_times(spec), std::invalid_argument);
     spec.delays.clear();

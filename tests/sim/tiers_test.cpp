@@ -277,8 +277,10 @@ TEST(Tiers, ParameterGatherUnderTheForwardMovesBothTiersAlike) {
   EXPECT_NEAR(sim.report->step_time_s - est.step_time_s, m.pp_s - e.pp_s, 0.01 * est.step_time_s);
   // With the gathers holding their SMs, the simulated critical stage (the last, with the head)
   // runs some of its gathers while it waits for its first activation, where they slow nothing;
-  // the estimate replays the stage with its neighbours never late, all of them beside its
-  // forward (scheduling the closed form does not see). So the simulated DP time is the
+  // the estimate takes the SMs' slowdown from its replay of the stage with its neighbours never
+  // late, all of them beside its forward (its waits for the gathers are the pipeline replay's,
+  // models::PipelineSpec::not_before; the slowdown is scheduling the closed form does not see).
+  // So the simulated DP time is the
   // estimate's less at most the SM share of the stage's gathers: 16 layers and the head's copy
   // of the embedding, in bf16, over its DP group.
   const plan::Plan held = plan(true, 2);
