@@ -184,8 +184,12 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
   };
   Reduced last_reduced;
   Reduced* recording = nullptr;
+  // Whether the collective priced runs during the stage's items, beside the pipeline's
+  // transfers through its NICs (not a reduction deferred to after its last item).
+  bool beside_transfers = true;
   auto timed = [&](const GroupNetwork& g, Collective c, double bytes) {
-    const double dt = price(g, c, bytes);
+    double dt = price(g, c, bytes);
+    if (beside_transfers && g.crosses_nodes && stage.transfers_on_nic.busy_fraction > 0) dt *= nic_shared_factor(g, stage.transfers_on_nic);
     if (g.crosses_nodes) {
       on_nics_s += dt;
       if (recording) recording->on_nics.at(recording->parts++) = dt;
@@ -213,6 +217,11 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
     const std::vector<ScheduleItem>& sched = order->items;
     const std::vector<std::size_t>& last_grad_item = order->last_grad_item;
     double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0;
+    // The item running, and its compute at full speed before it (DpReplay::issued).
+    ScheduleItem current;
+    double item_busy = 0;
+    out.streamed = !zero3 && (overlap_grads || !sharded_grads);
+    out.sm_fraction = sm_fraction(hw, Stream::dp, Collective::all_reduce, false);
     GpuParams pending;
     // The compute beside the DP stream's collectives runs on the SMs they leave it
     // (models/sm_share.hpp); what it loses there is exposed DP time, as in the simulator.
@@ -233,13 +242,19 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
       if (last_reduced.seconds < 0 || last_reduced.of.dense != pending.dense || last_reduced.of.expert != pending.expert) {
         last_reduced = Reduced{pending};
         recording = &last_reduced;
+        // A reduction deferred to the step's end runs after the stage's items.
+        beside_transfers = overlap_grads || sharded_grads;
         last_reduced.seconds = reduce_time(pending);
+        beside_transfers = true;
         recording = nullptr;
       } else {
         for (std::size_t i = 0; i < last_reduced.parts; ++i) on_nics_s += last_reduced.on_nics[i];
       }
       const double dt = last_reduced.seconds;
-      if (overlap_grads) last_grad = issue(dt);
+      if (overlap_grads) {
+        last_grad = issue(dt);
+        out.issued.push_back({current, busy - item_busy, dt});
+      }
       else if (sharded_grads) compute = last_grad = issue(dt);
       else {
         deferred += dt;
@@ -283,6 +298,11 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
         for (const DpBucket& bk : buckets.back()) ends.push_back(issue(dp_time(Collective::all_gather, bk.params, e)));
       }
       awaited.assign(chunks.size(), 0);
+    }
+    run(stage.start_s);
+    out.origin_s = compute;
+    if (gather_ahead) {
+      out.gathers_end_s = std::max(0.0, stream - compute);
       out.chunk_ready_s.assign(chunks.size(), 0.0);
       for (std::size_t c = 0; c < chunks.size(); ++c) {
         // As the first forward awaits them (below): those of its first layer before the
@@ -299,10 +319,9 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
           const StageTimes& l = stage.layers[is_moe_layer(m, firsts[c] + k) ? 1 : 0][recomputes_layer(p.training, k) ? 1 : 0];
           before += l.forward_s + l.comm_f_s;
         }
-        out.chunk_ready_s[c] = std::max(0.0, ready - stage.start_s);
+        out.chunk_ready_s[c] = std::max(0.0, ready - compute);
       }
     }
-    run(stage.start_s);
     // The gathers dispatched at the step's start slow it: the first item starts that much later.
     // ZeRO-3's gathers are issued item by item, not with the step: every delay is an item's.
     ItemDelays delays{out, zero3 ? std::size_t{0}
@@ -356,6 +375,8 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
       const ScheduleItem& it = sched[i];
       // What DP adds to this item: its time less its own.
       const double from_compute = compute, from_busy = busy;
+      current = it;
+      item_busy = busy;
       auto noted = [&] { delays.note(i, it, (compute - from_compute) - (busy - from_busy), compute); };
       const auto c = static_cast<std::size_t>(it.chunk);
       const std::int64_t lo = firsts[c], n = chunks[c];
@@ -410,6 +431,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
     if (deferred > 0 || closing_gather) out.tail_s = std::max(0.0, stream - compute);
     if (deferred > 0) last_grad = issue(deferred);
     compute = std::max(compute, last_grad);
+    beside_transfers = false;
     if (closing_gather) {
       compute = issue(dp_time(Collective::all_gather, all, e));
       out.after_last_item.gathered = all;

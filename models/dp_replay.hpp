@@ -50,6 +50,10 @@ struct DpStage {
   // gradient buffer zeroed, the Program's zero_grad_buffer): the parameter gathers the
   // distributed optimizer dispatched run under it.
   double start_s = 0;
+  // The pipeline's transfers through its GPUs' NICs, for the share of its items' span they run
+  // (none without a pipeline or inside a node): the collectives its DP stream runs during its
+  // items share the NICs with them (models::nic_shared_factor).
+  NicSharing transfers_on_nic;
 };
 
 // The NIC's share between nodes for each of DpNetworks' groups (models::stage_nic_bytes_per_s).
@@ -89,13 +93,32 @@ struct DpReplay {
   };
   std::vector<ItemDelay> item_delays;
   double start_delay_s = 0, start_wait_s = 0;
-  // With the distributed optimizer's gathers dispatched at the step's start
-  // (overlap.param_gather): per chunk, the earliest its first forward can start and wait for
-  // none of them (each bucket's gather's end less the compute before its first layer), at full
-  // speed, from the stage's first item (the gradient buffer's zeroing before it, which the
-  // gathers run beside, taken off). The estimate's pipeline replay holds every stage's first
-  // forwards to them (PipelineSpec::not_before): a stage that reaches them late does not wait.
+  // The step's start with the distributed optimizer's gathers dispatched with it
+  // (overlap.param_gather), from the stage's first item (the gradient buffer's zeroing before
+  // it, slowed beside the gathers, taken off: origin_s, where the first item starts), the
+  // stage's own: per chunk, the earliest its first forward can start and wait for none of them
+  // (each bucket's gather's end less the compute before its first layer), at full speed
+  // (chunk_ready_s; the first stage's first chunk waits for the embedding's), and when the last
+  // of them ends (gathers_end_s): until then the stage's compute runs on the SMs the gathers
+  // leave it (sm_fraction, models/sm_share.hpp). The estimate's pipeline replay holds each
+  // stage's first forwards to its ready times (PipelineSpec::not_before) and slows its compute
+  // until its gathers end (PipelineSpec::shared_sms), wherever its items fall: a stage that
+  // reaches them late neither waits nor runs slower (issue 18).
   std::vector<double> chunk_ready_s;
+  double origin_s = 0, gathers_end_s = 0, sm_fraction = 0;
+  // Whether the collectives its DP stream runs during its items only take SMs from them (no
+  // ZeRO-3 gather, no blocking sharded reduction): then the estimate plays the stream in its
+  // pipeline replay beside each stage's items where the schedule places them
+  // (PipelineSpec::dp_streams and issues), rather than holding the items for item_delays,
+  // measured here with the neighbours never late (a stage idle between items loses less to a
+  // reduction than one that is not: issue 18). `issued`: each collective the stream issues
+  // during an item, after how much of the item's compute at full speed, for how long.
+  bool streamed = false;
+  struct Issued {
+    ScheduleItem item;
+    double after_s = 0, seconds = 0;
+  };
+  std::vector<Issued> issued;
 };
 
 DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCounts& counts, const DpNetworks& nets, const DpStage& stage,

@@ -407,10 +407,38 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // stage: topology::staggered_by_stage); its collectives after its last item are timed again
   // below, beside every other stage's, as the step's end runs them (models/end_of_step).
   const auto slow_index = static_cast<std::size_t>(slow_stage);
+  // The pipeline's transfers through stage k's NICs, which its DP stream's collectives share
+  // during its items (DpStage::transfers_on_nic): each of its items receives an activation or a
+  // gradient from one neighbour and sends one to the other (none before the first virtual stage
+  // or after the last), over its boundaries; the busier direction of the NIC, over the stage's
+  // items' seconds, at a transfer's own rate alone (models::p2p_s, boundary_link).
+  const double transfer_bytes = tokens_mb * d(m.hidden_size) * e / t;  // scattered over TP (NAR21 §4.1)
+  auto transfers_on_nic = [&](std::size_t k) {
+    NicSharing out;
+    const std::int64_t pp = par.pipeline_model_parallel_size;
+    if (pp <= 1 || !pp_net.crosses_nodes) return out;
+    const auto stage = static_cast<std::int64_t>(k);
+    const std::int64_t after = stage, before = (stage + pp - 1) % pp;  // the boundaries to the next stage and from the one before
+    const BoundaryLink to_next = boundary_link(pp_net, after), from_before = boundary_link(pp_net, before);
+    const double next_s = to_next.inside_node ? 0 : p2p_s(pp_net, transfer_bytes, after), before_s = from_before.inside_node ? 0 : p2p_s(pp_net, transfer_bytes, before);
+    double sends_s = 0, receives_s = 0, items_s = 0;
+    const std::int64_t virtual_stages = pp * vchunks;
+    for (std::int64_t c = 0; c < vchunks; ++c) {
+      const std::int64_t v = c * pp + stage;  // its virtual stage
+      const auto at = static_cast<std::size_t>(stage * vchunks + c);
+      items_s += pipe.forward_s[at] + pipe.backward_s[at];
+      if (v + 1 < virtual_stages) sends_s += next_s, receives_s += next_s;  // the forward's output, the backward's input
+      if (v > 0) sends_s += before_s, receives_s += before_s;               // the backward's output, the forward's input
+    }
+    if (items_s <= 0) return out;
+    out.busy_fraction = std::min(1.0, std::max(sends_s, receives_s) / items_s);
+    out.flow_bytes_per_s = to_next.inside_node ? from_before.bytes_per_s : to_next.bytes_per_s;
+    return out;
+  };
   const DpNetworks dp_nets{dp_net, edp_net, dp_replica_net, edp_replica_net, dense_groups.replicas, expert_groups.replicas};
   const DpReplay dp = replay_dp(p, hw, counts, dp_nets,
                                 {slow_stage, step_micro_batches, chunks[slow_index], firsts[slow_index], layer_times, first_ops,
-                                 last_ops, slow.params, slow.expert_params, zero_grads_s},
+                                 last_ops, slow.params, slow.expert_params, zero_grads_s, transfers_on_nic(slow_index)},
                                 collective_time);
   b.dp_s = dp.dp_s;
 
@@ -421,7 +449,6 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // neighbours' items, and what their own DP holds them for) is exposed pipeline
   // communication.
   if (par.pipeline_model_parallel_size > 1) {
-    const double transfer_bytes = tokens_mb * d(m.hidden_size) * e / t;  // scattered over TP (NAR21 §4.1)
     // A transfer between nodes shares its GPU's NIC with the DP collectives the stage runs
     // under its compute, when those cross nodes too (models::p2p_s with NicSharing: max-min
     // sharing while both run), for the share of the stage's span its DP stream is busy: the
@@ -441,77 +468,133 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     for (std::size_t boundary = 0; boundary < std::max(pp_net.edge_fractions.size(), pp_net.edge_crosses_nodes.size()); ++boundary) {
       pipe.boundary_transfer_s.push_back(p2p_s(pp_net, transfer_bytes, static_cast<std::int64_t>(boundary), dp_on_nic));
     }
-    // Each stage's items that its DP holds (collectives under them taking SMs, a blocking
-    // reduction), as the reported stage's replay holds them (models/dp_replay), each stage's in
-    // proportion to its parameters: where one is held, its neighbours wait for it (issue 18: the
-    // simulator's stages are each late for their own DP). An approximation: the replay's stage
-    // ran with its neighbours never late, and another stage's items are matched by chunk, pass
-    // and micro-batch.
-    const double reported_params = slow.params + slow.expert_params;
-    auto scale_of = [&](std::size_t k) { return reported_params > 0 ? (stages[k].params + stages[k].expert_params) / reported_params : 1.0; };
-    pipe.delays.reserve(dp.item_delays.size() * stages.size());
-    for (std::size_t k = 0; k < stages.size(); ++k) {
-      const double scale = scale_of(k);
-      for (const DpReplay::ItemDelay& d : dp.item_delays) {
-        pipe.delays.push_back({static_cast<std::int32_t>(k), d.item.chunk, d.item.pass, d.item.microbatch, d.seconds * scale});
-      }
-      // The parameter gathers dispatched with the step hold each stage's chunks' first
-      // forwards until they end; the reported stage's own wait for them is then the replay's
-      // (PipelineTimes::held_back_s), not what its DP replay counted (dp.start_wait_s).
-      for (std::size_t c = 0; c < dp.chunk_ready_s.size(); ++c) {
-        if (dp.chunk_ready_s[c] > 0) {
-          pipe.not_before.push_back({static_cast<std::int32_t>(k), static_cast<std::int32_t>(c), Pass::forward, 0, dp.chunk_ready_s[c] * scale});
+    // Each stage's own DP, replayed on its own order and buckets as the reported stage's above,
+    // where DP holds a stage's items (collectives under them taking SMs, a blocking reduction,
+    // a ZeRO-3 gather, the gathers dispatched with the step) or runs past its last item: where
+    // one is held, its neighbours wait for it, and the step ends when the last stage's DP does
+    // (issue 18: the simulator's stages are each late for their own DP; the first stage's first
+    // chunk waits for the embedding's gather).
+    const bool holds = !dp.item_delays.empty() || !dp.chunk_ready_s.empty() || dp.before_end_s > 0 ||
+                       (dp.after_last_item.empty() && dp.dp_s > dp.before_end_s);
+    std::vector<DpReplay> own;  // per stage, where `holds`
+    if (holds) {
+      own.reserve(stages.size());
+      for (std::size_t k = 0; k < stages.size(); ++k) {
+        if (k == slow_index) {
+          own.push_back(dp);
+          continue;
         }
+        const StageTimes& sk = stages[k];
+        own.push_back(replay_dp(p, hw, counts, dp_nets,
+                                {static_cast<std::int64_t>(k), step_micro_batches, chunks[k], firsts[k], layer_times, first_ops, last_ops,
+                                 sk.params, sk.expert_params, timer(OpKind::elementwise, 0, gradient_buffer_bytes(p, sk.params, sk.expert_params)),
+                                 transfers_on_nic(k)},
+                                collective_time));
+      }
+    }
+    // Where the stages' DP streams only take SMs from their items (DpReplay::streamed: overlapped
+    // reductions, gathers dispatched with the step), each stage's stream is played beside its
+    // items where the schedule places them, as the simulator plays it (PipelineSpec::dp_streams):
+    // a reduction issued before an idle wait slows less of the compute than the stage's own
+    // replay, whose neighbours are never late, measured (on NeMo's Nemotron-340B the cool-down
+    // then ran 4 ms a chunk slower than the simulator's). Otherwise each stage's items are held
+    // for what its own replay measured (DpReplay::item_delays), an approximation: its items'
+    // delays are matched by chunk, pass and micro-batch.
+    const bool streamed = !own.empty() && dp.streamed && dp.sm_fraction > 0;
+    for (std::size_t k = 0; k < own.size(); ++k) {
+      const DpReplay& its = own[k];
+      const auto stage = static_cast<std::int32_t>(k);
+      if (streamed) {
+        pipe.dp_streams.resize(own.size());
+        pipe.dp_streams[k] = {its.sm_fraction, its.gathers_end_s};
+        for (const DpReplay::Issued& c : its.issued) pipe.issues.push_back({stage, c.item.chunk, c.item.pass, c.item.microbatch, c.after_s, c.seconds});
+      } else {
+        for (const DpReplay::ItemDelay& d : its.item_delays) pipe.delays.push_back({stage, d.item.chunk, d.item.pass, d.item.microbatch, d.seconds});
+        // The gathers dispatched with the step (without an item's delay to hold for them).
+        if (its.gathers_end_s > 0 && its.sm_fraction > 0) {
+          pipe.dp_streams.resize(own.size());
+          pipe.dp_streams[k] = {its.sm_fraction, its.gathers_end_s};
+        }
+      }
+      // The parameter gathers dispatched with the step hold each stage's chunks' first forwards
+      // until they end.
+      for (std::size_t c = 0; c < its.chunk_ready_s.size(); ++c) {
+        if (its.chunk_ready_s[c] > 0) pipe.not_before.push_back({stage, static_cast<std::int32_t>(c), Pass::forward, 0, its.chunk_ready_s[c]});
+      }
+    }
+    // Played so, the streams' collectives share a transfer's NIC where they run beside it (the
+    // NIC's half while both run: models::p2p_s), rather than for the share of the step the
+    // stream is busy.
+    if (streamed && dp_on_nic.flow_bytes_per_s > 0) {
+      NicSharing beside = dp_on_nic;
+      beside.busy_fraction = 1;
+      pipe.transfer_s = p2p_s(pp_net, transfer_bytes, -1, NicSharing{});
+      pipe.shared_transfer_s = p2p_s(pp_net, transfer_bytes, -1, beside);
+      for (std::size_t boundary = 0; boundary < pipe.boundary_transfer_s.size(); ++boundary) {
+        pipe.boundary_transfer_s[boundary] = p2p_s(pp_net, transfer_bytes, static_cast<std::int64_t>(boundary), NicSharing{});
+        pipe.boundary_shared_transfer_s.push_back(p2p_s(pp_net, transfer_bytes, static_cast<std::int64_t>(boundary), beside));
       }
     }
     double played_s = 0;  // of the delays, the reported stage's own: DP
-    for (const DpReplay::ItemDelay& d : dp.item_delays) played_s += d.seconds;
+    if (!streamed) {
+      for (const DpReplay::ItemDelay& d : dp.item_delays) played_s += d.seconds;
+    }
     const auto [with_comm, compute_only] = pipeline_times(pipe, pipe_compute);
     const auto st = static_cast<std::size_t>(slow_stage);
-    const bool starts_played = !with_comm.held_back_s.empty();
-    const double start_wait_s = starts_played ? dp.start_wait_s : 0.0, held_back_s = starts_played ? with_comm.held_back_s[st] : 0.0;
-    // Of DP before the stage's last item's end, what the replay above does not play (the
-    // gathers' SMs at the step's start), added to its step.
-    const double unplayed_s = std::max(0.0, dp.before_end_s - played_s - start_wait_s);
-    b.dp_s = std::max(0.0, dp.dp_s - start_wait_s + held_back_s);
+    // Of the reported stage's DP before its last item's end, what the replay now plays (its
+    // first forwards' waits for the gathers, the SMs its stream takes from its items:
+    // `replaced_s`) and what it played instead (`replayed_s`, DP as the simulator counts it);
+    // the gradient buffer's zeroing slowed beside the gathers is not played (`unplayed_s`, added
+    // to the step).
+    const double zeroing_slowed_s = std::max(0.0, dp.origin_s - zero_grads_s);
+    const double replaced_s = streamed                   ? std::max(0.0, dp.before_end_s - zeroing_slowed_s)
+                              : dp.chunk_ready_s.empty() ? 0.0
+                                                         : std::max(0.0, dp.start_delay_s - zeroing_slowed_s);
+    const double replayed_s = (with_comm.held_back_s.empty() ? 0.0 : with_comm.held_back_s[st]) +
+                              (with_comm.slowed_s.empty() ? 0.0 : with_comm.slowed_s[st]);
+    const double unplayed_s = std::max(0.0, dp.before_end_s - played_s - replaced_s);
     b.bubble_s = compute_only.idle_s[st];
-    // The rest of the reported stage's idle is the pipeline's. The bubble (the replay without
-    // communication) may hold idle that its own DP delays now fill: then the rest is negative,
-    // and the bubble is what is left, so that the terms still add up to the replay's end.
-    {
-      const double rest = with_comm.idle_s[st] - played_s - held_back_s - b.bubble_s;
-      b.pp_s = std::max(0.0, rest);
-      if (rest < 0) b.bubble_s = std::max(0.0, b.bubble_s + rest);
-    }
+    // What each stage's DP stream still runs after its last item: as played above, or as its
+    // own replay ran it.
+    auto tail_s = [&](std::size_t k) {
+      if (streamed) return std::max(0.0, with_comm.dp_end_s[k] - with_comm.end_s[k]);
+      return own.empty() ? dp.tail_s : own[k].tail_s;
+    };
     // The step's end: each stage's collectives after its last item (the deferred gradient
     // reduction, the closing gather) start when its items end, after what its DP stream still
-    // runs (as the reported stage's, dp.tail_s), and run beside the other stages' still
-    // running (models/end_of_step); each stage's are the reported stage's in proportion to its
-    // parameters. The reported stage's DP is its own; from their end to the last stage's it
-    // waits, and that wait is the pipeline's, as the simulator counts a rank done early
-    // (issue 18: its drain).
+    // runs, and run beside the other stages' still running (models/end_of_step); each stage's
+    // are the reported stage's in proportion to its parameters. Without them, each stage's DP
+    // still running after its last item (the last buckets' reductions under
+    // overlap.grad_reduce) ends its step. The reported stage's DP is its own; from its end to
+    // the last stage's it waits, and that wait is the pipeline's, as the simulator counts a
+    // rank done early (issue 18: its drain).
+    std::vector<double> ends;
     if (!dp.after_last_item.empty()) {
-      b.bubble_s = compute_only.idle_s[st];
+      const double reported_params = slow.params + slow.expert_params;
+      auto scale_of = [&](std::size_t k) { return reported_params > 0 ? (stages[k].params + stages[k].expert_params) / reported_params : 1.0; };
       std::vector<double> start_s, scale;
       start_s.reserve(stages.size());
       scale.reserve(stages.size());
       for (std::size_t k = 0; k < stages.size(); ++k) {
-        start_s.push_back(with_comm.end_s[k] + dp.tail_s);
+        start_s.push_back(with_comm.end_s[k] + tail_s(k));
         scale.push_back(scale_of(k));
       }
-      const std::vector<double> ends = dp_end_of_step(p, dp_nets, dp.after_last_item, collective_time, start_s, scale);
-      const double last = *std::max_element(ends.begin(), ends.end());
-      b.dp_s = std::max(0.0, dp.before_end_s - start_wait_s + held_back_s + (ends[st] - with_comm.end_s[st]));
-      const double busy = with_comm.makespan_s - with_comm.idle_s[st];
-      // The rest of the step, up to the last stage's end, is the pipeline's. The bubble (the
-      // replay without communication) counts the reported stage's idle after its items too,
-      // which its own collectives now fill where they end after every other stage's: then the
-      // rest is negative, and the bubble is what is left of that idle, so that the terms still
-      // add up to the step's end (pp 0).
-      const double rest = last + unplayed_s - busy - b.bubble_s - b.dp_s;
-      b.pp_s = std::max(0.0, rest);
-      if (rest < 0) b.bubble_s = std::max(0.0, b.bubble_s + rest);
+      ends = dp_end_of_step(p, dp_nets, dp.after_last_item, collective_time, start_s, scale);
+    } else {
+      ends = with_comm.end_s;
+      for (std::size_t k = 0; k < own.size(); ++k) ends[k] += streamed ? tail_s(k) : std::max(0.0, own[k].dp_s - own[k].before_end_s);
     }
+    const double last = *std::max_element(ends.begin(), ends.end());
+    b.dp_s = std::max(0.0, dp.before_end_s - replaced_s + replayed_s + (ends[st] - with_comm.end_s[st]));
+    const double busy = with_comm.makespan_s - with_comm.idle_s[st];
+    // The rest of the step, up to the last stage's end, is the pipeline's. The bubble (the
+    // replay without communication) counts the reported stage's idle that its own DP (its
+    // delays, its collectives after its items) may now fill: then the rest is negative, and the
+    // bubble is what is left of that idle, so that the terms still add up to the step's end
+    // (pp 0).
+    const double rest = last + unplayed_s - busy - b.bubble_s - b.dp_s;
+    b.pp_s = std::max(0.0, rest);
+    if (rest < 0) b.bubble_s = std::max(0.0, b.bubble_s + rest);
   }
   const double slow_compute = slow.forward_s + slow.backward_s + slow.recompute_s;
   r.bubble_fraction = micro_batches > 0 && slow_compute > 0 ? b.bubble_s / (micro_batches * slow_compute) : 0;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "models/kept_last.hpp"
+#include "models/sm_share.hpp"
 
 namespace meshwork::models {
 
@@ -189,16 +190,34 @@ std::vector<Lanes<N>> item_seconds(const std::array<const PipelineSpec*, N>& spe
 // waits for the zero end over the zero transfer; no end is before zero.
 // kDelayed: each step i starts no earlier than held[i].not_before_s and adds held[i].delay_s
 // on each lane (PipelineSpec::not_before and delays), and keeps in held[i].waited_s how long
-// the first held it beyond what else it waited for.
+// the first held it beyond what else it waited for. Where its stage has a DP stream on a lane
+// (`streams`, [lane * stages + stage], empty for none), its compute runs beside the stream's
+// collectives, and issues held[i]'s (from `issued`, per lane) on the way; it keeps in slowed_s
+// what the stream took from it.
 template <std::size_t N>
 struct Held {
-  Lanes<N> not_before_s{}, delay_s{}, waited_s{};
+  Lanes<N> not_before_s{}, delay_s{}, waited_s{}, slowed_s{};
+  std::int32_t stage = 0;
+  std::array<std::int32_t, N> issue_from{}, issue_count{};
 };
+struct Stream {
+  SharedSms sms;
+  double free_s = 0;  // when its last collective ends
+  bool on = false;
+};
+struct Issued {
+  double after_s = 0, seconds = 0;
+};
+// `nic_shared`, [lane * stages + boundary] where any lane has streams: the fraction of a
+// transfer's rate over that boundary it loses while the DP stream of its sender or receiver
+// runs a collective (PipelineSpec::shared_transfer_s).
 template <std::size_t N, int kPosted, bool kDelayed>
 void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const std::vector<Lanes<N>>& transfer, const Lanes<N>& preposted,
-                std::vector<Held<N>>& held, std::vector<Lanes<N>>& ends) {
+                std::vector<Held<N>>& held, std::vector<Stream>& streams, const std::array<std::vector<Issued>, N>& issued,
+                const std::vector<double>& nic_shared, std::vector<Lanes<N>>& ends) {
   ends.resize(t.steps.size() + 1);
   ends[0] = Lanes<N>{};
+  const std::size_t P = t.orders.size();
   for (std::size_t i = 0; i < t.steps.size(); ++i) {
     const Traversal::Step& step = t.steps[i];
     // Posted ahead, the transfer left when it was sent; otherwise when this stage reached the
@@ -210,11 +229,41 @@ void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const 
     Lanes<N> end;
     for (std::size_t k = 0; k < N; ++k) {
       const bool posted = kPosted == 1 || (kPosted == -1 && preposted[k] != 0);
-      end[k] = std::max(free[k], (posted ? sent[k] : std::max(sent[k], free[k])) + tr[k]);
+      const double leaves = posted ? sent[k] : std::max(sent[k], free[k]);
+      double arrives = leaves + tr[k];
+      if constexpr (kDelayed) {
+        const auto b = static_cast<std::size_t>(step.boundary);
+        if (!nic_shared.empty() && b < P && nic_shared[k * P + b] > 0) {
+          // The boundary's two stages: b and the next (stage 0 after the last).
+          for (const std::size_t s : {b, (b + 1) % P}) {
+            const Stream& st = streams[k * P + s];
+            if (st.on) arrives = std::max(arrives, st.sms.run_at(leaves, tr[k], nic_shared[k * P + b]));
+          }
+        }
+      }
+      end[k] = std::max(free[k], arrives);
       if constexpr (kDelayed) {
         Held<N>& h = held[i];
         h.waited_s[k] = std::max(0.0, h.not_before_s[k] - end[k]);
         end[k] += h.waited_s[k] + h.delay_s[k];
+        if (!streams.empty()) {
+          Stream& st = streams[k * P + static_cast<std::size_t>(h.stage)];
+          if (st.on) {
+            double at = end[k], done = 0;
+            for (std::int32_t j = h.issue_from[k]; j < h.issue_from[k] + h.issue_count[k]; ++j) {
+              const Issued& c = issued[k][static_cast<std::size_t>(j)];
+              at = st.sms.run(at, c.after_s - done);
+              done = c.after_s;
+              const double start = std::max(st.free_s, at);
+              st.sms.busy(start, start + c.seconds);
+              st.free_s = start + c.seconds;
+            }
+            at = st.sms.run(at, dt[k] - done);
+            h.slowed_s[k] = at - end[k] - dt[k];
+            end[k] = at;
+            continue;
+          }
+        }
       }
       end[k] += dt[k];
     }
@@ -250,58 +299,119 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
       }
     }
   }
-  // Each step's earliest start and delay on each lane, where a spec has any: found in its
-  // stage's order.
+  // Each step's earliest start, delay, stage and issues on each lane, where a spec has any:
+  // found in its stage's order; each stage's DP stream.
   std::vector<Held<N>> held;
+  std::vector<Stream> streams;
+  std::array<std::vector<Issued>, N> issued;
   for (std::size_t k = 0; k < N; ++k) {
     const PipelineSpec& sp = *specs[k];
-    if (sp.delays.empty() && sp.not_before.empty()) continue;
+    if (sp.delays.empty() && sp.not_before.empty() && sp.dp_streams.empty() && sp.issues.empty()) continue;
     if (m != sp.microbatches) {
       throw std::invalid_argument("a pipeline replay with delays of " + std::to_string(sp.microbatches) + " micro-batches beside a lane of " +
                                   std::to_string(m) + ": the lanes share their schedule");
     }
-    held.resize(t.steps.size());
+    if (held.empty()) {
+      held.resize(t.steps.size());
+      for (std::size_t s = 0; s < P; ++s) {
+        for (std::size_t i = 0; i < t.orders[s].size(); ++i) held[static_cast<std::size_t>(t.at[static_cast<std::size_t>(t.first[s]) + i]) - 1].stage = static_cast<std::int32_t>(s);
+      }
+    }
+    if (sp.dp_streams.size() > P) {
+      throw std::invalid_argument("DP streams on " + std::to_string(sp.dp_streams.size()) + " stages of a pipeline of " + std::to_string(P));
+    }
+    for (std::size_t s = 0; s < sp.dp_streams.size(); ++s) {
+      const PipelineSpec::DpStream& w = sp.dp_streams[s];
+      if (!(w.busy_until_s >= 0) || !std::isfinite(w.busy_until_s) || !(w.fraction >= 0) || !(w.fraction < 1)) {
+        throw std::invalid_argument("a DP stream on stage " + std::to_string(s) + " busy until " + std::to_string(w.busy_until_s) + " s at a fraction of " +
+                                    std::to_string(w.fraction) + ": a time is at least zero, a fraction in [0, 1)");
+      }
+      if (w.fraction <= 0) continue;
+      if (streams.empty()) streams.assign(N * P, Stream{SharedSms(0)});
+      Stream& st = streams[k * P + s];
+      st = Stream{SharedSms(w.fraction), w.busy_until_s, true};
+      st.sms.busy(0, w.busy_until_s);
+    }
     std::vector<std::vector<std::int32_t>> index(P);  // per stage, [(chunk * 4 + pass) * m + micro-batch]: its step + 1
+    auto step_of = [&](const char* what, std::int32_t stage, std::int32_t chunk, Pass pass_of, std::int32_t microbatch, double s1, double s2) {
+      const auto pass = static_cast<std::size_t>(pass_of);
+      if (stage < 0 || static_cast<std::size_t>(stage) >= P || chunk < 0 || static_cast<std::size_t>(chunk) >= V || pass >= 4 || microbatch < 0 ||
+          microbatch >= m || !(s1 >= 0) || !std::isfinite(s1) || !(s2 >= 0) || !std::isfinite(s2)) {
+        throw std::invalid_argument(std::string(what) + std::to_string(s1) + " s on stage " + std::to_string(stage) + ", chunk " + std::to_string(chunk) +
+                                    ", pass " + std::to_string(pass) + ", micro-batch " + std::to_string(microbatch) + ": the schedule has " +
+                                    std::to_string(P) + " stages, " + std::to_string(V) + " chunks, 4 passes and " + std::to_string(m) +
+                                    " micro-batches, and a time is at least zero");
+      }
+      const auto s = static_cast<std::size_t>(stage);
+      auto& at = index[s];
+      if (at.empty()) {
+        at.assign(V * 4 * static_cast<std::size_t>(m), 0);
+        const auto& order = t.orders[s];
+        for (std::size_t i = 0; i < order.size(); ++i) {
+          const ScheduleItem& it = order[i];
+          at[(static_cast<std::size_t>(it.chunk) * 4 + static_cast<std::size_t>(it.pass)) * static_cast<std::size_t>(m) +
+             static_cast<std::size_t>(it.microbatch)] = t.at[static_cast<std::size_t>(t.first[s]) + i];
+        }
+      }
+      // A pass the schedule does not run (a split backward's parts under 1F1B) has no item:
+      // nothing to hold (PipelineSpec::delays); 0.
+      return at[(static_cast<std::size_t>(chunk) * 4 + pass) * static_cast<std::size_t>(m) + static_cast<std::size_t>(microbatch)];
+    };
     for (const bool starts : {true, false}) {
       for (const PipelineSpec::Delay& d : starts ? sp.not_before : sp.delays) {
-        const auto pass = static_cast<std::size_t>(d.pass);
-        if (d.stage < 0 || static_cast<std::size_t>(d.stage) >= P || d.chunk < 0 || static_cast<std::size_t>(d.chunk) >= V || pass >= 4 ||
-            d.microbatch < 0 || d.microbatch >= m || !(d.seconds >= 0) || !std::isfinite(d.seconds)) {
-          throw std::invalid_argument(std::string(starts ? "a pipeline item's earliest start of " : "a pipeline delay of ") + std::to_string(d.seconds) +
-                                      " s on stage " + std::to_string(d.stage) + ", chunk " + std::to_string(d.chunk) + ", pass " + std::to_string(pass) +
-                                      ", micro-batch " + std::to_string(d.microbatch) + ": the schedule has " + std::to_string(P) + " stages, " +
-                                      std::to_string(V) + " chunks, 4 passes and " + std::to_string(m) +
-                                      " micro-batches, and a time is at least zero");
-        }
-        const auto s = static_cast<std::size_t>(d.stage);
-        auto& at = index[s];
-        if (at.empty()) {
-          at.assign(V * 4 * static_cast<std::size_t>(m), 0);
-          const auto& order = t.orders[s];
-          for (std::size_t i = 0; i < order.size(); ++i) {
-            const ScheduleItem& it = order[i];
-            at[(static_cast<std::size_t>(it.chunk) * 4 + static_cast<std::size_t>(it.pass)) * static_cast<std::size_t>(m) +
-               static_cast<std::size_t>(it.microbatch)] = t.at[static_cast<std::size_t>(t.first[s]) + i];
-          }
-        }
-        const std::int32_t kept = at[(static_cast<std::size_t>(d.chunk) * 4 + pass) * static_cast<std::size_t>(m) + static_cast<std::size_t>(d.microbatch)];
-        // A pass the schedule does not run (a split backward's parts under 1F1B) has no item:
-        // nothing to hold (PipelineSpec::delays).
+        const std::int32_t kept = step_of(starts ? "a pipeline item's earliest start of " : "a pipeline delay of ", d.stage, d.chunk, d.pass, d.microbatch,
+                                          d.seconds, 0);
         if (kept <= 0) continue;
         Held<N>& h = held[static_cast<std::size_t>(kept) - 1];
         if (starts) h.not_before_s[k] = std::max(h.not_before_s[k], d.seconds);
         else h.delay_s[k] += d.seconds;
       }
     }
+    // The issues by step, each step's in order of their compute before them.
+    std::vector<std::pair<std::int32_t, Issued>> by_step;
+    by_step.reserve(sp.issues.size());
+    for (const PipelineSpec::Issue& c : sp.issues) {
+      const std::int32_t kept = step_of("a DP collective issued after ", c.stage, c.chunk, c.pass, c.microbatch, c.after_s, c.seconds);
+      if (kept <= 0) continue;
+      if (static_cast<std::size_t>(c.stage) >= sp.dp_streams.size() || sp.dp_streams[static_cast<std::size_t>(c.stage)].fraction <= 0) continue;
+      if (c.after_s > seconds[static_cast<std::size_t>(t.steps[static_cast<std::size_t>(kept) - 1].slot)][k] * (1 + 1e-12)) {
+        throw std::invalid_argument("a DP collective issued after " + std::to_string(c.after_s) + " s of an item of stage " + std::to_string(c.stage) +
+                                    ", chunk " + std::to_string(c.chunk) + ": after the item's compute");
+      }
+      by_step.push_back({kept - 1, {c.after_s, c.seconds}});
+    }
+    std::stable_sort(by_step.begin(), by_step.end(), [](const auto& a, const auto& b) { return a.first < b.first || (a.first == b.first && a.second.after_s < b.second.after_s); });
+    issued[k].reserve(by_step.size());
+    for (const auto& [step, c] : by_step) {
+      Held<N>& h = held[static_cast<std::size_t>(step)];
+      if (h.issue_count[k] == 0) h.issue_from[k] = static_cast<std::int32_t>(issued[k].size());
+      ++h.issue_count[k];
+      issued[k].push_back(c);
+    }
+  }
+  // Each lane's transfers' loss beside a DP stream, per boundary.
+  std::vector<double> nic_shared;
+  for (std::size_t k = 0; k < N && !streams.empty(); ++k) {
+    const PipelineSpec& sp = *specs[k];
+    for (std::size_t b = 0; b < P; ++b) {
+      const double shared = b < sp.boundary_shared_transfer_s.size() ? sp.boundary_shared_transfer_s[b] : sp.shared_transfer_s;
+      if (!(shared >= 0) || !std::isfinite(shared)) {
+        throw std::invalid_argument("a pipeline transfer of " + std::to_string(shared) + " s beside a DP stream (boundary " + std::to_string(b) +
+                                    "): a transfer's seconds must be at least zero");
+      }
+      if (shared <= transfer[b][k]) continue;
+      if (nic_shared.empty()) nic_shared.assign(N * P, 0.0);
+      nic_shared[k * P + b] = 1 - transfer[b][k] / shared;
+    }
   }
   if (held.empty()) {
-    if (posted == N) time_steps<N, 1, false>(t, seconds, transfer, preposted, held, ends);
-    else if (posted == 0) time_steps<N, 0, false>(t, seconds, transfer, preposted, held, ends);
-    else time_steps<N, -1, false>(t, seconds, transfer, preposted, held, ends);
+    if (posted == N) time_steps<N, 1, false>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
+    else if (posted == 0) time_steps<N, 0, false>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
+    else time_steps<N, -1, false>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
   } else {
-    if (posted == N) time_steps<N, 1, true>(t, seconds, transfer, preposted, held, ends);
-    else if (posted == 0) time_steps<N, 0, true>(t, seconds, transfer, preposted, held, ends);
-    else time_steps<N, -1, true>(t, seconds, transfer, preposted, held, ends);
+    if (posted == N) time_steps<N, 1, true>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
+    else if (posted == 0) time_steps<N, 0, true>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
+    else time_steps<N, -1, true>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
   }
   // Each stage's clock at the end: its last item's end (zero for a stage with none).
   std::vector<Lanes> free_s(P, Lanes{});
@@ -316,12 +426,18 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
   for (std::size_t k = 0; k < N; ++k) {
     PipelineTimes& o = out[k];
     o.replayed_microbatches = m;
-    if (!specs[k]->not_before.empty()) {
-      o.held_back_s.assign(P, 0.0);
-      for (std::size_t s = 0; s < P; ++s) {
-        for (std::size_t i = 0; i < t.orders[s].size(); ++i) {
-          o.held_back_s[s] += held[static_cast<std::size_t>(t.at[static_cast<std::size_t>(t.first[s]) + i]) - 1].waited_s[k];
-        }
+    const bool starts = !specs[k]->not_before.empty(), shared = !specs[k]->dp_streams.empty();
+    if (starts) o.held_back_s.assign(P, 0.0);
+    if (shared) {
+      o.slowed_s.assign(P, 0.0);
+      o.dp_end_s.assign(P, 0.0);
+      for (std::size_t s = 0; s < P && !streams.empty(); ++s) o.dp_end_s[s] = streams[k * P + s].on ? streams[k * P + s].free_s : 0.0;
+    }
+    for (std::size_t s = 0; s < P && (starts || shared); ++s) {
+      for (std::size_t i = 0; i < t.orders[s].size(); ++i) {
+        const Held<N>& h = held[static_cast<std::size_t>(t.at[static_cast<std::size_t>(t.first[s]) + i]) - 1];
+        if (starts) o.held_back_s[s] += h.waited_s[k];
+        if (shared) o.slowed_s[s] += h.slowed_s[k];
       }
     }
     o.busy_s.resize(P);
@@ -405,7 +521,8 @@ std::array<PipelineTimes, N> replay(const std::array<const PipelineSpec*, N>& sp
   std::shared_ptr<const Traversal> hold;
   const std::vector<Lanes<N>> seconds = item_seconds<N>(specs);
   auto whole = [&] { return replay_traversal<N>(specs, m, traversal(spec.schedule, p, m, v, hold), seconds, ends); };
-  const bool delayed = std::any_of(specs.begin(), specs.end(), [](const PipelineSpec* s) { return !s->delays.empty() || !s->not_before.empty(); });
+  const bool delayed = std::any_of(specs.begin(), specs.end(),
+                                   [](const PipelineSpec* s) { return !s->delays.empty() || !s->not_before.empty() || !s->dp_streams.empty() || !s->issues.empty(); });
   if (!spec.extrapolate || delayed || period.microbatches == 0 || p < 2) return whole();
   const auto P = static_cast<std::size_t>(p);
   const auto L = static_cast<std::size_t>(period.items);

@@ -61,6 +61,36 @@ struct PipelineSpec {
   // for the parameter gathers dispatched with the step: models/dp_replay), as delays name them;
   // `seconds` is that time. A spec with any is replayed whole too.
   std::vector<Delay> not_before;
+  // Per stage, its DP stream, played beside its compute as the simulator plays it
+  // (sim/engine_play.cpp) where its collectives only take SMs from the compute (overlapped
+  // gradient reductions, the distributed optimizer's gathers dispatched with the step:
+  // models/dp_replay): the stream runs one collective at a time, in issue order, and while one
+  // runs the stage's compute runs at 1 - fraction (models::SharedSms). The collectives
+  // dispatched with the step keep it busy from the step's start until `busy_until_s`; `issues`
+  // names the rest. Empty: no stream; a stage past its end or of zero fraction: none for it.
+  // A spec with streams is replayed whole too.
+  struct DpStream {
+    double fraction = 0, busy_until_s = 0;
+  };
+  std::vector<DpStream> dp_streams;
+  // A collective a stage's DP stream issues during one of its items, as delays name them, once
+  // `after_s` of the item's compute (at full speed) has run, for `seconds`. At most one item of
+  // a stage's order per (chunk, pass, micro-batch); a stage's issues in an item are in order of
+  // after_s, each at most the item's seconds.
+  struct Issue {
+    std::int32_t stage = 0, chunk = 0;
+    Pass pass = Pass::forward;
+    std::int32_t microbatch = 0;
+    double after_s = 0, seconds = 0;
+  };
+  std::vector<Issue> issues;
+  // A transfer's seconds while the DP stream of the stage sending or receiving it runs a
+  // collective, whose flows share the transfer's NIC (models::p2p_s with NicSharing), per
+  // boundary as boundary_transfer_s, or for every boundary: the replay prices a transfer at
+  // the slower rate for what of it runs beside such a collective. Zero (or at most the
+  // transfer's own): no sharing.
+  double shared_transfer_s = 0;
+  std::vector<double> boundary_shared_transfer_s;
   // Replay a shorter step and add the steady state's periods it skips, where the check allows
   // (models/pipeline.cpp); false: every micro-batch (the reference the tests compare with).
   bool extrapolate = true;
@@ -75,22 +105,26 @@ struct PipelineTimes {
   // Per stage, how long PipelineSpec::not_before held its items beyond what else they waited
   // for (in idle_s); empty for a spec without it.
   std::vector<double> held_back_s;
+  // Per stage, what its DP stream's collectives slowed its items by (in idle_s), and when its
+  // last collective ends (0 if none): empty for a spec without streams.
+  std::vector<double> slowed_s, dp_end_s;
 };
 
 // The orders pipeline_times replays for `spec`.
 StageOrders stage_orders(const PipelineSpec& spec);
 
 // Replays the schedule: O(stages x micro-batches x chunks) timed steps, or, extrapolated over
-// its steady state, O(stages x (stages + check periods) x chunks) (not with delays or
-// earliest starts). The schedule's traversal (which item waits for which, found in rounds over
+// its steady state, O(stages x (stages + check periods) x chunks) (not with delays, earliest
+// starts or DP streams). The schedule's traversal (which item waits for which, found in rounds over
 // the stages: O(stages x (2 micro-batches x chunks + stages))) is made once per shape and kept
 // per thread for the next calls. Throws std::invalid_argument for an interleaved schedule whose
 // micro-batches are not a multiple of its stages (plan::validate refuses such plans), an item
-// or transfer of negative seconds, or a delay or earliest start outside the schedule or
-// negative.
+// or transfer of negative seconds, a delay or earliest start outside the schedule or
+// negative, DP streams of more stages than the schedule's, a negative time, a fraction outside
+// [0, 1), or an issue outside the schedule, or after its item's compute.
 PipelineTimes pipeline_times(const PipelineSpec& spec);
 // Replays two specs of one schedule (the same stages, micro-batches, chunks and orders; their
-// times, transfers, preposted, delays and earliest starts may differ) in one pass: the
+// times, transfers, preposted, delays, earliest starts and DP streams may differ) in one pass: the
 // estimate's replay with communication and without.
 std::pair<PipelineTimes, PipelineTimes> pipeline_times(const PipelineSpec& a, const PipelineSpec& b);
 

@@ -33,9 +33,19 @@ void SharedSms::busy(double start_s, double end_s) {
 }
 
 double SharedSms::run_beside(double start_s, double work_s) {
+  while (first_ < spans_.size() && spans_[first_].second <= start_s) ++first_;
+  return run_from(first_, start_s, work_s, fraction_);
+}
+
+double SharedSms::run_at(double start_s, double work_s, double fraction) const {
+  if (work_s <= 0 || fraction <= 0 || idle_from(start_s)) return start_s + std::max(0.0, work_s);
+  const auto first = std::partition_point(spans_.begin(), spans_.end(), [&](const std::pair<double, double>& s) { return s.second <= start_s; });
+  return run_from(static_cast<std::size_t>(first - spans_.begin()), start_s, work_s, fraction);
+}
+
+double SharedSms::run_from(std::size_t first, double start_s, double work_s, double fraction) const {
   double t = start_s, left = work_s;
-  while (first_ < spans_.size() && spans_[first_].second <= t) ++first_;
-  for (std::size_t i = first_; i < spans_.size() && left > 0; ++i) {
+  for (std::size_t i = first; i < spans_.size() && left > 0; ++i) {
     const auto [a, b] = spans_[i];
     if (t < a) {  // at full speed until the collective starts
       if (left <= a - t) return t + left;
@@ -43,9 +53,9 @@ double SharedSms::run_beside(double start_s, double work_s) {
       t = a;
     }
     const double inside = b - t;
-    const double end = t + slowed_compute_s(left, inside, fraction_);
+    const double end = t + slowed_compute_s(left, inside, fraction);
     if (end <= b) return end;
-    left -= inside * (1 - std::clamp(fraction_, 0.0, kMostSmsHeld));
+    left -= inside * (1 - std::clamp(fraction, 0.0, kMostSmsHeld));
     t = b;
   }
   return t + left;

@@ -70,9 +70,15 @@ class SharedSms {
   double run(double start_s, double work_s) { return idle_from(start_s) ? start_s + work_s : run_beside(start_s, work_s); }
   // Whether no collective runs at or after `t_s`: compute from then on runs at full speed.
   bool idle_from(double t_s) const { return spans_.empty() || spans_.back().second <= t_s; }
+  // The same rule for other work beside the stream's collectives, which they slow to
+  // 1 - `fraction` of its speed (a pipeline transfer sharing its NIC with them: models/pipeline),
+  // from any start (run's starts only move forward).
+  double run_at(double start_s, double work_s, double fraction) const;
 
  private:
   double run_beside(double start_s, double work_s);
+  // From the span at `first` on, none before it ending after `start_s`.
+  double run_from(std::size_t first, double start_s, double work_s, double fraction) const;
 
   double fraction_;
   std::vector<std::pair<double, double>> spans_;

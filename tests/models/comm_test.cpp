@@ -124,6 +124,26 @@ TEST(Collectives, APipelineTransferSharesItsNicWithDataParallelFlows) {
   EXPECT_DOUBLE_EQ(p2p_s(g, bytes, 0, {1.0, nic}), p2p_s(g, bytes, 0));
 }
 
+// The same rule from the DP ring's side (models::nic_shared_factor): a ring member's flow
+// through its NIC beside the pipeline's transfers, by hand.
+TEST(Collectives, ADataParallelRingSharesItsNicsWithThePipelinesTransfers) {
+  const plan::Plan p = load("model: tiny\ntraining: {global_batch_size: 4, precision: bf16}\nparallelism: {tp: 4, pp: 2, dp: 2}\n"
+                            "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 4}\n");
+  const GroupNetwork g = group_network(p, hardware_profile(p.cluster.gpu), plan::GroupKind::dp);
+  ASSERT_TRUE(g.crosses_nodes);
+  const double nic = g.nic_alone_bytes_per_s, own = ring_member_bytes_per_s(g);
+  ASSERT_GT(own, nic / 2);
+  EXPECT_DOUBLE_EQ(nic_shared_factor(g, NicSharing{}), 1);
+  // Transfers as fast as the NIC a fifth of the time: for that fifth the ring's flow has half.
+  EXPECT_DOUBLE_EQ(nic_shared_factor(g, {0.2, nic}), 0.8 + 0.2 * own / (nic / 2));
+  // Transfers held to a tenth of the NIC elsewhere leave the ring nine tenths of it, all the time.
+  EXPECT_DOUBLE_EQ(nic_shared_factor(g, {1.0, 0.1 * nic}), own / std::min(own, 0.9 * nic));
+  // A group inside a node shares no NIC.
+  const GroupNetwork tp = group_network(p, hardware_profile(p.cluster.gpu), plan::GroupKind::tp);
+  ASSERT_FALSE(tp.crosses_nodes);
+  EXPECT_DOUBLE_EQ(nic_shared_factor(tp, {1.0, nic}), 1);
+}
+
 TEST(Collectives, NvlsNeedsAnNvSwitch) {
   auto r = plan::load_plan_text("model: tiny\ntraining: {global_batch_size: 8, precision: bf16}\nparallelism: {tp: 4}\n"
                                 "cluster: {gpu: h100-sxm, num_gpus: 4, gpus_per_node: 4, intra_node: {kind: pcie}, collective_algorithm: nvls}\n",

@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "models/comm.hpp"
 #include "models/hardware.hpp"
 #include "models/layer_comm.hpp"
+#include "models/op_table.hpp"
 #include "models/params.hpp"
 #include "models/stage_times.hpp"
 #include "plan/derived.hpp"
@@ -28,6 +30,7 @@ const std::filesystem::path kSource = MESHWORK_SOURCE_DIR;
 struct Replayed {
   DpReplay dp;
   std::size_t chunks = 0;
+  double gather_s = 0;  // one layer's parameters gathered over the DP group
 };
 
 // The last stage of a shipped plan replayed with layers of 1 ms forward and 2 ms backward (half
@@ -57,8 +60,10 @@ Replayed replay_last_stage(const std::string& scenario) {
   for (const auto n : chunks[last]) params += static_cast<double>(n) * layer_params_per_gpu(p, counts, false).dense;
   CollectivePrices price;
   const DpStage stage{static_cast<std::int64_t>(last), plan::micro_batches_per_step(p), chunks[last], firsts[last], layers, ends, ends, params, 0,
-                      1e-4};
-  return {replay_dp(p, hw, counts, nets, stage, price), chunks[last].size()};
+                      1e-4, NicSharing{}};
+  Replayed out{replay_dp(p, hw, counts, nets, stage, price), chunks[last].size()};
+  out.gather_s = price(dp_net, Collective::all_gather, layer_params_per_gpu(p, counts, false).dense * activation_bytes(p.training.precision));
+  return out;
 }
 
 double sum_of(const std::vector<DpReplay::ItemDelay>& delays) {
@@ -85,6 +90,32 @@ TEST(DpReplay, WhatItHoldsTheItemsForAddsUpToItsDpBeforeTheEnd) {
   // The gathers run one after the other: a later chunk's are ready no sooner.
   EXPECT_GT(dp.chunk_ready_s.back(), dp.chunk_ready_s.front());
   for (const auto& d : dp.item_delays) EXPECT_GT(d.seconds, 0);
+}
+
+// The same stage by hand: one layer a chunk, each chunk's bucket one layer's parameters (the
+// last's with the head's, which its replay times at zero). The gathers dispatched with the step
+// run one after the other from its start, the gradient buffer's zeroing (0.1 ms) slowed beside
+// the first: each chunk's first forward can start when its chunk's gather ends, from where the
+// stage's first item starts; the stream is busy until the last ends. Each chunk's gradients
+// are reduced once, issued at the end of its last backward (2 ms of compute).
+TEST(DpReplay, ReadyTimesAndIssuedReductionsByHand) {
+  const Replayed r = replay_last_stage("published/nemo2407-nemotron-22b-64");
+  const DpReplay& dp = r.dp;
+  ASSERT_EQ(dp.chunk_ready_s.size(), 10u);
+  ASSERT_GT(r.gather_s, 1e-4);
+  EXPECT_NEAR(dp.origin_s, 1e-4 / (1 - dp.sm_fraction), 1e-15);
+  for (std::size_t c = 0; c + 1 < dp.chunk_ready_s.size(); ++c) {
+    EXPECT_NEAR(dp.chunk_ready_s[c], static_cast<double>(c + 1) * r.gather_s - dp.origin_s, 1e-12) << c;
+  }
+  EXPECT_DOUBLE_EQ(dp.gathers_end_s, dp.chunk_ready_s.back());
+  EXPECT_TRUE(dp.streamed);
+  ASSERT_EQ(dp.issued.size(), 10u);
+  for (const DpReplay::Issued& c : dp.issued) {
+    EXPECT_EQ(c.item.pass, Pass::backward);
+    EXPECT_EQ(c.item.microbatch, 15);  // the chunk's last backward of 16 micro-batches
+    EXPECT_DOUBLE_EQ(c.after_s, 2e-3);
+    EXPECT_GT(c.seconds, 0);
+  }
 }
 
 // GPT-3 175B as NAR21 ran it (no overlap, ZeRO 0): the reduction waits for the end of the

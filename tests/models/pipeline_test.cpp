@@ -222,6 +222,68 @@ TEST(Pipeline, DelaysOutsideTheScheduleAreRefused) {
   }
 }
 
+// A stage's DP stream played beside its items where the schedule places them (issue 18), by
+// hand: two stages, 1F1B, one micro-batch, forwards of 1 s and backwards of 2 s.
+TEST(Pipeline, ADpStreamSlowsItsStagesItemsWhereTheyRunBesideItByHand) {
+  PipelineSpec spec = two_stages(plan::PipelineSchedule::one_f_one_b, 1, 0);
+  EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 6);
+  // Both stages' streams take half the SMs: stage 0's gathers dispatched with the step until
+  // 0.5 s, stage 1's reduction issued 1 s into its backward, for 2 s.
+  spec.dp_streams = {{0.5, 0.5}, {0.5, 0}};
+  spec.issues = {{1, 0, Pass::backward, 0, 1.0, 2.0}};
+  const PipelineTimes t = pipeline_times(spec);
+  // Stage 0's F0: 0.25 s of work in the first 0.5 s, the other 0.75 at full speed: 1.25. Stage
+  // 1's F0 to 2.25, its B0's first second to 3.25, where it issues the reduction [3.25, 5.25):
+  // its last second of work at half speed, to 5.25. Stage 0's B0 then to 7.25.
+  EXPECT_DOUBLE_EQ(t.makespan_s, 7.25);
+  EXPECT_DOUBLE_EQ(t.end_s[0], 7.25);
+  EXPECT_DOUBLE_EQ(t.end_s[1], 5.25);
+  ASSERT_EQ(t.slowed_s.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.slowed_s[0], 0.25);
+  EXPECT_DOUBLE_EQ(t.slowed_s[1], 1);
+  ASSERT_EQ(t.dp_end_s.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.dp_end_s[0], 0.5);
+  EXPECT_DOUBLE_EQ(t.dp_end_s[1], 5.25);
+  // The same stage's gathers reached late slow nothing: stage 1 starts at 1.25, after its 1 s.
+  spec.dp_streams = {{0.5, 0.5}, {0.5, 1.0}};
+  EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 7.25);
+  // A collective issued when the stream is still busy waits for it: a second one issued with
+  // the first runs after it, [5.25, 6.25), beside no compute left.
+  spec.issues.push_back({1, 0, Pass::backward, 0, 1.0, 1.0});
+  const PipelineTimes queued = pipeline_times(spec);
+  EXPECT_DOUBLE_EQ(queued.makespan_s, 7.25);
+  EXPECT_DOUBLE_EQ(queued.dp_end_s[1], 6.25);
+  // An issue after its item's compute is refused; one on a pass the schedule does not run
+  // holds nothing.
+  spec.issues = {{1, 0, Pass::backward, 0, 2.5, 1.0}};
+  EXPECT_THROW(pipeline_times(spec), std::invalid_argument);
+  spec.issues = {{1, 0, Pass::backward_weight, 0, 0.5, 1.0}};
+  EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 6.25);
+  spec.dp_streams = {{1.0, 0}};  // a stream that would take every SM
+  EXPECT_THROW(pipeline_times(spec), std::invalid_argument);
+}
+
+// A transfer shares its NIC with the DP stream of the stage sending or receiving it where the
+// two run at once (PipelineSpec::shared_transfer_s), by hand.
+TEST(Pipeline, ATransferBesideADpCollectiveTakesTheSharedRateByHand) {
+  PipelineSpec spec = two_stages(plan::PipelineSchedule::one_f_one_b, 1, 0);
+  spec.transfer_s = 1;
+  EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 8);
+  // Stage 1 issues a 10 s reduction at its B0's end (5 s): the gradient it sends then moves at
+  // half the rate, 2 s, and stage 0's B0 runs from 7 to 9.
+  spec.dp_streams = {{0.25, 0}, {0.25, 0}};
+  spec.issues = {{1, 0, Pass::backward, 0, 2.0, 10.0}};
+  EXPECT_DOUBLE_EQ(pipeline_times(spec).makespan_s, 8);  // no shared rate given
+  spec.shared_transfer_s = 2;
+  const PipelineTimes t = pipeline_times(spec);
+  EXPECT_DOUBLE_EQ(t.makespan_s, 9);
+  EXPECT_DOUBLE_EQ(t.dp_end_s[1], 15);
+  // Issued at the backward's start instead, the reduction runs [3, 13) beside the backward
+  // (slowed by a quarter: 2 s of work in 2.667 s) and the transfer: 5.667 + 2, then 2 s.
+  spec.issues = {{1, 0, Pass::backward, 0, 0.0, 10.0}};
+  EXPECT_NEAR(pipeline_times(spec).makespan_s, 3 + 2 / 0.75 + 2 + 2, 1e-12);
+}
+
 // An item or a transfer of negative seconds is refused, naming it: the replay's zero end stands
 // for "nothing to wait for" (models/pipeline.cpp), so no item may end before the step starts.
 TEST(Pipeline, NegativeSecondsAreRefused) {

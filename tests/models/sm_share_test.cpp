@@ -27,6 +27,26 @@ TEST(SmShare, ASplitTpCollectiveExposesWhatTheSlowedGemmDoesNotCover) {
   EXPECT_DOUBLE_EQ(tp_exposed_s(12, 6, 0.25), 6);
 }
 
+// Other work beside a stream's collectives, from any start (a pipeline transfer sharing its
+// NIC with them: models/pipeline), by hand.
+TEST(SmShare, WorkFromAnyStartBesideTheStreamsSpans) {
+  SharedSms sms(0.25);
+  sms.busy(2, 4);
+  sms.busy(6, 8);
+  // 1 s from 1: 1 s at full speed to 2... done at 2.
+  EXPECT_DOUBLE_EQ(sms.run_at(1, 1, 0.5), 2);
+  // 2 s from 1: 1 s to 2, then 1 s of work at half speed inside [2, 4): done at 4.
+  EXPECT_DOUBLE_EQ(sms.run_at(1, 2, 0.5), 4);
+  // 3 s from 3: 0.5 s of work in [3, 4), 2 s to 6, the last 0.5 s at half speed: 7.
+  EXPECT_DOUBLE_EQ(sms.run_at(3, 3, 0.5), 7);
+  // After a later start was asked, an earlier one still sees the spans before it.
+  EXPECT_DOUBLE_EQ(sms.run_at(0, 3, 0.5), 4);
+  EXPECT_DOUBLE_EQ(sms.run_at(9, 1, 0.5), 10);
+  EXPECT_DOUBLE_EQ(sms.run_at(3, 1, 0), 4);
+  // run itself keeps its own fraction.
+  EXPECT_DOUBLE_EQ(sms.run(3, 0.75), 4);
+}
+
 TEST(SmShare, ComputeBesideAStreamOfCollectives) {
   plan::GpuSpec h100;
   h100.name = "h100-sxm";
