@@ -442,13 +442,11 @@ double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary, const N
   return t + link.latency_s;
 }
 
-double nic_shared_factor(const GroupNetwork& g, const NicSharing& shared) {
-  const double u = std::clamp(shared.busy_fraction, 0.0, 1.0);
-  if (!g.crosses_nodes || u <= 0 || shared.flow_bytes_per_s <= 0) return 1;
-  const double own = ring_member_bytes_per_s(g);
-  const double nic = g.nic_alone_bytes_per_s;
-  const double left = std::max(nic / 2, nic - shared.flow_bytes_per_s);
-  return own > 0 && left > 0 ? (1 - u) + u * own / std::min(own, left) : 1;
+double nic_bytes_per_s_beside(const GroupNetwork& g, const NicSharing& shared) {
+  if (!g.crosses_nodes || shared.flow_bytes_per_s <= 0) return g.nic_bytes_per_s;
+  const double nic_bytes_per_s = g.nic_alone_bytes_per_s;
+  const double left_bytes_per_s = std::max(nic_bytes_per_s / 2, nic_bytes_per_s - shared.flow_bytes_per_s);
+  return std::min(g.nic_bytes_per_s, left_bytes_per_s);
 }
 
 }  // namespace meshwork::models

@@ -113,12 +113,13 @@ struct NicSharing {
 // tier's share loses nothing); over the step, for `busy_fraction` of its bytes. A boundary
 // inside a node runs on NVLink and shares nothing.
 double p2p_s(const GroupNetwork& g, double bytes, std::int64_t boundary, const NicSharing& shared);
-// The same rule from the other side: what a collective of group `g` whose ring crosses nodes
-// takes, over its time alone, when another flow of `shared.flow_bytes_per_s` (the pipeline's
-// transfers) runs through each member's NIC for `shared.busy_fraction` of it: while both run,
-// the member's flow gets the NIC's rate less the other's, and at least half of it. 1 for a group
-// inside a node.
-double nic_shared_factor(const GroupNetwork& g, const NicSharing& shared);
+// The same rule from the other side: the NIC's share between nodes a member of group `g`'s
+// ring gets while another flow of `shared.flow_bytes_per_s` (a pipeline transfer) runs through
+// its NIC: max-min sharing (SimGrid's, as the simulator shares its links) leaves it the NIC's
+// rate less the other flow's, and at least half of it; at most the group's own share
+// (g.nic_bytes_per_s), which it keeps without another flow. For CollectivePrices::at_nic_rate:
+// a collective of the ring timed at this share beside the transfers (models/dp_replay).
+double nic_bytes_per_s_beside(const GroupNetwork& g, const NicSharing& shared);
 // What a transfer across pipeline boundary `boundary` runs on, as p2p_s prices it: NVLink
 // inside a node, otherwise the NIC's share the fabric leaves that boundary.
 struct BoundaryLink {

@@ -56,7 +56,7 @@ std::shared_ptr<const StageOrder> stage_order(plan::PipelineSchedule schedule, s
 }
 
 // What DP adds to a stage's items: from its first backward on, item by item (the pipeline
-// replay holds every stage's items alike: DpReplay::item_delays); before it, the step's start,
+// replay holds the stage's items for them: DpReplay::item_delays); before it, the step's start,
 // where the parameter gathers dispatched at the step's start run at times one stage's replay
 // cannot place for another (each reaches its first items after its neighbours), in all
 // (DpReplay::start_delay_s). Rounding (a billionth of a microsecond at the item's end) is no
@@ -189,7 +189,10 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
   bool beside_transfers = true;
   auto timed = [&](const GroupNetwork& g, Collective c, double bytes) {
     double dt = price(g, c, bytes);
-    if (beside_transfers && g.crosses_nodes && stage.transfers_on_nic.busy_fraction > 0) dt *= nic_shared_factor(g, stage.transfers_on_nic);
+    const double u = std::clamp(stage.transfers_on_nic.busy_fraction, 0.0, 1.0);
+    if (beside_transfers && g.crosses_nodes && u > 0) {
+      dt = (1 - u) * dt + u * price.at_nic_rate(g, c, bytes, nic_bytes_per_s_beside(g, stage.transfers_on_nic));
+    }
     if (g.crosses_nodes) {
       on_nics_s += dt;
       if (recording) recording->on_nics.at(recording->parts++) = dt;
@@ -217,9 +220,9 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
     const std::vector<ScheduleItem>& sched = order->items;
     const std::vector<std::size_t>& last_grad_item = order->last_grad_item;
     double compute = 0, stream = 0, busy = 0, last_grad = 0, deferred = 0;
-    // The item running, and its compute at full speed before it (DpReplay::issued).
+    // The item running, and its compute at full speed so far (DpReplay::issued).
     ScheduleItem current;
-    double item_busy = 0;
+    double item_compute_s = 0;
     out.streamed = !zero3 && (overlap_grads || !sharded_grads);
     out.sm_fraction = sm_fraction(hw, Stream::dp, Collective::all_reduce, false);
     GpuParams pending;
@@ -229,6 +232,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
     auto run = [&](double dt) {
       compute = sms.run(compute, dt);
       busy += dt;
+      item_compute_s += dt;
     };
     auto issue = [&](double dt) {
       const double start = std::max(stream, compute);
@@ -253,7 +257,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
       const double dt = last_reduced.seconds;
       if (overlap_grads) {
         last_grad = issue(dt);
-        out.issued.push_back({current, busy - item_busy, dt});
+        out.issued.push_back({current, item_compute_s, dt});
       }
       else if (sharded_grads) compute = last_grad = issue(dt);
       else {
@@ -376,7 +380,7 @@ DpReplay replay_dp(const plan::Plan& p, const HardwareProfile& hw, const ParamCo
       // What DP adds to this item: its time less its own.
       const double from_compute = compute, from_busy = busy;
       current = it;
-      item_busy = busy;
+      item_compute_s = 0;
       auto noted = [&] { delays.note(i, it, (compute - from_compute) - (busy - from_busy), compute); };
       const auto c = static_cast<std::size_t>(it.chunk);
       const std::int64_t lo = firsts[c], n = chunks[c];

@@ -9,9 +9,12 @@
 // before its forward and its backward, the next one prefetched under this one with
 // overlap.param_gather. The distributed optimizer's gather of the updated parameters (ZeRO 1
 // and 2) runs under the forward with overlap.param_gather, otherwise it follows the optimizer
-// step. What DP holds the stage's items for (DpReplay::item_delays, chunk_ready_s) the estimate
-// then holds every stage's items for in its pipeline replay, so that a stage late for its own DP
-// makes its neighbours wait (models/pipeline, PipelineSpec::delays).
+// step. The estimate replays every stage so and plays what it finds in its pipeline replay, so
+// that a stage late for its own DP makes its neighbours wait (models/pipeline): the stage's
+// stream beside its items where its collectives only take SMs from them (DpReplay::streamed,
+// issued: PipelineSpec::dp_streams), otherwise what DP held its items for here
+// (DpReplay::item_delays: PipelineSpec::delays); each chunk's earliest first forward
+// (chunk_ready_s: PipelineSpec::not_before).
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -51,8 +54,8 @@ struct DpStage {
   // distributed optimizer dispatched run under it.
   double start_s = 0;
   // The pipeline's transfers through its GPUs' NICs, for the share of its items' span they run
-  // (none without a pipeline or inside a node): the collectives its DP stream runs during its
-  // items share the NICs with them (models::nic_shared_factor).
+  // (none without a pipeline or inside a node): a collective its DP stream runs during its items
+  // runs that share of its time at the NIC's share beside them (models::nic_bytes_per_s_beside).
   NicSharing transfers_on_nic;
 };
 
@@ -83,8 +86,9 @@ struct DpReplay {
   AfterLastItem after_last_item;
   // Of before_end_s: what DP adds to the stage's items from its first backward on (its
   // collectives under them take SMs, or it waits for a blocking reduction or a ZeRO-3 gather),
-  // item by item, which the estimate's pipeline replay adds to every stage's items alike, so
-  // that its neighbours wait for it there (PipelineSpec::delays); and before that, in all, the
+  // item by item, which the estimate's pipeline replay adds to the stage's items where its
+  // stream is not played there, so that its neighbours wait for it (PipelineSpec::delays); and
+  // before that, in all, the
   // step's start (the parameter gathers dispatched with it), the stage's own: of which
   // start_wait_s its first forwards' waits for those gathers, the rest their SMs' slowdown.
   struct ItemDelay {
@@ -102,7 +106,7 @@ struct DpReplay {
   // of them ends (gathers_end_s): until then the stage's compute runs on the SMs the gathers
   // leave it (sm_fraction, models/sm_share.hpp). The estimate's pipeline replay holds each
   // stage's first forwards to its ready times (PipelineSpec::not_before) and slows its compute
-  // until its gathers end (PipelineSpec::shared_sms), wherever its items fall: a stage that
+  // until its gathers end (PipelineSpec::dp_streams), wherever its items fall: a stage that
   // reaches them late neither waits nor runs slower (issue 18).
   std::vector<double> chunk_ready_s;
   double origin_s = 0, gathers_end_s = 0, sm_fraction = 0;

@@ -410,8 +410,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
   // The pipeline's transfers through stage k's NICs, which its DP stream's collectives share
   // during its items (DpStage::transfers_on_nic): each of its items receives an activation or a
   // gradient from one neighbour and sends one to the other (none before the first virtual stage
-  // or after the last), over its boundaries; the busier direction of the NIC, over the stage's
-  // items' seconds, at a transfer's own rate alone (models::p2p_s, boundary_link).
+  // or after the last), over its boundaries, as many each way; their seconds alone
+  // (models::p2p_s) over the stage's items' seconds, at a transfer's own rate (the next
+  // boundary's where both cross nodes: boundary_link).
   const double transfer_bytes = tokens_mb * d(m.hidden_size) * e / t;  // scattered over TP (NAR21 §4.1)
   auto transfers_on_nic = [&](std::size_t k) {
     NicSharing out;
@@ -421,17 +422,17 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     const std::int64_t after = stage, before = (stage + pp - 1) % pp;  // the boundaries to the next stage and from the one before
     const BoundaryLink to_next = boundary_link(pp_net, after), from_before = boundary_link(pp_net, before);
     const double next_s = to_next.inside_node ? 0 : p2p_s(pp_net, transfer_bytes, after), before_s = from_before.inside_node ? 0 : p2p_s(pp_net, transfer_bytes, before);
-    double sends_s = 0, receives_s = 0, items_s = 0;
+    double sends_s = 0, items_s = 0;
     const std::int64_t virtual_stages = pp * vchunks;
     for (std::int64_t c = 0; c < vchunks; ++c) {
       const std::int64_t v = c * pp + stage;  // its virtual stage
       const auto at = static_cast<std::size_t>(stage * vchunks + c);
       items_s += pipe.forward_s[at] + pipe.backward_s[at];
-      if (v + 1 < virtual_stages) sends_s += next_s, receives_s += next_s;  // the forward's output, the backward's input
-      if (v > 0) sends_s += before_s, receives_s += before_s;               // the backward's output, the forward's input
+      if (v + 1 < virtual_stages) sends_s += next_s;  // the forward's output out, the backward's input in
+      if (v > 0) sends_s += before_s;                 // the backward's output out, the forward's input in
     }
     if (items_s <= 0) return out;
-    out.busy_fraction = std::min(1.0, std::max(sends_s, receives_s) / items_s);
+    out.busy_fraction = std::min(1.0, sends_s / items_s);
     out.flow_bytes_per_s = to_next.inside_node ? from_before.bytes_per_s : to_next.bytes_per_s;
     return out;
   };
@@ -509,12 +510,9 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         pipe.dp_streams[k] = {its.sm_fraction, its.gathers_end_s};
         for (const DpReplay::Issued& c : its.issued) pipe.issues.push_back({stage, c.item.chunk, c.item.pass, c.item.microbatch, c.after_s, c.seconds});
       } else {
+        // The gathers' SMs before the first backward stay the reported stage's own replay's
+        // (unplayed_s below): its item delays hold the rest of their share already.
         for (const DpReplay::ItemDelay& d : its.item_delays) pipe.delays.push_back({stage, d.item.chunk, d.item.pass, d.item.microbatch, d.seconds});
-        // The gathers dispatched with the step (without an item's delay to hold for them).
-        if (its.gathers_end_s > 0 && its.sm_fraction > 0) {
-          pipe.dp_streams.resize(own.size());
-          pipe.dp_streams[k] = {its.sm_fraction, its.gathers_end_s};
-        }
       }
       // The parameter gathers dispatched with the step hold each stage's chunks' first forwards
       // until they end.
@@ -541,15 +539,16 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     }
     const auto [with_comm, compute_only] = pipeline_times(pipe, pipe_compute);
     const auto st = static_cast<std::size_t>(slow_stage);
-    // Of the reported stage's DP before its last item's end, what the replay now plays (its
-    // first forwards' waits for the gathers, the SMs its stream takes from its items:
-    // `replaced_s`) and what it played instead (`replayed_s`, DP as the simulator counts it);
-    // the gradient buffer's zeroing slowed beside the gathers is not played (`unplayed_s`, added
-    // to the step).
+    // Of the reported stage's DP before its last item's end, what the replay now plays
+    // (`replaced_s`: its first forwards' waits for the gathers, and where its stream is played
+    // the SMs it takes from its items) and what it played instead (`replayed_s`, DP as the
+    // simulator counts it); the rest (the gradient buffer's zeroing slowed beside the gathers,
+    // and where the stream is not played their SMs before the first backward) is not played
+    // (`unplayed_s`, added to the step).
     const double zeroing_slowed_s = std::max(0.0, dp.origin_s - zero_grads_s);
-    const double replaced_s = streamed                   ? std::max(0.0, dp.before_end_s - zeroing_slowed_s)
-                              : dp.chunk_ready_s.empty() ? 0.0
-                                                         : std::max(0.0, dp.start_delay_s - zeroing_slowed_s);
+    const double replaced_s = streamed                           ? std::max(0.0, dp.before_end_s - zeroing_slowed_s)
+                              : with_comm.held_back_s.empty() ? 0.0
+                                                                 : dp.start_wait_s;
     const double replayed_s = (with_comm.held_back_s.empty() ? 0.0 : with_comm.held_back_s[st]) +
                               (with_comm.slowed_s.empty() ? 0.0 : with_comm.slowed_s[st]);
     const double unplayed_s = std::max(0.0, dp.before_end_s - played_s - replaced_s);
@@ -568,7 +567,7 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     // overlap.grad_reduce) ends its step. The reported stage's DP is its own; from its end to
     // the last stage's it waits, and that wait is the pipeline's, as the simulator counts a
     // rank done early (issue 18: its drain).
-    std::vector<double> ends;
+    std::vector<double> ends_s;
     if (!dp.after_last_item.empty()) {
       const double reported_params = slow.params + slow.expert_params;
       auto scale_of = [&](std::size_t k) { return reported_params > 0 ? (stages[k].params + stages[k].expert_params) / reported_params : 1.0; };
@@ -579,13 +578,13 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
         start_s.push_back(with_comm.end_s[k] + tail_s(k));
         scale.push_back(scale_of(k));
       }
-      ends = dp_end_of_step(p, dp_nets, dp.after_last_item, collective_time, start_s, scale);
+      ends_s = dp_end_of_step(p, dp_nets, dp.after_last_item, collective_time, start_s, scale);
     } else {
-      ends = with_comm.end_s;
-      for (std::size_t k = 0; k < own.size(); ++k) ends[k] += streamed ? tail_s(k) : std::max(0.0, own[k].dp_s - own[k].before_end_s);
+      ends_s = with_comm.end_s;
+      for (std::size_t k = 0; k < own.size(); ++k) ends_s[k] += streamed ? tail_s(k) : std::max(0.0, own[k].dp_s - own[k].before_end_s);
     }
-    const double last = *std::max_element(ends.begin(), ends.end());
-    b.dp_s = std::max(0.0, dp.before_end_s - replaced_s + replayed_s + (ends[st] - with_comm.end_s[st]));
+    const double last = *std::max_element(ends_s.begin(), ends_s.end());
+    b.dp_s = std::max(0.0, dp.before_end_s - replaced_s + replayed_s + (ends_s[st] - with_comm.end_s[st]));
     const double busy = with_comm.makespan_s - with_comm.idle_s[st];
     // The rest of the step, up to the last stage's end, is the pipeline's. The bubble (the
     // replay without communication) counts the reported stage's idle that its own DP (its

@@ -208,13 +208,16 @@ struct Stream {
 struct Issued {
   double after_s = 0, seconds = 0;
 };
-// `nic_shared`, [lane * stages + boundary] where any lane has streams: the fraction of a
+// `nic_loss_fraction`, [lane * stages + boundary] where any lane has streams: the fraction of a
 // transfer's rate over that boundary it loses while the DP stream of its sender or receiver
-// runs a collective (PipelineSpec::shared_transfer_s).
+// runs a collective (PipelineSpec::shared_transfer_s). The receiver's collectives are all
+// known when its receive is timed; the sender's only those issued by items the traversal has
+// timed by then (a round over the stages: a collective the sender issues in a later item while
+// the transfer still runs is not seen).
 template <std::size_t N, int kPosted, bool kDelayed>
 void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const std::vector<Lanes<N>>& transfer, const Lanes<N>& preposted,
                 std::vector<Held<N>>& held, std::vector<Stream>& streams, const std::array<std::vector<Issued>, N>& issued,
-                const std::vector<double>& nic_shared, std::vector<Lanes<N>>& ends) {
+                const std::vector<double>& nic_loss_fraction, std::vector<Lanes<N>>& ends) {
   ends.resize(t.steps.size() + 1);
   ends[0] = Lanes<N>{};
   const std::size_t P = t.orders.size();
@@ -229,19 +232,19 @@ void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const 
     Lanes<N> end;
     for (std::size_t k = 0; k < N; ++k) {
       const bool posted = kPosted == 1 || (kPosted == -1 && preposted[k] != 0);
-      const double leaves = posted ? sent[k] : std::max(sent[k], free[k]);
-      double arrives = leaves + tr[k];
+      const double leaves_s = posted ? sent[k] : std::max(sent[k], free[k]);
+      double arrives_s = leaves_s + tr[k];
       if constexpr (kDelayed) {
         const auto b = static_cast<std::size_t>(step.boundary);
-        if (!nic_shared.empty() && b < P && nic_shared[k * P + b] > 0) {
+        if (!nic_loss_fraction.empty() && b < P && nic_loss_fraction[k * P + b] > 0) {
           // The boundary's two stages: b and the next (stage 0 after the last).
           for (const std::size_t s : {b, (b + 1) % P}) {
             const Stream& st = streams[k * P + s];
-            if (st.on) arrives = std::max(arrives, st.sms.run_at(leaves, tr[k], nic_shared[k * P + b]));
+            if (st.on) arrives_s = std::max(arrives_s, st.sms.run_at(leaves_s, tr[k], nic_loss_fraction[k * P + b]));
           }
         }
       }
-      end[k] = std::max(free[k], arrives);
+      end[k] = std::max(free[k], arrives_s);
       if constexpr (kDelayed) {
         Held<N>& h = held[i];
         h.waited_s[k] = std::max(0.0, h.not_before_s[k] - end[k]);
@@ -249,18 +252,20 @@ void time_steps(const Traversal& t, const std::vector<Lanes<N>>& seconds, const 
         if (!streams.empty()) {
           Stream& st = streams[k * P + static_cast<std::size_t>(h.stage)];
           if (st.on) {
-            double at = end[k], done = 0;
+            double at_s = end[k], done_s = 0;
             for (std::int32_t j = h.issue_from[k]; j < h.issue_from[k] + h.issue_count[k]; ++j) {
               const Issued& c = issued[k][static_cast<std::size_t>(j)];
-              at = st.sms.run(at, c.after_s - done);
-              done = c.after_s;
-              const double start = std::max(st.free_s, at);
-              st.sms.busy(start, start + c.seconds);
-              st.free_s = start + c.seconds;
+              // At most the item's compute (the replay that found it summed it in another order).
+              const double after_s = std::min(c.after_s, dt[k]);
+              at_s = st.sms.run(at_s, std::max(0.0, after_s - done_s));
+              done_s = std::max(done_s, after_s);
+              const double start_s = std::max(st.free_s, at_s);
+              st.sms.busy(start_s, start_s + c.seconds);
+              st.free_s = start_s + c.seconds;
             }
-            at = st.sms.run(at, dt[k] - done);
-            h.slowed_s[k] = at - end[k] - dt[k];
-            end[k] = at;
+            at_s = st.sms.run(at_s, dt[k] - done_s);
+            h.slowed_s[k] = at_s - end[k] - dt[k];
+            end[k] = at_s;
             continue;
           }
         }
@@ -308,7 +313,7 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
     const PipelineSpec& sp = *specs[k];
     if (sp.delays.empty() && sp.not_before.empty() && sp.dp_streams.empty() && sp.issues.empty()) continue;
     if (m != sp.microbatches) {
-      throw std::invalid_argument("a pipeline replay with delays of " + std::to_string(sp.microbatches) + " micro-batches beside a lane of " +
+      throw std::invalid_argument("a pipeline replay with delays, earliest starts or DP streams of " + std::to_string(sp.microbatches) + " micro-batches beside a lane of " +
                                   std::to_string(m) + ": the lanes share their schedule");
     }
     if (held.empty()) {
@@ -333,11 +338,12 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
       st.sms.busy(0, w.busy_until_s);
     }
     std::vector<std::vector<std::int32_t>> index(P);  // per stage, [(chunk * 4 + pass) * m + micro-batch]: its step + 1
-    auto step_of = [&](const char* what, std::int32_t stage, std::int32_t chunk, Pass pass_of, std::int32_t microbatch, double s1, double s2) {
+    // `what()` names the item's time or times, `s1` and `s2`, in the error.
+    auto step_of = [&](auto&& what, std::int32_t stage, std::int32_t chunk, Pass pass_of, std::int32_t microbatch, double s1, double s2) {
       const auto pass = static_cast<std::size_t>(pass_of);
       if (stage < 0 || static_cast<std::size_t>(stage) >= P || chunk < 0 || static_cast<std::size_t>(chunk) >= V || pass >= 4 || microbatch < 0 ||
           microbatch >= m || !(s1 >= 0) || !std::isfinite(s1) || !(s2 >= 0) || !std::isfinite(s2)) {
-        throw std::invalid_argument(std::string(what) + std::to_string(s1) + " s on stage " + std::to_string(stage) + ", chunk " + std::to_string(chunk) +
+        throw std::invalid_argument(what() + " on stage " + std::to_string(stage) + ", chunk " + std::to_string(chunk) +
                                     ", pass " + std::to_string(pass) + ", micro-batch " + std::to_string(microbatch) + ": the schedule has " +
                                     std::to_string(P) + " stages, " + std::to_string(V) + " chunks, 4 passes and " + std::to_string(m) +
                                     " micro-batches, and a time is at least zero");
@@ -359,8 +365,10 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
     };
     for (const bool starts : {true, false}) {
       for (const PipelineSpec::Delay& d : starts ? sp.not_before : sp.delays) {
-        const std::int32_t kept = step_of(starts ? "a pipeline item's earliest start of " : "a pipeline delay of ", d.stage, d.chunk, d.pass, d.microbatch,
-                                          d.seconds, 0);
+        auto what = [&] {
+          return std::string(starts ? "a pipeline item's earliest start of " : "a pipeline delay of ") + std::to_string(d.seconds) + " s";
+        };
+        const std::int32_t kept = step_of(what, d.stage, d.chunk, d.pass, d.microbatch, d.seconds, 0);
         if (kept <= 0) continue;
         Held<N>& h = held[static_cast<std::size_t>(kept) - 1];
         if (starts) h.not_before_s[k] = std::max(h.not_before_s[k], d.seconds);
@@ -371,10 +379,12 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
     std::vector<std::pair<std::int32_t, Issued>> by_step;
     by_step.reserve(sp.issues.size());
     for (const PipelineSpec::Issue& c : sp.issues) {
-      const std::int32_t kept = step_of("a DP collective issued after ", c.stage, c.chunk, c.pass, c.microbatch, c.after_s, c.seconds);
+      auto what = [&] { return "a DP collective of " + std::to_string(c.seconds) + " s issued after " + std::to_string(c.after_s) + " s"; };
+      const std::int32_t kept = step_of(what, c.stage, c.chunk, c.pass, c.microbatch, c.seconds, c.after_s);
       if (kept <= 0) continue;
       if (static_cast<std::size_t>(c.stage) >= sp.dp_streams.size() || sp.dp_streams[static_cast<std::size_t>(c.stage)].fraction <= 0) continue;
-      if (c.after_s > seconds[static_cast<std::size_t>(t.steps[static_cast<std::size_t>(kept) - 1].slot)][k] * (1 + 1e-12)) {
+      // Rounding aside (the replay that found it summed the item's compute in another order).
+      if (c.after_s > seconds[static_cast<std::size_t>(t.steps[static_cast<std::size_t>(kept) - 1].slot)][k] * (1 + 1e-9) + 1e-15) {
         throw std::invalid_argument("a DP collective issued after " + std::to_string(c.after_s) + " s of an item of stage " + std::to_string(c.stage) +
                                     ", chunk " + std::to_string(c.chunk) + ": after the item's compute");
       }
@@ -390,7 +400,7 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
     }
   }
   // Each lane's transfers' loss beside a DP stream, per boundary.
-  std::vector<double> nic_shared;
+  std::vector<double> nic_loss_fraction;
   for (std::size_t k = 0; k < N && !streams.empty(); ++k) {
     const PipelineSpec& sp = *specs[k];
     for (std::size_t b = 0; b < P; ++b) {
@@ -400,18 +410,18 @@ std::array<PipelineTimes, N> replay_traversal(const std::array<const PipelineSpe
                                     "): a transfer's seconds must be at least zero");
       }
       if (shared <= transfer[b][k]) continue;
-      if (nic_shared.empty()) nic_shared.assign(N * P, 0.0);
-      nic_shared[k * P + b] = 1 - transfer[b][k] / shared;
+      if (nic_loss_fraction.empty()) nic_loss_fraction.assign(N * P, 0.0);
+      nic_loss_fraction[k * P + b] = 1 - transfer[b][k] / shared;
     }
   }
   if (held.empty()) {
-    if (posted == N) time_steps<N, 1, false>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
-    else if (posted == 0) time_steps<N, 0, false>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
-    else time_steps<N, -1, false>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
+    if (posted == N) time_steps<N, 1, false>(t, seconds, transfer, preposted, held, streams, issued, nic_loss_fraction, ends);
+    else if (posted == 0) time_steps<N, 0, false>(t, seconds, transfer, preposted, held, streams, issued, nic_loss_fraction, ends);
+    else time_steps<N, -1, false>(t, seconds, transfer, preposted, held, streams, issued, nic_loss_fraction, ends);
   } else {
-    if (posted == N) time_steps<N, 1, true>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
-    else if (posted == 0) time_steps<N, 0, true>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
-    else time_steps<N, -1, true>(t, seconds, transfer, preposted, held, streams, issued, nic_shared, ends);
+    if (posted == N) time_steps<N, 1, true>(t, seconds, transfer, preposted, held, streams, issued, nic_loss_fraction, ends);
+    else if (posted == 0) time_steps<N, 0, true>(t, seconds, transfer, preposted, held, streams, issued, nic_loss_fraction, ends);
+    else time_steps<N, -1, true>(t, seconds, transfer, preposted, held, streams, issued, nic_loss_fraction, ends);
   }
   // Each stage's clock at the end: its last item's end (zero for a stage with none).
   std::vector<Lanes> free_s(P, Lanes{});

@@ -44,8 +44,9 @@ struct PipelineSpec {
   // Every item's seconds (backward_s - weight_s too) and every transfer is at least zero
   // (pipeline_times throws std::invalid_argument otherwise): no item ends before the step starts.
   bool preposted = true;  // overlap.p2p
-  // Items that run longer than their slot's seconds: a stage's overlapped DP collectives take
-  // SMs from its compute, or hold it for their parameters (models/dp_replay), on some items
+  // Items that run longer than their slot's seconds: a stage's DP holds them for a blocking
+  // reduction or a ZeRO-3 gather, or its collectives take SMs from them where its stream is not
+  // played (dp_streams below), as its own replay measured (models/dp_replay), on some items
   // only, so its neighbours wait for it there. Each names its stage, chunk, pass and
   // micro-batch (under the spec's), its seconds at least zero; one on a pass the schedule does
   // not run (backward_input under 1F1B) holds nothing. A spec with delays is replayed whole (no
@@ -74,9 +75,9 @@ struct PipelineSpec {
   };
   std::vector<DpStream> dp_streams;
   // A collective a stage's DP stream issues during one of its items, as delays name them, once
-  // `after_s` of the item's compute (at full speed) has run, for `seconds`. At most one item of
-  // a stage's order per (chunk, pass, micro-batch); a stage's issues in an item are in order of
-  // after_s, each at most the item's seconds.
+  // `after_s` of the item's compute (at full speed, at most the item's seconds) has run, for
+  // `seconds`; an item's issues run in order of after_s, in the order given where equal. One on
+  // a stage without a stream is not played.
   struct Issue {
     std::int32_t stage = 0, chunk = 0;
     Pass pass = Pass::forward;

@@ -34,16 +34,17 @@ void SharedSms::busy(double start_s, double end_s) {
 
 double SharedSms::run_beside(double start_s, double work_s) {
   while (first_ < spans_.size() && spans_[first_].second <= start_s) ++first_;
-  return run_from(first_, start_s, work_s, fraction_);
+  return run_from(first_, start_s, work_s, std::clamp(fraction_, 0.0, kMostSmsHeld));
 }
 
 double SharedSms::run_at(double start_s, double work_s, double fraction) const {
-  if (work_s <= 0 || fraction <= 0 || idle_from(start_s)) return start_s + std::max(0.0, work_s);
+  if (work_s <= 0 || !(fraction > 0) || idle_from(start_s)) return start_s + std::max(0.0, work_s);
   const auto first = std::partition_point(spans_.begin(), spans_.end(), [&](const std::pair<double, double>& s) { return s.second <= start_s; });
-  return run_from(static_cast<std::size_t>(first - spans_.begin()), start_s, work_s, fraction);
+  return run_from(static_cast<std::size_t>(first - spans_.begin()), start_s, work_s, std::min(fraction, 1 - 1e-9));
 }
 
 double SharedSms::run_from(std::size_t first, double start_s, double work_s, double fraction) const {
+  const double rate = 1 - fraction;
   double t = start_s, left = work_s;
   for (std::size_t i = first; i < spans_.size() && left > 0; ++i) {
     const auto [a, b] = spans_[i];
@@ -52,10 +53,11 @@ double SharedSms::run_from(std::size_t first, double start_s, double work_s, dou
       left -= a - t;
       t = a;
     }
+    // Done inside the collective at the slower rate, or its share there and the rest after
+    // (slowed_compute_s, at a fraction already held to its bound).
     const double inside = b - t;
-    const double end = t + slowed_compute_s(left, inside, fraction);
-    if (end <= b) return end;
-    left -= inside * (1 - std::clamp(fraction, 0.0, kMostSmsHeld));
+    if (left <= inside * rate) return t + left / rate;
+    left -= inside * rate;
     t = b;
   }
   return t + left;

@@ -71,13 +71,14 @@ class SharedSms {
   // Whether no collective runs at or after `t_s`: compute from then on runs at full speed.
   bool idle_from(double t_s) const { return spans_.empty() || spans_.back().second <= t_s; }
   // The same rule for other work beside the stream's collectives, which they slow to
-  // 1 - `fraction` of its speed (a pipeline transfer sharing its NIC with them: models/pipeline),
-  // from any start (run's starts only move forward).
+  // 1 - `fraction` of its speed, `fraction` in [0, 1) (a pipeline transfer sharing its NIC with
+  // them: models/pipeline; not held to kMostSmsHeld, which is the SMs'), from any start (run's
+  // starts only move forward).
   double run_at(double start_s, double work_s, double fraction) const;
 
  private:
   double run_beside(double start_s, double work_s);
-  // From the span at `first` on, none before it ending after `start_s`.
+  // From the span at `first` on, none before it ending after `start_s`, at 1 - `fraction`.
   double run_from(std::size_t first, double start_s, double work_s, double fraction) const;
 
   double fraction_;

@@ -124,24 +124,34 @@ TEST(Collectives, APipelineTransferSharesItsNicWithDataParallelFlows) {
   EXPECT_DOUBLE_EQ(p2p_s(g, bytes, 0, {1.0, nic}), p2p_s(g, bytes, 0));
 }
 
-// The same rule from the DP ring's side (models::nic_shared_factor): a ring member's flow
-// through its NIC beside the pipeline's transfers, by hand.
+// The same rule from the DP ring's side (models::nic_bytes_per_s_beside): the NIC's share a
+// ring member gets while a pipeline transfer runs through its NIC, by hand.
 TEST(Collectives, ADataParallelRingSharesItsNicsWithThePipelinesTransfers) {
   const plan::Plan p = load("model: tiny\ntraining: {global_batch_size: 4, precision: bf16}\nparallelism: {tp: 4, pp: 2, dp: 2}\n"
                             "cluster: {gpu: h100-sxm, num_gpus: 16, gpus_per_node: 4}\n");
-  const GroupNetwork g = group_network(p, hardware_profile(p.cluster.gpu), plan::GroupKind::dp);
+  const HardwareProfile hw = hardware_profile(p.cluster.gpu);
+  GroupNetwork g = group_network(p, hw, plan::GroupKind::dp);
   ASSERT_TRUE(g.crosses_nodes);
-  const double nic = g.nic_alone_bytes_per_s, own = ring_member_bytes_per_s(g);
-  ASSERT_GT(own, nic / 2);
-  EXPECT_DOUBLE_EQ(nic_shared_factor(g, NicSharing{}), 1);
-  // Transfers as fast as the NIC a fifth of the time: for that fifth the ring's flow has half.
-  EXPECT_DOUBLE_EQ(nic_shared_factor(g, {0.2, nic}), 0.8 + 0.2 * own / (nic / 2));
-  // Transfers held to a tenth of the NIC elsewhere leave the ring nine tenths of it, all the time.
-  EXPECT_DOUBLE_EQ(nic_shared_factor(g, {1.0, 0.1 * nic}), own / std::min(own, 0.9 * nic));
+  const double nic = g.nic_alone_bytes_per_s;
+  ASSERT_DOUBLE_EQ(g.nic_bytes_per_s, nic);
+  EXPECT_DOUBLE_EQ(nic_bytes_per_s_beside(g, NicSharing{}), nic);
+  // A transfer as fast as the NIC leaves half; one held to a tenth elsewhere, nine tenths.
+  EXPECT_DOUBLE_EQ(nic_bytes_per_s_beside(g, {0.2, nic}), nic / 2);
+  EXPECT_DOUBLE_EQ(nic_bytes_per_s_beside(g, {1.0, 0.1 * nic}), 0.9 * nic);
+  // Never more than the group's own share (a tier above held it lower).
+  g.nic_bytes_per_s = 0.3 * nic;
+  EXPECT_DOUBLE_EQ(nic_bytes_per_s_beside(g, {1.0, 0.1 * nic}), 0.3 * nic);
+  // A collective timed at that share (CollectivePrices::at_nic_rate) takes longer at half the
+  // NIC, its latency unchanged: less than twice as long.
+  g.nic_bytes_per_s = nic;
+  CollectivePrices price;
+  const double bytes = 1e9, alone = price(g, Collective::reduce_scatter, bytes), beside = price.at_nic_rate(g, Collective::reduce_scatter, bytes, nic / 2);
+  EXPECT_GT(beside, alone);
+  EXPECT_LT(beside, 2 * alone);
   // A group inside a node shares no NIC.
-  const GroupNetwork tp = group_network(p, hardware_profile(p.cluster.gpu), plan::GroupKind::tp);
+  const GroupNetwork tp = group_network(p, hw, plan::GroupKind::tp);
   ASSERT_FALSE(tp.crosses_nodes);
-  EXPECT_DOUBLE_EQ(nic_shared_factor(tp, {1.0, nic}), 1);
+  EXPECT_DOUBLE_EQ(nic_bytes_per_s_beside(tp, {1.0, nic}), tp.nic_bytes_per_s);
 }
 
 TEST(Collectives, NvlsNeedsAnNvSwitch) {

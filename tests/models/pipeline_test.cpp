@@ -282,6 +282,27 @@ TEST(Pipeline, ATransferBesideADpCollectiveTakesTheSharedRateByHand) {
   // (slowed by a quarter: 2 s of work in 2.667 s) and the transfer: 5.667 + 2, then 2 s.
   spec.issues = {{1, 0, Pass::backward, 0, 0.0, 10.0}};
   EXPECT_NEAR(pipeline_times(spec).makespan_s, 3 + 2 / 0.75 + 2 + 2, 1e-12);
+  // Beside a lane without streams, that lane replays as alone.
+  const PipelineSpec plain = two_stages(plan::PipelineSchedule::one_f_one_b, 1, 0);
+  const auto [with, without] = pipeline_times(spec, plain);
+  EXPECT_NEAR(with.makespan_s, 3 + 2 / 0.75 + 2 + 2, 1e-12);
+  EXPECT_DOUBLE_EQ(without.makespan_s, pipeline_times(plain).makespan_s);
+  EXPECT_TRUE(without.slowed_s.empty());
+  // Three stages: stage 2 issues a 10 s reduction at its B0's end (7 s). Its gradient to stage
+  // 1 crosses boundary 1 (stages 1 and 2) at half the rate, 7 to 9; stage 1's to stage 0
+  // crosses boundary 0 (stages 0 and 1, no collective) in 1 s: S1 B0 9-11, S0 B0 12-14.
+  PipelineSpec three;
+  three.schedule = plan::PipelineSchedule::one_f_one_b;
+  three.stages = 3;
+  three.microbatches = 1;
+  three.forward_s = {1, 1, 1};
+  three.backward_s = {2, 2, 2};
+  three.transfer_s = 1;
+  EXPECT_DOUBLE_EQ(pipeline_times(three).makespan_s, 13);
+  three.shared_transfer_s = 2;
+  three.dp_streams = {{0.25, 0}, {0.25, 0}, {0.25, 0}};
+  three.issues = {{2, 0, Pass::backward, 0, 2.0, 10.0}};
+  EXPECT_DOUBLE_EQ(pipeline_times(three).makespan_s, 14);
 }
 
 // An item or a transfer of negative seconds is refused, naming it: the replay's zero end stands

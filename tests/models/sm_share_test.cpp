@@ -39,6 +39,10 @@ TEST(SmShare, WorkFromAnyStartBesideTheStreamsSpans) {
   EXPECT_DOUBLE_EQ(sms.run_at(1, 2, 0.5), 4);
   // 3 s from 3: 0.5 s of work in [3, 4), 2 s to 6, the last 0.5 s at half speed: 7.
   EXPECT_DOUBLE_EQ(sms.run_at(3, 3, 0.5), 7);
+  // From between the spans: 1 s to 6, the last 1 s at half speed inside [6, 8): 8.
+  EXPECT_DOUBLE_EQ(sms.run_at(5, 2, 0.5), 8);
+  // A fraction past the SMs' bound (kMostSmsHeld) is not held to it: 0.5 s of work in [6, 8).
+  EXPECT_DOUBLE_EQ(sms.run_at(6, 1, 0.75), 8 + 0.5);
   // After a later start was asked, an earlier one still sees the spans before it.
   EXPECT_DOUBLE_EQ(sms.run_at(0, 3, 0.5), 4);
   EXPECT_DOUBLE_EQ(sms.run_at(9, 1, 0.5), 10);

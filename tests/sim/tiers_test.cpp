@@ -262,9 +262,12 @@ TEST(Tiers, ParameterGatherUnderTheForwardMovesBothTiersAlike) {
   EXPECT_NEAR(ahead.simulated_s, ahead.estimated_s, 0.03 * ahead.estimated_s);
   // Two interleaved stages: each chunk's first forward waits for its activation and its first
   // bucket (two dependencies in the Program). With collectives that take no SMs, both tiers
-  // give the same DP, compute and bubble; the simulated pipeline transfers are slower, as they
-  // share the NICs with the gathers and reductions (contention the closed form does not see),
-  // and that is the whole difference of the steps.
+  // give the same DP, compute and bubble; the pipeline transfers share the NICs with the
+  // gathers and reductions, which the estimate prices as a steady share (models::p2p_s with
+  // NicSharing) and the simulator flow by flow, and that is the whole difference of the steps.
+  // Until each stage's own gathers held its first forwards (2026-12-08: the first stage's first
+  // chunk waits for the embedding's bucket) the simulated PP was the larger; now they agree
+  // within 1% (0.00705 s estimated against 0.00702 s).
   const plan::Plan staged = plan(true, 2, "0");
   const auto est = models::estimate(staged);
   const auto sim = simulate(staged);
@@ -273,16 +276,17 @@ TEST(Tiers, ParameterGatherUnderTheForwardMovesBothTiersAlike) {
   EXPECT_NEAR(m.dp_s, e.dp_s, 0.05 * e.dp_s + 1e-4);
   EXPECT_NEAR(m.bubble_s, e.bubble_s, 0.02 * e.bubble_s);
   EXPECT_NEAR(m.compute_s, e.compute_s, 1e-3 * e.compute_s);
-  EXPECT_GT(m.pp_s, e.pp_s);
+  EXPECT_NEAR(m.pp_s, e.pp_s, 0.02 * m.pp_s);
   EXPECT_NEAR(sim.report->step_time_s - est.step_time_s, m.pp_s - e.pp_s, 0.01 * est.step_time_s);
   // With the gathers holding their SMs, the simulated critical stage (the last, with the head)
-  // runs some of its gathers while it waits for its first activation, where they slow nothing;
-  // the estimate takes the SMs' slowdown from its replay of the stage with its neighbours never
-  // late, all of them beside its forward (its waits for the gathers are the pipeline replay's,
-  // models::PipelineSpec::not_before; the slowdown is scheduling the closed form does not see).
-  // So the simulated DP time is the
-  // estimate's less at most the SM share of the stage's gathers: 16 layers and the head's copy
-  // of the embedding, in bf16, over its DP group.
+  // runs some of its gathers while it waits for its first activation, where they slow nothing.
+  // The estimate plays each stage's gathers beside its items in its pipeline replay since
+  // 2026-12-08 (models::PipelineSpec::dp_streams; its waits for them not_before), where the
+  // stage reaches them after its neighbours, as the simulator's does; before, it took the SMs'
+  // slowdown from its replay of the stage with its neighbours never late, all of them beside
+  // its forward. Either way the simulated DP time is the estimate's less at most the SM share of
+  // the stage's gathers: 16 layers and the head's copy of the embedding, in bf16, over its DP
+  // group.
   const plan::Plan held = plan(true, 2);
   const auto est_held = models::estimate(held);
   const auto sim_held = simulate(held);
