@@ -537,7 +537,10 @@ report::Report estimate(const plan::Plan& p, const EstimateOptions& options) {
     if (!streamed) {
       for (const DpReplay::ItemDelay& d : dp.item_delays) played_s += d.seconds;
     }
-    const auto [with_comm, compute_only] = pipeline_times(pipe, pipe_compute);
+    // Named, not bound: a lambda below reads them (clang refuses to capture a structured binding
+    // before C++20's P1091 is implemented, and the fuzz preset builds with clang).
+    const std::pair<PipelineTimes, PipelineTimes> replayed = pipeline_times(pipe, pipe_compute);
+    const PipelineTimes &with_comm = replayed.first, &compute_only = replayed.second;
     const auto st = static_cast<std::size_t>(slow_stage);
     // Of the reported stage's DP before its last item's end, what the replay now plays
     // (`replaced_s`: its first forwards' waits for the gathers, and where its stream is played
